@@ -1,0 +1,68 @@
+"""The virtual clock's speed model (SPEC "Virtual clock"): when each epoch of a job ends.
+
+Device k computes one epoch in c_k = n_k * sec_per_sample seconds and then idles z_k seconds,
+so epoch e of a job occupies [b_{e-1}, b_e) with b_e - b_{e-1} = c_k + z_k and
+b_0 = start + download_s. Idle times are heavy-tailed and capped at ``idle.max``:
+
+- ``zipf``: numpy's Zipf(s) (integers >= 1; s = 1.7 in the paper's preliminary study),
+- ``pareto``: numpy's Pareto(a), i.e. the Lomax form with samples >= 0 (PLATO's draw),
+- ``none``: z_k = 0.
+
+``per_device`` draws z_k once per device from stream ("idle", k); ``per_epoch`` draws one
+value per epoch from stream ("idle", k, j) where j counts that device's jobs, so a device's
+timeline never depends on what other devices did.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from seafl_dist.config import ClockConfig
+from seafl_dist.sim.rng import stream
+
+
+def draw_idle(rng: np.random.Generator, distribution: str, *, s: float, a: float, cap: float, size: int) -> np.ndarray:
+    """``size`` idle times from the named distribution, each capped at ``cap`` seconds."""
+    if distribution == "none":
+        return np.zeros(size)
+    if distribution == "zipf":
+        raw = rng.zipf(s, size=size).astype(np.float64)
+    elif distribution == "pareto":
+        raw = rng.pareto(a, size=size)
+    else:
+        raise ValueError(f"unknown idle distribution {distribution!r}")
+    return np.minimum(raw, cap)
+
+
+class SpeedModel:
+    """Plans a job's epoch ends from the clock config, the run seed and each device's n_k."""
+
+    def __init__(self, clock: ClockConfig, n_samples: Sequence[int], seed: int, epochs: int):
+        self.clock, self.seed, self.epochs = clock, seed, epochs
+        self.n_samples = list(n_samples)
+        idle = clock.idle
+        self._per_device = None
+        if idle.resample == "per_device":
+            self._per_device = [float(draw_idle(stream(seed, "idle", k), idle.distribution, s=idle.s, a=idle.a,
+                                                cap=idle.max, size=1)[0]) for k in range(len(self.n_samples))]
+
+    def compute_time(self, device: int) -> float:
+        return self.n_samples[device] * self.clock.sec_per_sample
+
+    def idle_times(self, device: int, device_job_index: int) -> list[float]:
+        if self._per_device is not None:
+            return [self._per_device[device]] * self.epochs
+        idle = self.clock.idle
+        rng = stream(self.seed, "idle", device, device_job_index)
+        return [float(z) for z in draw_idle(rng, idle.distribution, s=idle.s, a=idle.a, cap=idle.max, size=self.epochs)]
+
+    def plan(self, device: int, device_job_index: int, start: float) -> list[float]:
+        """Absolute epoch ends [b_1, ..., b_E] of a job of ``device`` starting at ``start``."""
+        c = self.compute_time(device)
+        b = start + self.clock.download_s
+        ends = []
+        for z in self.idle_times(device, device_job_index):
+            b = b + c + z
+            ends.append(b)
+        return ends

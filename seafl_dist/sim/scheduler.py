@@ -1,0 +1,194 @@
+"""The one server loop of every algorithm, as a pure generator of events (SPEC "The server loop").
+
+The schedule (who trains, when each job ends, which updates each aggregation takes) depends
+only on the config and the seed, never on the models, so it is computed here without any
+tensor. The runtime consumes :meth:`Scheduler.events` and attaches models to the aggregate
+events; one process and 64 ranks consume the same stream, hence the same trace.
+
+Choices the SPEC leaves to us (written down here):
+- Devices started together are started in increasing device id; job ids count up from 0.
+- New devices after aggregation a (the new version t = a) are drawn from stream ("select", t);
+  the initial M from stream ("select", 0) as well (version 0).
+- ``max_time``: nothing that would happen after it is emitted (the run ends at the last
+  event <= max_time). ``max_aggregations``: the stream ends after that many aggregations.
+- A notified job uploads at the end of the epoch in progress: finish = b_e + upload_s,
+  e >= 1 (a notification during download ends the job after epoch 1). A job notified while
+  in its last epoch or during its upload keeps its finish time; the notify event is still
+  emitted (a notification was sent).
+- An aggregation takes the whole buffer.
+"""
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+from typing import Callable, Iterator, Optional, Sequence
+
+import numpy as np
+
+from seafl_dist.sim.rng import stream
+
+# plan(device, device_job_index, start_time) -> absolute epoch ends [b_1..b_E]
+PlanFn = Callable[[int, int, float], list]
+
+
+@dataclass
+class Job:
+    job: int
+    device: int
+    version: int  # t_k, the global version the job started from
+    start: float
+    epoch_ends: list
+    upload_s: float
+    finish: float = 0.0
+    epochs: int = 0
+    notified: bool = False
+
+    def __post_init__(self) -> None:
+        self.epochs = len(self.epoch_ends)
+        self.finish = self.epoch_ends[-1] + self.upload_s
+
+    def notify(self, tau: float) -> None:
+        """SEAFL² (SPEC step 4): upload at the end of the epoch in progress at time tau."""
+        self.notified = True
+        for e, b in enumerate(self.epoch_ends, start=1):
+            if tau < b:
+                self.epochs = e
+                self.finish = b + self.upload_s
+                return
+
+
+@dataclass(kw_only=True)
+class Scheduler:
+    num_devices: int
+    concurrency: int  # M
+    buffer_size: int  # K
+    staleness_limit: Optional[int]  # beta; None = infinity
+    partial: bool  # SEAFL² notifications
+    plan: PlanFn
+    seed: int = 0
+    upload_s: float = 0.0
+    n_samples: Sequence[int] = ()
+    max_aggregations: Optional[int] = None
+    max_time: Optional[float] = None
+    _device_jobs: list = field(default_factory=list, init=False)
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.buffer_size <= self.concurrency <= self.num_devices:
+            raise ValueError(f"need 1 <= K ({self.buffer_size}) <= M ({self.concurrency}) <= N ({self.num_devices})")
+        self._device_jobs = [0] * self.num_devices
+        if not self.n_samples:
+            self.n_samples = [0] * self.num_devices
+
+    def _blocks(self, job: Job, version: int) -> bool:
+        beta = self.staleness_limit
+        return beta is not None and version - job.version >= beta
+
+    def _start_jobs(self, version: int, now: float, in_flight: dict, heap: list, next_id: int) -> list[Job]:
+        busy = {j.device for j in in_flight.values()}
+        free = np.array([d for d in range(self.num_devices) if d not in busy])
+        need = self.concurrency - len(in_flight)
+        chosen = sorted(int(d) for d in stream(self.seed, "select", version).choice(free, size=need, replace=False))
+        started = []
+        for i, device in enumerate(chosen):
+            ends = self.plan(device, self._device_jobs[device], now)
+            self._device_jobs[device] += 1
+            job = Job(job=next_id + i, device=device, version=version, start=now, epoch_ends=list(ends),
+                      upload_s=self.upload_s)
+            in_flight[job.job] = job
+            heapq.heappush(heap, (job.finish, job.device, job.job))
+            started.append(job)
+        return started
+
+    @staticmethod
+    def start_event(job: Job) -> dict:
+        return {"event": "start", "time": job.start, "device": job.device, "job": job.job,
+                "version": job.version, "epoch_ends": list(job.epoch_ends)}
+
+    def events(self) -> Iterator[dict]:
+        """Yield start / notify / finish / aggregate events in virtual-time order."""
+        version, in_flight, heap, buffer = 0, {}, [], []
+        started = self._start_jobs(0, 0.0, in_flight, heap, 0)
+        next_id = len(started)
+        yield from map(self.start_event, started)
+        while in_flight and (self.max_aggregations is None or version < self.max_aggregations):
+            finish, device, job_id = heapq.heappop(heap)
+            job = in_flight.get(job_id)
+            if job is None or job.finish != finish:  # stale heap entry of a notified job
+                continue
+            if self.max_time is not None and finish > self.max_time:
+                return
+            del in_flight[job_id]
+            buffer.append(job)
+            yield {"event": "finish", "time": finish, "device": device, "job": job_id, "epochs": job.epochs}
+            if len(buffer) < self.buffer_size:
+                continue
+            blockers = sorted((j for j in in_flight.values() if self._blocks(j, version)), key=lambda j: j.device)
+            if blockers:
+                if self.partial:
+                    for j in blockers:
+                        if not j.notified:
+                            old = j.finish
+                            j.notify(finish)
+                            if j.finish != old:
+                                heapq.heappush(heap, (j.finish, j.device, j.job))
+                            yield {"event": "notify", "time": finish, "device": j.device, "job": j.job,
+                                   "epochs": j.epochs}
+                continue
+            yield {"event": "aggregate", "time": finish, "version": version + 1, "updates": [
+                {"device": j.device, "job": j.job, "staleness": version - j.version, "base_version": j.version,
+                 "n_samples": int(self.n_samples[j.device]), "epochs": j.epochs} for j in buffer]}
+            version, buffer = version + 1, []
+            started = self._start_jobs(version, finish, in_flight, heap, next_id)
+            next_id += len(started)
+            yield from map(self.start_event, started)
+
+
+class Lookahead:
+    """Iterates a scheduler's events while letting the runtime peek ahead.
+
+    ``final_epochs(job)`` answers how many epochs a job will really train, i.e. the epochs
+    of its update in the aggregation that consumes it, or None if the schedule ends before
+    any aggregation takes it. The distributed runtime uses it to dispatch a job at its
+    start with the exact epoch count, SEAFL² notifications included; peeking never
+    changes what is iterated.
+    """
+
+    def __init__(self, events: Iterator[dict]):
+        self._source = events
+        self._queue: list[dict] = []
+        self._head = 0
+        self._epochs: dict[int, int] = {}
+        self._exhausted = False
+
+    def _pull(self) -> bool:
+        if self._exhausted:
+            return False
+        try:
+            ev = next(self._source)
+        except StopIteration:
+            self._exhausted = True
+            return False
+        if ev["event"] == "aggregate":
+            for u in ev["updates"]:
+                self._epochs[u["job"]] = u["epochs"]
+        self._queue.append(ev)
+        return True
+
+    def final_epochs(self, job: int) -> Optional[int]:
+        while job not in self._epochs and self._pull():
+            pass
+        return self._epochs.get(job)
+
+    def __iter__(self) -> "Lookahead":
+        return self
+
+    def __next__(self) -> dict:
+        if self._head >= len(self._queue) and not self._pull():
+            raise StopIteration
+        ev = self._queue[self._head]
+        self._queue[self._head] = None  # let consumed events be freed
+        self._head += 1
+        if self._head > 4096 and self._head * 2 > len(self._queue):
+            del self._queue[:self._head]
+            self._head = 0
+        return ev

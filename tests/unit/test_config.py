@@ -1,0 +1,94 @@
+"""Config: defaults from SPEC, YAML + dotted overrides, errors that name key, value and fix."""
+from pathlib import Path
+
+import pytest
+import yaml
+
+from seafl_dist.config import Config, ConfigError, config_from_dict, dump_config, load_config
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_spec_defaults():
+    c = Config()
+    a = c.algorithm
+    assert (a.name, a.buffer_size, a.staleness_limit, a.alpha, a.mu, a.theta) == ("seafl", 10, 10, 3.0, 1.0, 0.8)
+    assert a.similarity == "delta_vs_global" and a.server_lr == 1.0 and a.staleness_scaling == "none"
+    assert (a.mixing, a.staleness_fn, a.poly_a, a.hinge_a, a.hinge_b) == (0.6, "polynomial", 0.5, 10, 4)
+    assert (c.devices.num, c.devices.concurrency) == (100, 20)
+    t = c.train
+    assert (t.epochs, t.batch_size, t.lr, t.momentum, t.weight_decay) == (5, 32, 0.01, 0.0, 0.0)
+    k = c.clock
+    assert (k.sec_per_sample, k.download_s, k.upload_s) == (0.001, 0, 0)
+    assert (k.idle.distribution, k.idle.s, k.idle.a, k.idle.max, k.idle.resample) == ("zipf", 1.7, 1.0, 60, "per_device")
+    d = c.data
+    assert (d.name, d.root, d.download, d.partition, d.concentration, d.samples_per_device) == (
+        "digits", "data", False, "dirichlet", 0.3, None)
+    assert (c.model.name, c.model.width) == ("lenet5", 1.0)
+    r = c.run
+    assert (r.seed, r.max_aggregations, r.max_time, r.target_accuracy, r.eval_every) == (0, 200, None, None, 1)
+    assert (c.runtime.device, c.runtime.backend, c.runtime.timeout_s) == ("auto", "auto", 600)
+    w = c.logging.wandb
+    assert (w.enabled, w.mode, w.project) == (False, "offline", "seafl")
+
+
+def test_overrides_parse_yaml_values_and_nested_keys():
+    c = config_from_dict({"algorithm": {"name": "seafl2"}},
+                         ["algorithm.buffer_size=4", "algorithm.staleness_limit=null", "clock.idle.distribution=pareto",
+                          "train.lr=0.1", "run.targets=[0.5,0.6]"])
+    assert c.algorithm.buffer_size == 4 and c.algorithm.staleness_limit is None
+    assert c.clock.idle.distribution == "pareto" and c.train.lr == 0.1 and c.run.targets == [0.5, 0.6]
+    assert c.algorithm.partial_training and c.algorithm.rule == "seafl"
+
+
+def test_special_cases_of_the_server_loop():
+    fedavg = config_from_dict({"algorithm": {"name": "fedavg", "buffer_size": 3}, "devices": {"concurrency": 7}})
+    assert (fedavg.algorithm.buffer_size, fedavg.algorithm.staleness_limit) == (7, 0)
+    fedasync = config_from_dict({"algorithm": {"name": "fedasync"}})
+    assert (fedasync.algorithm.buffer_size, fedasync.algorithm.staleness_limit) == (1, None)
+    assert config_from_dict({"algorithm": {"name": "fedbuff"}}).algorithm.staleness_limit is None
+
+
+@pytest.mark.parametrize("override, key, allowed", [
+    ("algorithm.buffer_sise=3", "algorithm.buffer_sise", "known keys"),
+    ("algorithm.buffer_size=0", "algorithm.buffer_size", ">= 1"),
+    ("algorithm.staleness_limit=-1", "algorithm.staleness_limit", ">= 0"),
+    ("algorithm.theta=1.5", "algorithm.theta", "(0, 1]"),
+    ("algorithm.theta=0", "algorithm.theta", "(0, 1]"),
+    ("algorithm.name=fedprox", "algorithm.name", "seafl, seafl2"),
+    ("train.lr=-0.1", "train.lr", "> 0"),
+    ("train.epochs=two", "train.epochs", "an integer"),
+    ("devices.concurrency=200", "devices.concurrency", "at most devices.num"),
+    ("algorithm.buffer_size=30", "algorithm.buffer_size", "at most devices.concurrency"),
+    ("clock.idle.distribution=lognormal", "clock.idle.distribution", "zipf"),
+    ("data.download=maybe", "data.download", "true or false"),
+    ("bogus=1", "bogus", "known keys"),
+])
+def test_bad_values_name_key_value_and_allowed(override, key, allowed):
+    with pytest.raises(ConfigError) as err:
+        config_from_dict({}, [override])
+    msg = str(err.value)
+    assert f"'{key}'" in msg and allowed in msg
+    assert repr(yaml.safe_load(override.split("=", 1)[1])) in msg
+
+
+def test_override_without_equals_is_an_error():
+    with pytest.raises(ConfigError, match="key.sub=value"):
+        config_from_dict({}, ["algorithm.buffer_size"])
+
+
+def test_dump_roundtrips(tmp_path):
+    c = config_from_dict({"algorithm": {"name": "fedbuff", "buffer_size": 3}, "name": "x"})
+    p = tmp_path / "c.yaml"
+    p.write_text(dump_config(c))
+    assert load_config(p) == c
+
+
+def test_every_shipped_config_parses():
+    files = sorted((REPO / "configs").rglob("*.yaml"))
+    assert files
+    for f in files:
+        data = yaml.safe_load(f.read_text())
+        if "grid" in data or "base" in data:  # sweep files are checked by the sweep tests
+            continue
+        load_config(f)
