@@ -1,0 +1,24 @@
+"""Aggregation rules: pure functions of flat 1-D float tensors (SPEC "Aggregation rules").
+
+No process groups, no Lightning: the server loop hands :func:`aggregate` the current
+version t, w_t, the buffered updates and a way to fetch older global models, and gets
+back w_{t+1} and one info dict per update (weights, rejections, SEAFL's γ, s, cos).
+
+- FedAvg: :mod:`.fedavg`; FedBuff: :mod:`.fedbuff`; FedAsync: :mod:`.fedasync`;
+  SEAFL / SEAFL² (paper Eq. 4–8): :mod:`.seafl`.
+"""
+from .common import check_update, cosine
+from .dispatch import aggregate
+from .fedasync import staleness_factor_fedasync
+from .seafl import seafl_gamma
+from .types import AggregationResult, BufferedUpdate
+
+__all__ = [
+    "AggregationResult",
+    "BufferedUpdate",
+    "aggregate",
+    "check_update",
+    "cosine",
+    "seafl_gamma",
+    "staleness_factor_fedasync",
+]

@@ -1,0 +1,103 @@
+"""Pieces shared by every aggregation rule: screening updates, staleness, cosine.
+
+Every rule first screens the whole buffer (:func:`screen`), so an update that is not a
+1-D floating tensor of w_t's size, or that holds a NaN or an infinity, is rejected
+before anything is computed from w_t. A rejected update takes no part in the rule
+(it is not counted in |B|, Σn or the normalisation) and is reported with weight 0.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable, Optional
+
+import torch
+
+from .types import BufferedUpdate
+
+_CHUNK = 1 << 20  # elements per float64 chunk in cosine(): bounds the extra memory
+
+
+def check_update(flat: object, expected_numel: int) -> Optional[str]:
+    """Why ``flat`` cannot be aggregated into a model of ``expected_numel`` entries, or None.
+
+    Reasons: ``"wrong size: got X, expected Y"`` (X is the length of a 1-D tensor, the
+    shape of any other), ``"wrong dtype: ..."``, ``"not a tensor: ..."``, ``"non-finite"``.
+    """
+    if not isinstance(flat, torch.Tensor):
+        return f"not a tensor: got {type(flat).__name__}"
+    if flat.dim() != 1 or flat.numel() != expected_numel:
+        got = flat.numel() if flat.dim() == 1 else tuple(flat.shape)
+        return f"wrong size: got {got}, expected {expected_numel}"
+    if not flat.is_floating_point():
+        return f"wrong dtype: got {flat.dtype}, expected a floating-point tensor"
+    if not bool(torch.isfinite(flat).all()):
+        return "non-finite"
+    return None
+
+
+def cosine(x: torch.Tensor, y: torch.Tensor) -> float:
+    """Cosine similarity Θ(x, y) of two equally long tensors, computed in float64.
+
+    Sums run chunk by chunk in float64 (no float64 copy of a whole model is made). By
+    definition here the cosine with a zero vector is 0 (orthogonal: SEAFL's Eq. 5 then
+    gives s = μ/2). The result is clamped to [−1, 1] against rounding.
+    """
+    x, y = x.reshape(-1), y.reshape(-1)
+    if x.numel() != y.numel():
+        raise ValueError(f"cosine of tensors of different sizes: {x.numel()} and {y.numel()}")
+    acc = torch.zeros(3, dtype=torch.float64, device=x.device)
+    for i in range(0, x.numel(), _CHUNK):
+        xc = x[i:i + _CHUNK].to(torch.float64)
+        yc = y[i:i + _CHUNK].to(device=x.device, dtype=torch.float64)
+        acc += torch.stack((torch.dot(xc, yc), torch.dot(xc, xc), torch.dot(yc, yc)))
+    dot, xx, yy = acc.tolist()
+    if xx == 0.0 or yy == 0.0:
+        return 0.0
+    return max(-1.0, min(1.0, dot / (math.sqrt(xx) * math.sqrt(yy))))
+
+
+def staleness_of(version: int, update: BufferedUpdate) -> int:
+    """S_k = t − t_k. A job from the future is a bug in the caller: ValueError."""
+    s = int(version) - int(update.base_version)
+    if s < 0:
+        raise ValueError(f"update of device {update.device} job {update.job} has base_version "
+                         f"{update.base_version} > current version {version}")
+    return s
+
+
+def as_global(flat: torch.Tensor, global_flat: torch.Tensor) -> torch.Tensor:
+    """``flat`` on w_t's device and dtype (no copy when it already is)."""
+    return flat.to(device=global_flat.device, dtype=global_flat.dtype)
+
+
+def screen(version: int, global_flat: torch.Tensor,
+           updates: list[BufferedUpdate]) -> tuple[list[int], list[dict]]:
+    """Check every update; return (indices of accepted updates, one info dict per update)."""
+    if not isinstance(global_flat, torch.Tensor) or global_flat.dim() != 1 \
+            or not global_flat.is_floating_point():
+        raise ValueError("global_flat must be a 1-D floating-point tensor")
+    accepted, info = [], []
+    for i, u in enumerate(updates):
+        if u.n_samples < 0:
+            raise ValueError(f"update of device {u.device} job {u.job} has n_samples {u.n_samples} < 0")
+        reason = check_update(u.flat, global_flat.numel())
+        info.append({"weight": 0.0, "rejected": reason is not None, "reason": reason,
+                     "staleness": staleness_of(version, u)})
+        if reason is None:
+            accepted.append(i)
+    return accepted, info
+
+
+class BaseModels:
+    """``base_model(v)`` called at most once per version, checked and placed like w_t."""
+
+    def __init__(self, base_model: Callable[[int], torch.Tensor], global_flat: torch.Tensor):
+        self._fn, self._global, self._cache = base_model, global_flat, {}
+
+    def __call__(self, version: int) -> torch.Tensor:
+        if version not in self._cache:
+            w = self._fn(version)
+            if not isinstance(w, torch.Tensor) or w.numel() != self._global.numel():
+                raise ValueError(f"base_model({version}) is not a tensor of {self._global.numel()} entries")
+            self._cache[version] = as_global(w.reshape(-1), self._global)
+        return self._cache[version]

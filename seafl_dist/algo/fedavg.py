@@ -1,0 +1,32 @@
+"""FedAvg (McMahan et al. 2017; the paper's Eq. 3 with p_k = n_k / Σn).
+
+    w_{t+1} = Σ_k (n_k / Σ_B n) · w_k
+
+Σn runs over the accepted updates only. If it is 0 (every accepted update reports
+n_k = 0) there is nothing to weight by: w_{t+1} = w_t and every weight is 0.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from ..config import AlgorithmConfig
+from .common import as_global, screen
+from .types import AggregationResult, BufferedUpdate
+
+
+@torch.no_grad()
+def fedavg(cfg: AlgorithmConfig, version: int, global_flat: torch.Tensor,
+           updates: list[BufferedUpdate], base_model: Callable[[int], torch.Tensor]) -> AggregationResult:
+    """Sample-weighted average of the accepted local models (``base_model`` is not called)."""
+    accepted, info = screen(version, global_flat, updates)
+    total = sum(updates[i].n_samples for i in accepted)
+    if not accepted or total <= 0:
+        return AggregationResult(global_flat.clone(), info)
+    out = torch.zeros_like(global_flat)
+    for i in accepted:
+        weight = updates[i].n_samples / total
+        out.add_(as_global(updates[i].flat, global_flat), alpha=weight)
+        info[i]["weight"] = weight
+    return AggregationResult(out, info)

@@ -1,0 +1,53 @@
+"""Live progress of a run: a one-line bar on a terminal, periodic plain lines elsewhere (CI, SLURM logs)."""
+from __future__ import annotations
+
+import sys
+import time
+
+
+class Progress:
+    """``update(...)`` after every evaluation; ``close()`` at the end.
+
+    mode: ``bar`` redraws one line with a carriage return, ``lines`` prints a line at most every
+    ``every_s`` real seconds (and for the first and last update), ``none`` prints nothing,
+    ``auto`` picks ``bar`` when the stream is a terminal and ``lines`` otherwise.
+    """
+
+    def __init__(self, mode: str = "auto", *, total: int | None = None, every_s: float = 10.0, stream=None):
+        self.stream = stream or sys.stderr
+        if mode == "auto":
+            mode = "bar" if getattr(self.stream, "isatty", lambda: False)() else "lines"
+        self.mode, self.total, self.every_s = mode, total, every_s
+        self.t0 = time.monotonic()
+        self._last_line = -1e9
+        self.best = 0.0
+        self._pending = None
+
+    def _text(self, version: int, vtime: float, accuracy: float) -> str:
+        done = f"{version}/{self.total}" if self.total else str(version)
+        return (f"version {done}  virtual {vtime:9.1f}s  acc {accuracy:.4f}  best {self.best:.4f}"
+                f"  real {time.monotonic() - self.t0:6.1f}s")
+
+    def update(self, version: int, vtime: float, accuracy: float) -> None:
+        self.best = max(self.best, accuracy)
+        if self.mode == "none":
+            return
+        text = self._text(version, vtime, accuracy)
+        if self.mode == "bar":
+            self.stream.write("\r" + text.ljust(100)[:100])
+            self.stream.flush()
+            return
+        now = time.monotonic()
+        if now - self._last_line >= self.every_s:
+            self.stream.write(text + "\n")
+            self.stream.flush()
+            self._last_line, self._pending = now, None
+        else:
+            self._pending = text
+
+    def close(self) -> None:
+        if self.mode == "bar":
+            self.stream.write("\n")
+        elif self.mode == "lines" and self._pending:
+            self.stream.write(self._pending + "\n")
+        self.stream.flush()

@@ -1,0 +1,1 @@
+"""Runners: the server loop, the in-process executor, the distributed runtime."""

@@ -1,0 +1,26 @@
+"""Pick the runner from the environment: torchrun (WORLD_SIZE > 1) or this process alone.
+
+Rank and world size are read here, once, and passed down.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+from seafl_dist.runtime.server import format_summary
+
+
+def launch(cfg, out_dir) -> int:
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world > 1:
+        from seafl_dist.runtime.distributed import run_distributed
+        return run_distributed(cfg, out_dir, rank=int(os.environ["RANK"]), world_size=world,
+                               local_rank=int(os.environ.get("LOCAL_RANK", "0")))
+    from seafl_dist.runtime.inprocess import run_inprocess
+    if cfg.runtime.threads:
+        import torch
+        torch.set_num_threads(cfg.runtime.threads)
+    print(f"seafl: running {cfg.name} ({cfg.algorithm.name}) in one process; output in {out_dir}", file=sys.stderr)
+    summary = run_inprocess(cfg, out_dir)
+    print(format_summary(summary))
+    return 0

@@ -1,0 +1,81 @@
+"""Everything a run needs, built from the config: datasets, shards, the model factory, the clock.
+
+Every rank calls :func:`prepare`; each piece is a pure function of (config, seed), so all
+ranks agree on shards, initial weights and the schedule without talking to each other.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from seafl_dist.config import Config
+from seafl_dist.data import label_histograms, load_dataset, partition
+from seafl_dist.models import build_model
+from seafl_dist.sim import Lookahead, Scheduler, SpeedModel, stream_seed
+from seafl_dist.train import flatten
+
+
+def pick_device(choice: str, local_rank: int = 0) -> torch.device:
+    """``runtime.device``: auto = cuda:LOCAL_RANK (mod the GPU count) when CUDA is there, else cpu."""
+    if choice == "cpu" or (choice == "auto" and not torch.cuda.is_available()):
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise RuntimeError("runtime.device is 'cuda' but no CUDA GPU is visible; use runtime.device=auto or cpu")
+    return torch.device("cuda", local_rank % torch.cuda.device_count())
+
+
+@dataclass
+class Experiment:
+    cfg: Config
+    train: object  # ArrayDataset
+    test: object | None  # ArrayDataset, loaded where evaluation happens
+    shards: list  # list[np.ndarray] of train indices, one per device
+    device: torch.device
+
+    @property
+    def n_samples(self) -> list[int]:
+        return [len(s) for s in self.shards]
+
+    def new_model(self):
+        """A fresh LightningModule for this dataset (weights are overwritten from a flat vector)."""
+        d, m = self.train, self.cfg.model
+        return build_model(m.name, d.num_classes, d.in_channels, width=m.width, image_size=d.image_size,
+                           optim=self.cfg.train)
+
+    def initial_flat(self) -> torch.Tensor:
+        """w_0: the model initialised from the run's "init" stream, identical on every rank."""
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(stream_seed(self.cfg.run.seed, "init"))
+            return flatten(self.new_model())
+
+    def shard(self, device_id: int) -> torch.Tensor:
+        return torch.as_tensor(self.shards[device_id], dtype=torch.long)
+
+    def partition_report(self) -> dict:
+        hist = label_histograms(self.train.labels.numpy(), self.shards, self.train.num_classes)
+        return {"dataset": self.train.name, "method": self.cfg.data.partition,
+                "concentration": self.cfg.data.concentration, "n_samples": self.n_samples,
+                "label_histograms": hist}
+
+    def schedule(self) -> Lookahead:
+        cfg = self.cfg
+        speed = SpeedModel(cfg.clock, self.n_samples, cfg.run.seed, cfg.train.epochs)
+        sched = Scheduler(num_devices=cfg.devices.num, concurrency=cfg.devices.concurrency,
+                          buffer_size=cfg.algorithm.buffer_size, staleness_limit=cfg.algorithm.staleness_limit,
+                          partial=cfg.algorithm.partial_training, plan=speed.plan, seed=cfg.run.seed,
+                          upload_s=cfg.clock.upload_s, n_samples=self.n_samples,
+                          max_aggregations=cfg.run.max_aggregations, max_time=cfg.run.max_time)
+        return Lookahead(sched.events())
+
+
+def prepare(cfg: Config, *, local_rank: int = 0, need_test: bool = True) -> Experiment:
+    d = cfg.data
+    common = dict(download=d.download, seed=cfg.run.seed, test_fraction=d.test_fraction, emnist_split=d.emnist_split)
+    train = load_dataset(d.name, d.root, train=True, **common)
+    test = load_dataset(d.name, d.root, train=False, **common) if need_test else None
+    shards = partition(train.labels.numpy(), cfg.devices.num, method=d.partition, concentration=d.concentration,
+                       samples_per_device=d.samples_per_device, seed=cfg.run.seed)
+    shards = [np.asarray(s, dtype=np.int64) for s in shards]
+    return Experiment(cfg=cfg, train=train, test=test, shards=shards, device=pick_device(cfg.runtime.device, local_rank))

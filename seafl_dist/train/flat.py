@@ -1,0 +1,48 @@
+"""One flat float32 vector per model: parameters *and* buffers, in state_dict order.
+
+Batch-norm running statistics travel with the weights and take part in every aggregation
+(integer buffers such as ``num_batches_tracked`` are carried as float32 and rounded back).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class FlatLayout:
+    names: tuple
+    shapes: tuple
+    dtypes: tuple
+    numel: int
+
+    @classmethod
+    def of(cls, module: torch.nn.Module) -> "FlatLayout":
+        sd = module.state_dict()
+        shapes = tuple(tuple(t.shape) for t in sd.values())
+        return cls(tuple(sd.keys()), shapes, tuple(t.dtype for t in sd.values()),
+                   sum(t.numel() for t in sd.values()))
+
+
+def flatten(module: torch.nn.Module) -> torch.Tensor:
+    """A new contiguous float32 CPU vector of the module's state."""
+    tensors = [t.detach().reshape(-1).to("cpu", torch.float32) for t in module.state_dict().values()]
+    return torch.cat(tensors) if tensors else torch.zeros(0)
+
+
+def load_flat(module: torch.nn.Module, flat: torch.Tensor) -> None:
+    """Copy a flat vector into the module's parameters and buffers, in place."""
+    sd = module.state_dict()
+    total = sum(t.numel() for t in sd.values())
+    if flat.dim() != 1 or flat.numel() != total:
+        raise ValueError(f"flat vector has shape {tuple(flat.shape)}, the model needs ({total},)")
+    offset = 0
+    with torch.no_grad():
+        for t in sd.values():
+            n = t.numel()
+            chunk = flat[offset:offset + n].view(t.shape)
+            if not t.dtype.is_floating_point:
+                chunk = chunk.round()
+            t.copy_(chunk.to(t.dtype))
+            offset += n
