@@ -23,6 +23,8 @@ from seafl_dist.train import evaluate
 
 
 class Server:
+    """Rank 0's loop. ``callbacks`` get ``on_aggregate(event)``, ``on_eval(row)`` and ``close(summary)``."""
+
     def __init__(self, exp, executor, out_dir, *, callbacks=(), progress: Progress | None = None):
         self.exp, self.cfg, self.executor = exp, exp.cfg, executor
         self.writer = RunWriter(out_dir)
@@ -118,6 +120,8 @@ class Server:
             for v in [v for v, n in refs.items() if n <= 0]:
                 del refs[v], versions[v]
             self.writer.event(ev)
+            for cb in self.callbacks:
+                cb.on_aggregate(ev)
             if version % cfg.run.eval_every == 0:
                 last_eval = self._evaluate(version, now, new, ev)
                 if target is not None and last_eval["accuracy"] >= target:
