@@ -1,0 +1,283 @@
+"""Load the paper's datasets from the formats they are distributed in, once per process.
+
+    ds = load_dataset("mnist", root="data", train=True)            # ArrayDataset
+    ds = load_dataset("emnist", root="data", emnist_split="letters")
+    ds = load_dataset("cinic10", root="data", train=False)
+
+Where each dataset is looked for (``root`` is ``data.root``):
+
+=========  ==================================================================  =================
+name       files                                                               via
+=========  ==================================================================  =================
+digits     bundled with scikit-learn (1,797 8x8 digits), nothing on disk        sklearn
+mnist      root/MNIST/raw/{train,t10k}-{images-idx3,labels-idx1}-ubyte          torchvision MNIST
+emnist     root/EMNIST/raw/emnist-<split>-{train,test}-{images-idx3,labels-     torchvision EMNIST
+           idx1}-ubyte
+cifar10    root/cifar-10-batches-py/{data_batch_1..5, test_batch, batches.meta} own pickle reader
+cinic10    root/cinic10/{train,test}/<class>/*.png (``valid/`` is not used)     own PNG reader
+=========  ==================================================================  =================
+
+Choices, so that they are written down:
+
+- IDX files may also sit there gzipped (``*.gz``, as the mirrors serve them); they are
+  decompressed in place on first use.
+- EMNIST's IDX files store every image transposed; the loader transposes it back so letters read
+  upright. ``letters`` labels are 1..26 (torchvision's class 0 is "N/A"), hence 27 classes.
+- CIFAR-10 batches are read with our own unpickler in torchvision's layout, without the MD5 check
+  torchvision makes, so re-packed or subsetted copies load; a download (``download=True``) goes
+  through torchvision and is checksummed.
+- CINIC-10 uses ``train/`` for training (90,000 images) and ``test/`` for testing; ``valid/`` is
+  ignored, as in most FL papers. The first load decodes the PNGs in threads and writes
+  ``root/cinic10/.<split>.seafl-cache.npz`` (uint8 arrays, keyed by the file list), which later
+  loads and other ranks read instead; a read-only root just skips the cache.
+- digits has no official split: a stratified hold-out of ``test_fraction``, seeded by ``seed``
+  (scikit-learn ``train_test_split``); train and test for one (seed, fraction) are disjoint and
+  cover the 1,797 images. Images are upscaled once to 28x28 (bilinear) so LeNet-5 fits them.
+
+A missing dataset with ``download=False`` raises :class:`DatasetNotFoundError`, naming the
+dataset, the path searched, the files expected and how to get them. Loaded datasets are kept in
+a per-process cache keyed by the arguments that matter, so the server and every in-process
+worker share one copy (:func:`clear_cache` empties it).
+"""
+from __future__ import annotations
+
+import gzip
+import hashlib
+import os
+import pickle
+import shutil
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from urllib.error import URLError
+
+import numpy as np
+import torch
+
+from .dataset import NORMALIZATION, ArrayDataset
+
+DATASETS = ("digits", "mnist", "emnist", "cifar10", "cinic10")
+CINIC_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
+CINIC_URL = "https://datashare.ed.ac.uk/bitstream/handle/10283/3192/CINIC-10.tar.gz"
+_CACHE: dict[tuple, ArrayDataset] = {}
+
+
+class DatasetNotFoundError(FileNotFoundError):
+    """A dataset is not on disk (or could not be fetched); the message says where and how to get it."""
+
+
+def load_dataset(name: str, root: str | Path = "data", train: bool = True, *, download: bool = False,
+                 seed: int = 0, test_fraction: float = 0.2, emnist_split: str = "balanced") -> ArrayDataset:
+    """The train (``train=True``) or test split of dataset ``name`` as an :class:`ArrayDataset`,
+    cached per process. ``seed`` / ``test_fraction`` matter for digits only, ``emnist_split`` for
+    emnist only."""
+    if name not in DATASETS:
+        raise ValueError(f"unknown dataset {name!r}; known: {', '.join(DATASETS)}")
+    root = Path(root).expanduser().resolve()
+    key: tuple = (name, bool(train))
+    if name == "digits":
+        key += (int(seed), float(test_fraction))
+    else:
+        key += (str(root),) + ((emnist_split,) if name == "emnist" else ())
+    if key not in _CACHE:
+        if name == "digits":
+            _CACHE[key] = _load_digits(train, seed, test_fraction)
+        elif name == "mnist":
+            _CACHE[key] = _load_mnist(root, train, download)
+        elif name == "emnist":
+            _CACHE[key] = _load_emnist(root, train, download, emnist_split)
+        elif name == "cifar10":
+            _CACHE[key] = _load_cifar10(root, train, download)
+        else:
+            _CACHE[key] = _load_cinic10(root, train, download)
+    return _CACHE[key]
+
+
+def clear_cache() -> None:
+    """Forget every loaded dataset (tests; or to free memory)."""
+    _CACHE.clear()
+
+
+def _not_found(name: str, where: Path, expected: list[str], how: str, cause: str = "") -> DatasetNotFoundError:
+    missing = [f for f in expected if not (where / f).exists()]
+    text = (f"dataset '{name}' not found: searched {where}; expected "
+            f"{', '.join(expected)}" + (f" (missing: {', '.join(missing)})" if missing and missing != expected else "")
+            + f". To get it: set data.download=true on a machine with internet access, or {how}.")
+    return DatasetNotFoundError(text + (f" Download/load failed with: {cause}" if cause else ""))
+
+
+# ---- digits (bundled) -------------------------------------------------------------------
+
+def digits_split(labels: np.ndarray, seed: int, test_fraction: float) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted (train, test) row indices: a stratified hold-out of ``test_fraction``, seeded."""
+    from sklearn.model_selection import train_test_split
+
+    if not 0 < test_fraction < 1:
+        raise ValueError(f"test_fraction={test_fraction} must be in (0, 1)")
+    tr, te = train_test_split(np.arange(len(labels)), test_size=test_fraction, random_state=seed, stratify=labels)
+    return np.sort(tr), np.sort(te)
+
+
+def _load_digits(train: bool, seed: int, test_fraction: float) -> ArrayDataset:
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    x = torch.tensor(digits.images, dtype=torch.float32).unsqueeze(1) / 16.0  # values 0..16
+    x = torch.nn.functional.interpolate(x, size=(28, 28), mode="bilinear", align_corners=False)
+    images = (x * 255).round().clamp(0, 255).to(torch.uint8)
+    scaled = images.to(torch.float64) / 255  # statistics of all 1,797 images (no labels involved)
+    mean, std = (float(scaled.mean()),), (float(scaled.std()),)
+    labels = np.asarray(digits.target, dtype=np.int64)
+    tr, te = digits_split(labels, seed, test_fraction)
+    rows = torch.from_numpy(tr if train else te)
+    return ArrayDataset(images[rows].contiguous(), torch.from_numpy(labels)[rows], 10, "digits", mean, std,
+                        [str(d) for d in range(10)])
+
+
+# ---- MNIST / EMNIST (IDX files through torchvision) --------------------------------------
+
+def _gunzip_missing(folder: Path, files: list[str]) -> None:
+    """Decompress ``f.gz`` to ``f`` for each missing ``f`` whose gzip is there (atomic rename)."""
+    for f in files:
+        target, packed = folder / f, folder / (f + ".gz")
+        if not target.exists() and packed.exists():
+            tmp = target.with_name(target.name + f".{os.getpid()}.tmp")
+            with gzip.open(packed, "rb") as src, open(tmp, "wb") as dst:
+                shutil.copyfileobj(src, dst)
+            os.replace(tmp, target)
+
+
+def _via_torchvision(make, name: str, where: Path, expected: list[str], how: str, download: bool):
+    """Build a torchvision dataset; a missing file or failed download becomes DatasetNotFoundError."""
+    _gunzip_missing(where, expected)
+    if not download and not all((where / f).exists() for f in expected):
+        raise _not_found(name, where, expected, how)
+    try:
+        return make()
+    except (RuntimeError, OSError, URLError) as err:
+        raise _not_found(name, where, expected, how, cause=str(err)) from err
+
+
+def _load_mnist(root: Path, train: bool, download: bool) -> ArrayDataset:
+    from torchvision.datasets import MNIST
+
+    raw = root / "MNIST" / "raw"
+    expected = [f"{p}-{kind}-ubyte" for p in ("train", "t10k") for kind in ("images-idx3", "labels-idx1")]
+    how = (f"download the four files {', '.join(f + '.gz' for f in expected)} from "
+           f"{MNIST.mirrors[0]} into {raw} (gzipped or not)")
+    ds = _via_torchvision(lambda: MNIST(str(root), train=train, download=download), "mnist", raw, expected, how, download)
+    return ArrayDataset(ds.data.unsqueeze(1).contiguous(), ds.targets.long(), 10, "mnist", *NORMALIZATION["mnist"],
+                        [c.split(" - ")[0] for c in MNIST.classes])
+
+
+def _load_emnist(root: Path, train: bool, download: bool, split: str) -> ArrayDataset:
+    from torchvision.datasets import EMNIST
+
+    if split not in EMNIST.splits:
+        raise ValueError(f"emnist_split={split!r} is not an EMNIST split; known: {', '.join(EMNIST.splits)}")
+    raw = root / "EMNIST" / "raw"
+    prefix = f"emnist-{split}-{'train' if train else 'test'}"
+    expected = [f"{prefix}-images-idx3-ubyte", f"{prefix}-labels-idx1-ubyte"]
+    how = (f"download {EMNIST.url}, unzip it and copy gzip/{prefix}-*-ubyte.gz into {raw} (gzipped or not)")
+    ds = _via_torchvision(lambda: EMNIST(str(root), split=split, train=train, download=download),
+                          "emnist", raw, expected, how, download)
+    images = ds.data.transpose(1, 2).unsqueeze(1).contiguous()  # the IDX files hold each image transposed
+    classes = list(EMNIST.classes_split_dict[split])
+    return ArrayDataset(images, ds.targets.long(), len(classes), f"emnist-{split}", *NORMALIZATION["emnist"], classes)
+
+
+# ---- CIFAR-10 (python pickle batches) ------------------------------------------------------
+
+def _load_cifar10(root: Path, train: bool, download: bool) -> ArrayDataset:
+    from torchvision.datasets import CIFAR10
+
+    base = root / CIFAR10.base_folder
+    batches = [f for f, _ in (CIFAR10.train_list if train else CIFAR10.test_list)]
+    meta = CIFAR10.meta["filename"]
+    expected = batches + [meta]
+    how = f"download {CIFAR10.url} and unpack it into {root} (tar xzf), which creates {base}"
+    if not all((base / f).exists() for f in expected):
+        if not download:
+            raise _not_found("cifar10", base, expected, how)
+        try:
+            CIFAR10(str(root), train=train, download=True)  # fetches, unpacks and checks MD5s
+        except (RuntimeError, OSError, URLError) as err:
+            raise _not_found("cifar10", base, expected, how, cause=str(err)) from err
+    data, labels = [], []
+    for f in batches:
+        with open(base / f, "rb") as fh:
+            entry = pickle.load(fh, encoding="latin1")
+        data.append(np.asarray(entry["data"], dtype=np.uint8))
+        labels.extend(entry["labels"] if "labels" in entry else entry["fine_labels"])
+    with open(base / meta, "rb") as fh:
+        classes = list(pickle.load(fh, encoding="latin1")[CIFAR10.meta["key"]])
+    images = torch.from_numpy(np.concatenate(data).reshape(-1, 3, 32, 32).copy())  # rows are R, G, B planes
+    return ArrayDataset(images, torch.tensor(labels, dtype=torch.int64), 10, "cifar10", *NORMALIZATION["cifar10"], classes)
+
+
+# ---- CINIC-10 (folders of PNGs) -------------------------------------------------------------
+
+def _load_cinic10(root: Path, train: bool, download: bool) -> ArrayDataset:
+    base = root / "cinic10"
+    split = "train" if train else "test"
+    folder = base / split
+    expected = [f"{split}/{c}/*.png" for c in CINIC_CLASSES]
+    how = f"download {CINIC_URL} and unpack it into {base} so that {base}/train, valid, test exist"
+    if not _cinic_present(folder) and download:
+        _download_cinic(base, expected, how)
+    if not _cinic_present(folder):
+        raise _not_found("cinic10", base, expected, how)
+    files = [(c, sorted(e.name for e in os.scandir(folder / c) if e.name.endswith(".png"))) for c in CINIC_CLASSES]
+    fingerprint = hashlib.sha1("\n".join(f"{c}/{n}" for c, names in files for n in names).encode()).hexdigest()
+    cache = base / f".{split}.seafl-cache.npz"
+    images = labels = None
+    if cache.exists():
+        try:
+            with np.load(cache) as z:
+                if str(z["fingerprint"]) == fingerprint:
+                    images, labels = z["images"], z["labels"]
+        except (OSError, ValueError, KeyError):
+            pass  # unreadable cache: decode again
+    if images is None:
+        paths = [folder / c / n for c, names in files for n in names]
+        labels = np.array([k for k, (_, names) in enumerate(files) for _ in names], dtype=np.int64)
+        with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
+            images = np.stack(list(pool.map(_read_png, paths)))
+        _write_cache(cache, images, labels, fingerprint)
+    return ArrayDataset(torch.from_numpy(images), torch.from_numpy(labels), 10, "cinic10",
+                        *NORMALIZATION["cinic10"], list(CINIC_CLASSES))
+
+
+def _cinic_present(folder: Path) -> bool:
+    return all((folder / c).is_dir() and any(p.suffix == ".png" for p in (folder / c).iterdir()) for c in CINIC_CLASSES)
+
+
+def _read_png(path: Path) -> np.ndarray:
+    from PIL import Image
+
+    with Image.open(path) as im:
+        arr = np.asarray(im.convert("RGB"), dtype=np.uint8)  # a few CINIC images are greyscale
+    if arr.shape != (32, 32, 3):
+        raise ValueError(f"CINIC-10 image {path} is {arr.shape[1]}x{arr.shape[0]}, expected 32x32")
+    return arr.transpose(2, 0, 1)
+
+
+def _write_cache(path: Path, images: np.ndarray, labels: np.ndarray, fingerprint: str) -> None:
+    tmp = path.with_name(path.name + f".{os.getpid()}.tmp.npz")
+    try:
+        np.savez(tmp, images=images, labels=labels, fingerprint=np.array(fingerprint))
+        os.replace(tmp, path)  # atomic: ranks racing to write leave one whole file
+    except OSError:
+        tmp.unlink(missing_ok=True)  # read-only data root: no cache, no error
+
+
+def _download_cinic(base: Path, expected: list[str], how: str) -> None:
+    from torchvision.datasets.utils import download_and_extract_archive
+
+    try:
+        download_and_extract_archive(CINIC_URL, download_root=str(base))
+    except (RuntimeError, OSError, URLError) as err:
+        raise _not_found("cinic10", base, expected, how, cause=str(err)) from err
+    nested = base / "CINIC-10"  # if the archive holds a top folder, lift its splits up
+    for split in ("train", "valid", "test"):
+        if (nested / split).is_dir() and not (base / split).exists():
+            os.replace(nested / split, base / split)

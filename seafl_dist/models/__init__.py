@@ -1,0 +1,35 @@
+"""The paper's models as LightningModules, built by name.
+
+    from seafl_dist.models import build_model
+    model = build_model("lenet5", num_classes=10, in_channels=1, image_size=28, optim=cfg.train)
+    model = build_model("resnet18", ds.num_classes, ds.in_channels, width=0.125, image_size=ds.image_size)
+
+``lenet5`` (:mod:`.lenet`), ``resnet18`` (CIFAR variant, :mod:`.resnet`), ``vgg16`` (with batch
+norm, CIFAR-size classifier, :mod:`.vgg`). Every model is an :class:`FLModule`: ``forward(x)``
+gives logits, ``training_step`` the cross-entropy loss, ``configure_optimizers`` the SGD of
+``optim`` (a :class:`~seafl_dist.config.TrainConfig`; its defaults when ``None``). ``width``
+multiplies every channel count (at least 1 channel each), so tests can use tiny versions.
+
+Parameters at width 1 and 10 classes: lenet5 61,706 (28x28x1) / 83,126 (32x32x3),
+resnet18 11,173,962 (3 channels), vgg16 14,728,266 (3 channels).
+"""
+from __future__ import annotations
+
+from ..config import TrainConfig
+from .base import FLModule, scaled
+from .lenet import LeNet5
+from .resnet import ResNet18
+from .vgg import VGG16
+
+MODELS = {"lenet5": LeNet5, "resnet18": ResNet18, "vgg16": VGG16}
+
+
+def build_model(name: str, num_classes: int, in_channels: int, *, width: float = 1.0, image_size: int = 28,
+                optim: TrainConfig | None = None) -> FLModule:
+    """A fresh, randomly initialised model (seed torch beforehand for reproducible weights)."""
+    if name not in MODELS:
+        raise ValueError(f"unknown model {name!r}; known: {', '.join(MODELS)}")
+    return MODELS[name](num_classes, in_channels, width=width, image_size=image_size, optim=optim)
+
+
+__all__ = ["FLModule", "LeNet5", "MODELS", "ResNet18", "VGG16", "build_model", "scaled"]
