@@ -1,6 +1,7 @@
 """The in-process runner: one process simulates every device (laptop, CI, W = 1)."""
 from __future__ import annotations
 
+from seafl_dist.report.wandb_sink import make_callbacks
 from seafl_dist.runtime.executor import InProcessExecutor
 from seafl_dist.runtime.server import Server
 from seafl_dist.runtime.setup import prepare
@@ -8,4 +9,5 @@ from seafl_dist.runtime.setup import prepare
 
 def run_inprocess(cfg, out_dir, *, callbacks=()) -> dict:
     exp = prepare(cfg)
+    callbacks = list(callbacks) + make_callbacks(cfg, out_dir)
     return Server(exp, InProcessExecutor(exp), out_dir, callbacks=callbacks).run()

@@ -25,8 +25,10 @@ from seafl_dist.train import evaluate
 class Server:
     """Rank 0's loop. ``callbacks`` get ``on_aggregate(event)``, ``on_eval(row)`` and ``close(summary)``."""
 
-    def __init__(self, exp, executor, out_dir, *, callbacks=(), progress: Progress | None = None):
+    def __init__(self, exp, executor, out_dir, *, callbacks=(), progress: Progress | None = None,
+                 partition_report: dict | None = None):
         self.exp, self.cfg, self.executor = exp, exp.cfg, executor
+        self.partition_report = partition_report or exp.partition_report()
         self.writer = RunWriter(out_dir)
         self.callbacks = list(callbacks)
         lc = self.cfg.logging
@@ -38,7 +40,7 @@ class Server:
 
     # ---- evaluation and metrics ---------------------------------------------------------
     def _evaluate(self, version: int, now: float, flat: torch.Tensor, agg: dict | None) -> dict:
-        acc, loss = evaluate(self.eval_model, flat, self.exp.test, device=self.exp.device,
+        acc, loss = evaluate(self.eval_model, flat, self.exp.test.to(self.exp.device), device=self.exp.device,
                              precision=self.cfg.runtime.precision)
         self.writer.event({"event": "eval", "time": now, "version": version, "accuracy": acc, "loss": loss})
         self.counts["eval"] += 1
@@ -68,16 +70,17 @@ class Server:
     def run(self) -> dict:
         cfg, t0 = self.cfg, time.monotonic()
         (self.writer.dir / "config.yaml").write_text(dump_config(cfg))
-        write_json(self.writer.dir / "partition.json", self.exp.partition_report())
+        write_json(self.writer.dir / "partition.json", self.partition_report)
         status, error = "failed", None
         try:
             self._loop()
             status = "completed"
-        except KeyboardInterrupt:
-            status, error = "interrupted", "interrupted by the user"
+        except KeyboardInterrupt as err:
+            status = "interrupted"
+            error = f"interrupted ({err or 'Ctrl-C'})" + getattr(self.executor, "diagnose", lambda: "")()
             raise
         except BaseException as err:
-            error = f"{type(err).__name__}: {err}"
+            error = f"{type(err).__name__}: {err}" + getattr(self.executor, "diagnose", lambda: "")()
             raise
         finally:
             self.progress.close()
@@ -104,7 +107,7 @@ class Server:
                 if epochs is not None:  # never aggregated within the run: no need to train it
                     refs[ev["version"]] += 1
                     self.executor.submit(JobSpec(ev["job"], ev["device"], ev["version"], epochs,
-                                                 ev["epoch_ends"][-1]), versions[ev["version"]])
+                                                 self.lookahead.finish_time(ev["job"])), versions[ev["version"]])
                 self.writer.event(ev)
                 continue
             if kind != "aggregate":

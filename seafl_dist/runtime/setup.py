@@ -33,10 +33,11 @@ class Experiment:
     test: object | None  # ArrayDataset, loaded where evaluation happens
     shards: list  # list[np.ndarray] of train indices, one per device
     device: torch.device
+    _n_samples: list | None = None  # kept by restrict(): the clock needs every device's n_k
 
     @property
     def n_samples(self) -> list[int]:
-        return [len(s) for s in self.shards]
+        return list(self._n_samples) if self._n_samples is not None else [len(s) for s in self.shards]
 
     def new_model(self):
         """A fresh LightningModule for this dataset (weights are overwritten from a flat vector)."""
@@ -58,6 +59,21 @@ class Experiment:
         return {"dataset": self.train.name, "method": self.cfg.data.partition,
                 "concentration": self.cfg.data.concentration, "n_samples": self.n_samples,
                 "label_histograms": hist}
+
+    def restrict(self, devices) -> "Experiment":
+        """This experiment with only the training rows ``devices`` use (a worker's own shards)."""
+        from seafl_dist.data import ArrayDataset
+        keep = [np.asarray(self.shards[d], dtype=np.int64) for d in devices]
+        rows = torch.as_tensor(np.concatenate(keep) if keep else np.zeros(0, dtype=np.int64))
+        t = self.train
+        sub = ArrayDataset(t.images.index_select(0, rows), t.labels.index_select(0, rows), t.num_classes, t.name,
+                           t.mean, t.std, list(t.classes))
+        shards, offset = [np.zeros(0, dtype=np.int64)] * len(self.shards), 0
+        for d, idx in zip(devices, keep):
+            shards[d] = np.arange(offset, offset + len(idx), dtype=np.int64)
+            offset += len(idx)
+        return Experiment(cfg=self.cfg, train=sub, test=self.test, shards=shards, device=self.device,
+                          _n_samples=self.n_samples)
 
     def schedule(self) -> Lookahead:
         cfg = self.cfg

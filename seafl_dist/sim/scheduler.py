@@ -158,6 +158,7 @@ class Lookahead:
         self._queue: list[dict] = []
         self._head = 0
         self._epochs: dict[int, int] = {}
+        self._finish: dict[int, float] = {}
         self._exhausted = False
 
     def _pull(self) -> bool:
@@ -171,6 +172,8 @@ class Lookahead:
         if ev["event"] == "aggregate":
             for u in ev["updates"]:
                 self._epochs[u["job"]] = u["epochs"]
+        elif ev["event"] == "finish":
+            self._finish[ev["job"]] = ev["time"]
         self._queue.append(ev)
         return True
 
@@ -178,6 +181,11 @@ class Lookahead:
         while job not in self._epochs and self._pull():
             pass
         return self._epochs.get(job)
+
+    def finish_time(self, job: int) -> Optional[float]:
+        """The virtual time the job's update reaches the server (after SEAFL² notifications)."""
+        self.final_epochs(job)
+        return self._finish.get(job)
 
     def __iter__(self) -> "Lookahead":
         return self

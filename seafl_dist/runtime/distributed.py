@@ -1,0 +1,177 @@
+"""The distributed runtime: ``torchrun --nproc_per_node=W -m seafl_dist run CONFIG``.
+
+Rank 0 is the server (scheduler, aggregation, evaluation, the run dir); ranks 1..W-1 are
+workers. Device k lives on worker ``1 + k mod (W-1)``. Rank 0 hands a job to its worker as
+soon as the schedule starts it (with the exact epoch count, SEAFL² included, from the
+scheduler's lookahead), keeps an ``irecv`` posted for every worker, and parks results that
+arrive early until the virtual clock reaches them. The schedule and every aggregation are
+the same as in one process, so the run dir is too.
+
+Failures: every rank beats a heartbeat into the c10d store. Rank 0 names a worker that stops
+beating (or sends nothing for ``runtime.timeout_s`` while it owes the result rank 0 needs),
+writes what it has and exits non-zero; workers exit when rank 0 goes silent. SIGTERM and
+Ctrl-C end a rank like an error does (torchrun then stops the rest).
+"""
+from __future__ import annotations
+
+import datetime
+import os
+import signal
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+from seafl_dist.runtime.liveness import Heartbeat, Watcher
+from seafl_dist.runtime.server import Server, format_summary
+from seafl_dist.runtime.setup import prepare
+from seafl_dist.runtime.worker import run_worker
+from seafl_dist.transport import JOB, RESULT, STOP, BYE, Header, Mailbox, Outbox
+
+
+class WorkerLost(RuntimeError):
+    """A worker died or stopped answering."""
+
+
+def owner_rank(device: int, world_size: int) -> int:
+    """The worker rank that hosts simulated device ``device`` (fixed, documented mapping)."""
+    return 1 + device % (world_size - 1)
+
+
+class DistributedExecutor:
+    """Rank 0's side of the job protocol, with the interface of InProcessExecutor."""
+
+    def __init__(self, world_size: int, numel: int, comm_device, watcher: Watcher, timeout_s: float):
+        self.world, self.numel, self.dev = world_size, numel, comm_device
+        self.watcher, self.timeout = watcher, timeout_s
+        self.workers = list(range(1, world_size))
+        self.mailbox, self.outbox = Mailbox(self.workers, numel, comm_device), Outbox()
+        self.last_sent = {r: None for r in self.workers}
+        self.owed: dict[int, int] = {}  # job -> worker rank
+        self.results: dict[int, torch.Tensor] = {}
+        self.last_heard = {r: time.monotonic() for r in self.workers}
+        self.failed = False
+
+    def submit(self, spec, start: torch.Tensor) -> None:
+        r = owner_rank(spec.device, self.world)
+        payload = start if self.last_sent[r] != spec.version else None
+        self.last_sent[r] = spec.version
+        self.owed[spec.job] = r
+        self.outbox.send(r, Header(JOB, job=spec.job, device=spec.device, version=spec.version, epochs=spec.epochs,
+                                   has_payload=payload is not None, finish=spec.finish,
+                                   payload_numel=self.numel if payload is not None else 0), payload, self.dev)
+
+    def _pump(self, wait_s: float = 0.0) -> bool:
+        got = self.mailbox.poll(timeout=wait_s)
+        now = time.monotonic()
+        for r, h, payload in got:
+            self.last_heard[r] = now
+            if h.kind == RESULT:
+                self.results[h.job] = payload
+                self.owed.pop(h.job, None)
+        return bool(got)
+
+    def _check_alive(self, job: int) -> None:
+        r = self.owed.get(job)
+        for rank, silent in self.watcher.silent():
+            raise WorkerLost(f"worker rank {rank} stopped (no heartbeat for {silent:.0f}s)"
+                             + (f" while rank 0 waits for job {job} from rank {r}" if r is not None else ""))
+        if r is not None and time.monotonic() - self.last_heard[r] > self.timeout:
+            raise WorkerLost(f"worker rank {r} sent nothing for {self.timeout:.0f}s (runtime.timeout_s) while "
+                             f"rank 0 waits for job {job}")
+
+    def result(self, job: int) -> torch.Tensor:
+        try:
+            while job not in self.results:
+                if job not in self.owed:
+                    raise RuntimeError(f"job {job} was never submitted")
+                if not self._pump(wait_s=0.005):
+                    self._check_alive(job)
+            return self.results.pop(job)
+        except BaseException:
+            self.failed = True
+            raise
+
+    def diagnose(self) -> str:
+        silent = self.watcher.silent(limit_s=2.0)
+        return "".join(f"; worker rank {r} silent for {s:.0f}s (it may have died)" for r, s in silent)
+
+    def close(self) -> None:
+        """Normal end: STOP every worker and drain results until each says BYE."""
+        if self.failed:
+            return
+        for r in self.workers:
+            self.outbox.send(r, Header(STOP), comm_device=self.dev)
+        deadline = time.monotonic() + self.timeout
+        while self.mailbox.open_peers():
+            if not self._pump(wait_s=0.005):
+                if time.monotonic() > deadline or self.watcher.silent():
+                    raise WorkerLost(f"workers {self.mailbox.open_peers()} did not answer STOP")
+        self.outbox.flush()
+        self.outbox.close()
+
+
+def _raise_interrupt(signum, _frame):
+    raise KeyboardInterrupt(f"received signal {signal.Signals(signum).name}")
+
+
+def pick_backend(choice: str, device: torch.device) -> str:
+    """nccl needs one GPU per local rank; ranks sharing a GPU (or CPU runs) use gloo."""
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    distinct_gpus = device.type == "cuda" and local_world <= torch.cuda.device_count()
+    if choice == "nccl" and not distinct_gpus:
+        print("seafl: runtime.backend=nccl needs one GPU per rank; using gloo for transport", file=sys.stderr)
+        return "gloo"
+    if choice == "auto":
+        return "nccl" if distinct_gpus else "gloo"
+    return choice
+
+
+def run_distributed(cfg, out_dir, *, rank: int, world_size: int, local_rank: int) -> int:
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    if cfg.runtime.threads:
+        torch.set_num_threads(cfg.runtime.threads)
+    exp = prepare(cfg, local_rank=local_rank, need_test=(rank == 0))
+    backend = pick_backend(cfg.runtime.backend, exp.device)
+    comm_device = exp.device if backend == "nccl" else torch.device("cpu")
+    if backend == "nccl":
+        torch.cuda.set_device(exp.device)
+    # A worker may legitimately hear nothing for hours; liveness comes from the heartbeats,
+    # so the process group's own timeout is only a last resort.
+    dist.init_process_group(backend, rank=rank, world_size=world_size,
+                            timeout=datetime.timedelta(seconds=max(cfg.runtime.timeout_s, 86400)))
+    store = dist.distributed_c10d._get_default_store()
+    beat = Heartbeat(store, rank)
+    hb_limit = max(3.0, min(30.0, cfg.runtime.timeout_s / 2))
+    numel = exp.initial_flat().numel()
+    ok = False
+    try:
+        if rank == 0:
+            watcher = Watcher(store, range(1, world_size), hb_limit)
+            report = exp.partition_report()
+            exp = exp.restrict([])  # rank 0 trains nothing: keep only what evaluation needs
+            print(f"seafl: running {cfg.name} ({cfg.algorithm.name}) on {world_size} ranks ({backend}): rank 0 "
+                  f"aggregates, {world_size - 1} workers train; output in {out_dir}", file=sys.stderr)
+            from seafl_dist.report.wandb_sink import make_callbacks
+            executor = DistributedExecutor(world_size, numel, comm_device, watcher, cfg.runtime.timeout_s)
+            summary = Server(exp, executor, out_dir, callbacks=make_callbacks(cfg, out_dir),
+                             partition_report=report).run()
+            print(format_summary(summary))
+        else:
+            watcher = Watcher(store, [0], hb_limit)
+            mine = [d for d in range(cfg.devices.num) if owner_rank(d, world_size) == rank]
+            run_worker(exp.restrict(mine), rank, numel, comm_device, watcher)
+        ok = True
+    except KeyboardInterrupt as err:
+        print(f"seafl: rank {rank} stopped: {err or 'interrupted'}", file=sys.stderr)
+    except Exception as err:
+        print(f"seafl: error on rank {rank}: {type(err).__name__}: {err}", file=sys.stderr)
+    finally:
+        beat.stop()
+    if not ok:  # peers may be gone: don't wait on collective teardown
+        sys.stderr.flush()
+        sys.stdout.flush()
+        os._exit(1)
+    dist.destroy_process_group()
+    return 0

@@ -1,0 +1,53 @@
+"""A worker rank (>= 1): receives jobs, trains them earliest-virtual-finish first, returns models.
+
+Protocol (see transport/messages.py): a JOB header carries the global model as payload only
+when this worker does not hold that version yet; rank 0 dispatches jobs in non-decreasing
+version order, so once a newer version has arrived an older one is dropped as soon as no
+queued job needs it. STOP ends the loop: the worker answers BYE after its last result.
+"""
+from __future__ import annotations
+
+import heapq
+
+from seafl_dist.runtime.executor import JobSpec, run_job
+from seafl_dist.transport import BYE, JOB, RESULT, STOP, Header, Mailbox, Outbox
+
+
+class RankZeroLost(RuntimeError):
+    pass
+
+
+def run_worker(exp, rank: int, numel: int, comm_device, watcher) -> int:
+    """Serve rank 0 until it says STOP; return the number of jobs trained."""
+    model = exp.new_model()
+    mailbox, outbox = Mailbox([0], numel, comm_device), Outbox()
+    versions, queue, newest, trained = {}, [], -1, 0
+    while True:
+        for _, h, payload in mailbox.poll(timeout=None if queue else 0.005):
+            if h.kind == STOP:
+                outbox.flush()
+                outbox.send(0, Header(BYE, job=trained), comm_device=comm_device)
+                outbox.flush()
+                outbox.close()
+                return trained
+            if h.kind == JOB:
+                if payload is not None:
+                    versions[h.version] = payload
+                elif h.version not in versions:
+                    raise RuntimeError(f"rank {rank}: job {h.job} refers to version {h.version}, which was never sent")
+                newest = max(newest, h.version)
+                heapq.heappush(queue, (h.finish, h.job, h))
+        if not queue:
+            silent = watcher.silent()
+            if silent:
+                raise RankZeroLost(f"rank {rank}: rank 0 has been silent for {silent[0][1]:.0f}s; giving up")
+            continue
+        _, _, h = heapq.heappop(queue)
+        spec = JobSpec(h.job, h.device, h.version, h.epochs, h.finish)
+        flat = run_job(exp, model, spec, versions[h.version])
+        outbox.send(0, Header(RESULT, job=h.job, device=h.device, version=h.version, epochs=h.epochs,
+                              has_payload=True, finish=h.finish, payload_numel=numel), flat, comm_device)
+        trained += 1
+        needed = {q[2].version for q in queue} | {newest}
+        for v in [v for v in versions if v not in needed]:
+            del versions[v]
