@@ -5,6 +5,14 @@
         ranks train; otherwise everything runs in this process. The run dir (default
         runs/<config-name>-<timestamp>) gets config.yaml, events.jsonl, metrics.csv,
         partition.json and summary.json.
+
+    seafl sweep CONFIG [key.sub=value ...] [--grid key=v1,v2 ...] [--seeds 0,1,2] [--jobs P] [--out DIR]
+        Run the cross product of a grid, each run its own process and dir, P at a time; rerun to
+        resume (completed runs are skipped). CONFIG is a run config or a sweep file
+        (seafl_dist/experiments/sweep.py documents the format; configs/paper/, configs/digits/).
+
+    seafl report RUN_OR_SWEEP_DIR... [--target 0.5,0.7] [--baseline fedbuff] [--out DIR]
+        report.md/.csv, runs.csv, accuracy_vs_time.png and (for one run) timeline.png.
 """
 from __future__ import annotations
 
@@ -34,7 +42,41 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("config", help="YAML config file (e.g. configs/quickstart.yaml)")
     run.add_argument("overrides", nargs="*", metavar="key.sub=value", help="config overrides, applied in order")
     run.add_argument("--out", metavar="DIR", help="run directory (default: runs/<config-name>-<timestamp>)")
+    add_sweep_parser(sub)
+    add_report_parser(sub)
     return parser
+
+
+SWEEP_EPILOG = """examples:
+  seafl sweep configs/quickstart.yaml --grid algorithm.name=seafl,fedbuff --seeds 0,1,2 --jobs 2
+  seafl sweep configs/digits/buffer_size.yaml --jobs 2          # a sweep file; rerun to resume
+  seafl sweep configs/paper/seafl2_cifar10.yaml --dry-run       # print the commands only
+Grid values are YAML, split at top-level commas (null = infinity)."""
+
+
+def add_sweep_parser(sub) -> None:
+    p = sub.add_parser("sweep", help="run a grid of experiments, P at a time, resumable",
+                       description="Run the cross product of a grid (x seeds), each run in its own process and dir.",
+                       epilog=SWEEP_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("config", help="run config or sweep file (YAML with base:/grid:)")
+    p.add_argument("overrides", nargs="*", metavar="key.sub=value", help="overrides applied to every run")
+    p.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2", help="a grid axis (repeatable)")
+    p.add_argument("--seeds", metavar="0,1,2", help="run.seed values (replace the sweep file's seeds)")
+    p.add_argument("--jobs", "-j", type=int, default=1, metavar="P", help="runs at a time (default 1)")
+    p.add_argument("--out", metavar="DIR", help="sweep dir (default: runs/<sweep-name>, so a rerun resumes)")
+    p.add_argument("--name", help="sweep name (default: the sweep file's name or stem)")
+    p.add_argument("--launcher", help="command that replaces `python` for each run, e.g. 'torchrun --nproc_per_node=4'")
+    p.add_argument("--dry-run", action="store_true", help="validate, write the configs, print the commands")
+
+
+def add_report_parser(sub) -> None:
+    p = sub.add_parser("report", help="tables and plots of run or sweep dirs",
+                       description="Time-to-accuracy tables (per run and per grid point) and plots.")
+    p.add_argument("dirs", nargs="+", metavar="RUN_OR_SWEEP_DIR")
+    p.add_argument("--target", metavar="0.5,0.7", help="target accuracies (default: the sweep's or the runs' targets)")
+    p.add_argument("--baseline", help="grid point label or algorithm to take time ratios against (e.g. fedbuff)")
+    p.add_argument("--out", metavar="DIR", help="output dir (default: the one dir given, else runs/report-<timestamp>)")
+    p.add_argument("--until", type=float, metavar="SECONDS", help="timeline.png: draw up to this virtual time")
 
 
 def default_out_dir(name: str) -> Path:
@@ -48,6 +90,32 @@ def cmd_run(args) -> int:
     return launch(cfg, out)
 
 
+def cmd_sweep(args) -> int:
+    import shlex
+    from seafl_dist.experiments import load_sweep, parse_grid_arg, run_sweep
+    from seafl_dist.experiments.sweep import parse_seeds
+    sweep = load_sweep(args.config, grid=[parse_grid_arg(g) for g in args.grid],
+                       seeds=parse_seeds(args.seeds) if args.seeds else None, overrides=args.overrides, name=args.name)
+    if args.launcher:
+        sweep.launcher = shlex.split(args.launcher)
+    out = Path(args.out) if args.out else Path("runs") / sweep.name
+    return run_sweep(sweep, out, jobs=args.jobs, dry_run=args.dry_run)
+
+
+def cmd_report(args) -> int:
+    from seafl_dist.experiments.sweep import split_top_level
+    from seafl_dist.report.build import write_report
+    try:
+        targets = [float(t) for t in split_top_level(args.target)] if args.target else None
+    except ValueError:
+        raise ConfigError(f"--target {args.target!r} is not a comma-separated list of accuracies (e.g. 0.5,0.7)")
+    out = Path(args.out) if args.out else Path(args.dirs[0]) if len(args.dirs) == 1 else default_out_dir("report")
+    result = write_report(args.dirs, out, targets=targets, baseline=args.baseline, until=args.until)
+    print(result["markdown"])
+    print("wrote " + ", ".join(str(p) for p in result["files"].values()), file=sys.stderr)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -55,10 +123,13 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return {"run": cmd_run}[args.command](args)
+        return {"run": cmd_run, "sweep": cmd_sweep, "report": cmd_report}[args.command](args)
     except ConfigError as err:
         print(f"seafl: error: {err}", file=sys.stderr)
         return 2
     except FileNotFoundError as err:  # e.g. a dataset that is not on disk
         print(f"seafl: error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("seafl: interrupted; what the run had so far is in its run directory", file=sys.stderr)
+        return 130

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from seafl_dist.config import Config
+from seafl_dist.config import Config, ConfigError
 from seafl_dist.data import label_histograms, load_dataset, partition
 from seafl_dist.models import build_model
 from seafl_dist.sim import Lookahead, Scheduler, SpeedModel, stream_seed
@@ -91,7 +91,10 @@ def prepare(cfg: Config, *, local_rank: int = 0, need_test: bool = True) -> Expe
     common = dict(download=d.download, seed=cfg.run.seed, test_fraction=d.test_fraction, emnist_split=d.emnist_split)
     train = load_dataset(d.name, d.root, train=True, **common)
     test = load_dataset(d.name, d.root, train=False, **common) if need_test else None
-    shards = partition(train.labels.numpy(), cfg.devices.num, method=d.partition, concentration=d.concentration,
-                       samples_per_device=d.samples_per_device, seed=cfg.run.seed)
+    try:
+        shards = partition(train.labels.numpy(), cfg.devices.num, method=d.partition, concentration=d.concentration,
+                           samples_per_device=d.samples_per_device, seed=cfg.run.seed)
+    except ValueError as err:  # an impossible request (devices.num / data.samples_per_device) is a user mistake
+        raise ConfigError(f"cannot partition {train.name} ({len(train)} training samples): {err}") from None
     shards = [np.asarray(s, dtype=np.int64) for s in shards]
     return Experiment(cfg=cfg, train=train, test=test, shards=shards, device=pick_device(cfg.runtime.device, local_rank))
