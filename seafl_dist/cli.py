@@ -84,8 +84,8 @@ def default_out_dir(name: str) -> Path:
 
 
 def cmd_run(args) -> int:
+    cfg = load_config(args.config, args.overrides)  # before importing torch: config errors come fast
     from seafl_dist.runtime.launch import launch
-    cfg = load_config(args.config, args.overrides)
     out = Path(args.out) if args.out else default_out_dir(cfg.name)
     return launch(cfg, out)
 
