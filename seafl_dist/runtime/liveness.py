@@ -29,8 +29,12 @@ class Heartbeat:
             except Exception:  # the store is gone: the job is ending anyway
                 return
 
-    def stop(self) -> None:
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """Stop beating, and wait for a beat in flight: a daemon thread that is still inside a
+        store call when the interpreter exits aborts the process (SIGABRT, "terminate called
+        without an active exception"), which would turn a finished run into a failed job."""
         self._stop.set()
+        self._thread.join(timeout_s)
 
 
 class Watcher:

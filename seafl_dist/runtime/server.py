@@ -85,11 +85,19 @@ class Server:
         finally:
             self.progress.close()
             self.writer.close()
-            self.executor.close()
-            summary = self.summary(status, error, time.monotonic() - t0)
-            write_json(self.writer.dir / "summary.json", summary)
-            for cb in self.callbacks:
-                cb.close(summary)
+            try:
+                # close() is the normal end's goodbye; after a failure or an interrupt the workers
+                # may be gone already, and waiting on them must not cost us the summary.
+                if status == "completed":
+                    self.executor.close()
+            except BaseException as err:
+                status, error = "failed", f"{type(err).__name__}: {err}"
+                raise
+            finally:
+                summary = self.summary(status, error, time.monotonic() - t0)
+                write_json(self.writer.dir / "summary.json", summary)
+                for cb in self.callbacks:
+                    cb.close(summary)
         return summary
 
     def _loop(self) -> None:

@@ -1,0 +1,90 @@
+"""Helpers for the distributed tests: launch ``torchrun ... -m seafl_dist run`` on CPU (gloo).
+
+Every launch uses ``--standalone`` (a fresh rendezvous on a free local port), so tests can run
+beside other torchrun jobs on the same machine. Runs are tiny (digits, 10 devices, 4 in
+flight); the cost is mostly W+1 interpreters importing torch and Lightning.
+"""
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+QUICKSTART = ROOT / "configs" / "quickstart.yaml"
+# runtime.threads=1 everywhere: the same thread count on every rank gives bit-identical training.
+SMALL = ["devices.num=10", "devices.concurrency=4", "algorithm.buffer_size=2", "train.epochs=1",
+         "run.max_aggregations=6", "runtime.threads=1", "runtime.device=cpu", "logging.progress=none"]
+
+
+def torchrun_cmd(world: int, *run_args) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={world}",
+            "-m", "seafl_dist", "run", str(QUICKSTART), *map(str, run_args)]
+
+
+def clean_env() -> dict:
+    """This environment without a surrounding torchrun's variables (a nested launch must not see them)."""
+    drop = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+            "GROUP_RANK", "TORCHELASTIC_RUN_ID"}
+    env = {k: v for k, v in os.environ.items() if k not in drop}
+    env["OMP_NUM_THREADS"] = "1"
+    return env
+
+
+def run_torchrun(world: int, *run_args, cwd, timeout=240) -> subprocess.CompletedProcess:
+    return subprocess.run(torchrun_cmd(world, *run_args), cwd=cwd, env=clean_env(), capture_output=True,
+                          text=True, timeout=timeout)
+
+
+class Launch:
+    """A torchrun started in the background, in its own process group (so a test can always clean up)."""
+
+    def __init__(self, world: int, *run_args, cwd):
+        self.proc = subprocess.Popen(torchrun_cmd(world, *run_args), cwd=cwd, env=clean_env(),
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                     start_new_session=True)
+
+    def rank_pid(self, rank: int, wait_s: float = 60.0) -> int:
+        """The pid of the rank ``rank`` child (found by the RANK in its environment)."""
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            kids = subprocess.run(["pgrep", "-P", str(self.proc.pid)], capture_output=True, text=True).stdout.split()
+            for pid in kids:
+                try:
+                    env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+                except OSError:
+                    continue
+                if f"RANK={rank}".encode() in env:
+                    return int(pid)
+            time.sleep(0.2)
+        raise AssertionError(f"no child with RANK={rank} under torchrun pid {self.proc.pid}")
+
+    def children(self) -> list[int]:
+        return [int(p) for p in subprocess.run(["pgrep", "-P", str(self.proc.pid)], capture_output=True,
+                                                 text=True).stdout.split()]
+
+    def wait(self, timeout: float):
+        out, err = self.proc.communicate(timeout=timeout)
+        return self.proc.returncode, out, err
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.proc.communicate()
+
+
+def wait_for_aggregations(events: Path, n: int, launch: Launch, timeout: float = 120.0) -> None:
+    """Block until the run's trace shows ``n`` aggregations (the run is then well under way)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if events.exists() and events.read_text().count('"event": "aggregate"') >= n:
+            return
+        if launch.proc.poll() is not None:
+            _, err = launch.proc.communicate()
+            raise AssertionError(f"torchrun ended early (exit {launch.proc.returncode}):\n{err[-3000:]}")
+        time.sleep(0.1)
+    raise AssertionError(f"fewer than {n} aggregations in {events} after {timeout}s")

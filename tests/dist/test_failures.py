@@ -1,0 +1,94 @@
+"""A dead, frozen or interrupted rank ends the whole torchrun job, named, with a summary, never a hang.
+
+Each test starts a long run (100,000 aggregations), waits until the trace shows a few
+aggregations, then hurts it: SIGKILL a worker, SIGSTOP a worker (it stops answering but its
+sockets stay open, so only the heartbeat can tell), or SIGTERM the torchrun launcher.
+"""
+import json
+import os
+import re
+import signal
+import time
+
+import pytest
+
+from launching import SMALL, wait_for_aggregations
+
+pytestmark = pytest.mark.dist
+
+LONG = [*SMALL, "run.max_aggregations=100000"]
+
+
+def read_summary(run):
+    path = run / "summary.json"
+    assert path.exists(), f"rank 0 wrote no summary.json in {run}"
+    return json.loads(path.read_text())
+
+
+def names_rank(text: str, rank: int) -> bool:
+    """'rank 2' as we print it, or 'rank      : 2' as torchrun's failure report does."""
+    return re.search(rf"\brank\s*:?\s*{rank}\b", text) is not None
+
+
+def test_killed_worker_ends_the_job_within_the_timeout(launcher, tmp_path):
+    timeout_s = 30
+    run = tmp_path / "run"
+    job = launcher(3, *LONG, f"runtime.timeout_s={timeout_s}", "--out", run, cwd=tmp_path)
+    wait_for_aggregations(run / "events.jsonl", 3, job)
+    victim = job.rank_pid(2)
+    os.kill(victim, signal.SIGKILL)
+    t0 = time.monotonic()
+    rc, _, err = job.wait(timeout=timeout_s + 30)
+    elapsed = time.monotonic() - t0
+    assert rc != 0
+    assert elapsed < timeout_s, f"torchrun took {elapsed:.1f}s to exit after a worker died"
+    summary = read_summary(run)
+    assert summary["status"] in ("failed", "interrupted"), summary
+    assert names_rank(err + (summary["error"] or ""), 2), err[-3000:]
+    assert summary["aggregations"] >= 3  # what rank 0 had is written
+    assert not any(os.path.exists(f"/proc/{pid}") for pid in job.children())
+
+
+def test_frozen_worker_is_named_by_its_missing_heartbeat(launcher, tmp_path):
+    # timeout_s = 6 -> heartbeat limit 3 s. A stopped process keeps its sockets open, so no
+    # transport error comes: rank 0 must notice the silence on its own.
+    timeout_s = 6
+    run = tmp_path / "run"
+    job = launcher(3, *LONG, f"runtime.timeout_s={timeout_s}", "--out", run, cwd=tmp_path)
+    wait_for_aggregations(run / "events.jsonl", 3, job)
+    victim = job.rank_pid(2)
+    os.kill(victim, signal.SIGSTOP)
+    t0 = time.monotonic()
+    try:
+        while not (run / "summary.json").exists() and time.monotonic() - t0 < timeout_s + 20:
+            time.sleep(0.1)
+        named_after = time.monotonic() - t0
+    finally:
+        # torchrun now SIGTERMs the rest; a stopped process only gets it once continued
+        # (otherwise torchrun waits 30 s before SIGKILL).
+        os.kill(victim, signal.SIGCONT)
+    rc, _, err = job.wait(timeout=60)
+    assert rc != 0
+    summary = read_summary(run)
+    assert summary["status"] == "failed", summary
+    assert "worker rank 2" in summary["error"] and "heartbeat" in summary["error"], summary["error"]
+    assert "worker rank 2" in err
+    assert named_after < timeout_s, f"rank 0 took {named_after:.1f}s to name a frozen worker"
+
+
+def test_sigterm_to_torchrun_ends_every_rank(launcher, tmp_path):
+    run = tmp_path / "run"
+    job = launcher(3, *LONG, "runtime.timeout_s=30", "--out", run, cwd=tmp_path)
+    wait_for_aggregations(run / "events.jsonl", 3, job)
+    ranks = [job.rank_pid(r) for r in range(3)]
+    job.proc.send_signal(signal.SIGTERM)
+    t0 = time.monotonic()
+    rc, _, err = job.wait(timeout=60)
+    elapsed = time.monotonic() - t0
+    assert rc != 0
+    assert elapsed < 15, f"torchrun took {elapsed:.1f}s to stop after SIGTERM"
+    assert not any(os.path.exists(f"/proc/{pid}") for pid in ranks), "a rank outlived torchrun"
+    summary = read_summary(run)
+    assert summary["status"] == "interrupted", summary
+    assert "SIGTERM" in summary["error"]
+    assert "seafl: rank 0 stopped" in err

@@ -1,0 +1,60 @@
+"""Outbox/Mailbox over real gloo ranks: a JOB with its model out, a RESULT back, a wrong size refused.
+
+torch.distributed needs processes, not threads, so the test spawns two. This module imports
+only torch and seafl_dist.transport, so the spawned children start quickly.
+"""
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from seafl_dist.transport import BYE, JOB, RESULT, Header, Mailbox, MessageError, Outbox
+from seafl_dist.transport.p2p import TransportError
+
+
+NUMEL = 1000
+
+
+def poll_until(mailbox, what, timeout=60.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = mailbox.poll(timeout=0.05)
+        if got:
+            return got
+    raise AssertionError(f"no {what} within {timeout}s")
+
+
+def _exchange(rank, init_file):
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=2)
+    peer = 1 - rank
+    model = torch.arange(NUMEL, dtype=torch.float32) / 7
+    mailbox, outbox = Mailbox([peer], NUMEL), Outbox()
+    if rank == 0:
+        job = Header(JOB, job=7, device=-2, version=3, epochs=2, has_payload=True, finish=12.25, payload_numel=NUMEL)
+        outbox.send(1, job, model)
+        [(src, h, payload)] = poll_until(mailbox, "RESULT")
+        assert (src, h.kind, h.job, h.finish) == (1, RESULT, 7, 12.25)
+        assert torch.equal(payload, model + 1)
+        # A payload of the wrong size is refused by the receiver, whatever its header says.
+        outbox.send(1, Header(JOB, job=8, has_payload=True, payload_numel=NUMEL + 3), torch.zeros(NUMEL + 3))
+        [(src, h, payload)] = poll_until(mailbox, "BYE")
+        assert (h.kind, payload) == (BYE, None) and mailbox.open_peers() == []
+    else:
+        [(src, h, payload)] = poll_until(mailbox, "JOB")
+        assert (src, h.kind, h.job, h.device, h.version, h.epochs, h.finish) == (0, JOB, 7, -2, 3, 2, 12.25)
+        assert payload.shape == (NUMEL,) and torch.equal(payload, model)
+        outbox.send(0, Header(RESULT, job=h.job, has_payload=True, finish=h.finish, payload_numel=NUMEL), payload + 1)
+        with pytest.raises(TransportError, match="receiving from rank 0") as err:
+            poll_until(mailbox, "the wrong-size JOB")
+        assert isinstance(err.value.__cause__, MessageError)
+        outbox.send(0, Header(BYE))
+    outbox.flush()
+    outbox.close()
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def test_job_and_result_travel_over_gloo_and_a_wrong_size_is_rejected(tmp_path):
+    mp.spawn(_exchange, args=(str(tmp_path / "init"),), nprocs=2, join=True)
