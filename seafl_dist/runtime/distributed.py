@@ -27,7 +27,7 @@ from seafl_dist.runtime.liveness import Heartbeat, Watcher
 from seafl_dist.runtime.server import Server, format_summary
 from seafl_dist.runtime.setup import prepare
 from seafl_dist.runtime.worker import run_worker
-from seafl_dist.transport import JOB, RESULT, STOP, BYE, Header, Mailbox, Outbox
+from seafl_dist.transport import JOB, RESULT, STOP, Header, Mailbox, Outbox, make_links
 
 
 class WorkerLost(RuntimeError):
@@ -42,11 +42,13 @@ def owner_rank(device: int, world_size: int) -> int:
 class DistributedExecutor:
     """Rank 0's side of the job protocol, with the interface of InProcessExecutor."""
 
-    def __init__(self, world_size: int, numel: int, comm_device, watcher: Watcher, timeout_s: float):
+    def __init__(self, world_size: int, numel: int, comm_device, watcher: Watcher, timeout_s: float,
+                 links=(None, None)):
         self.world, self.numel, self.dev = world_size, numel, comm_device
         self.watcher, self.timeout = watcher, timeout_s
         self.workers = list(range(1, world_size))
-        self.mailbox, self.outbox = Mailbox(self.workers, numel, comm_device), Outbox()
+        down, up = links
+        self.mailbox, self.outbox = Mailbox(self.workers, numel, comm_device, group=up), Outbox(down)
         self.last_sent = {r: None for r in self.workers}
         self.owed: dict[int, int] = {}  # job -> worker rank
         self.results: dict[int, torch.Tensor] = {}
@@ -141,6 +143,7 @@ def run_distributed(cfg, out_dir, *, rank: int, world_size: int, local_rank: int
     # so the process group's own timeout is only a last resort.
     dist.init_process_group(backend, rank=rank, world_size=world_size,
                             timeout=datetime.timedelta(seconds=max(cfg.runtime.timeout_s, 86400)))
+    links = make_links(backend)
     store = dist.distributed_c10d._get_default_store()
     beat = Heartbeat(store, rank)
     hb_limit = max(3.0, min(30.0, cfg.runtime.timeout_s / 2))
@@ -154,14 +157,14 @@ def run_distributed(cfg, out_dir, *, rank: int, world_size: int, local_rank: int
             print(f"seafl: running {cfg.name} ({cfg.algorithm.name}) on {world_size} ranks ({backend}): rank 0 "
                   f"aggregates, {world_size - 1} workers train; output in {out_dir}", file=sys.stderr)
             from seafl_dist.report.wandb_sink import make_callbacks
-            executor = DistributedExecutor(world_size, numel, comm_device, watcher, cfg.runtime.timeout_s)
+            executor = DistributedExecutor(world_size, numel, comm_device, watcher, cfg.runtime.timeout_s, links)
             summary = Server(exp, executor, out_dir, callbacks=make_callbacks(cfg, out_dir),
                              partition_report=report).run()
             print(format_summary(summary))
         else:
             watcher = Watcher(store, [0], hb_limit)
             mine = [d for d in range(cfg.devices.num) if owner_rank(d, world_size) == rank]
-            run_worker(exp.restrict(mine), rank, numel, comm_device, watcher)
+            run_worker(exp.restrict(mine), rank, numel, comm_device, watcher, links)
         ok = True
     except KeyboardInterrupt as err:
         print(f"seafl: rank {rank} stopped: {err or 'interrupted'}", file=sys.stderr)

@@ -17,10 +17,11 @@ class RankZeroLost(RuntimeError):
     pass
 
 
-def run_worker(exp, rank: int, numel: int, comm_device, watcher) -> int:
+def run_worker(exp, rank: int, numel: int, comm_device, watcher, links=(None, None)) -> int:
     """Serve rank 0 until it says STOP; return the number of jobs trained."""
     model = exp.new_model()
-    mailbox, outbox = Mailbox([0], numel, comm_device), Outbox()
+    down, up = links
+    mailbox, outbox = Mailbox([0], numel, comm_device, group=down), Outbox(up)
     versions, queue, newest, trained = {}, [], -1, 0
     while True:
         for _, h, payload in mailbox.poll(timeout=None if queue else 0.005):
