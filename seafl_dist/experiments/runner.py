@@ -1,0 +1,184 @@
+"""Run a sweep: every run its own process and directory, ``jobs`` at a time, resumable.
+
+    <out>/sweep.json            the sweep (grid, seeds, targets, baseline) and its runs
+    <out>/configs/<run>.yaml    each run's resolved config, as handed to `seafl run`
+    <out>/<run>/                each run's dir (config.yaml, events.jsonl, metrics.csv, summary.json, log.txt)
+    <out>/report.md ...         the report (`seafl report <out>`), written when the sweep ends
+
+Each run is ``python -m seafl_dist run <out>/configs/<run>.yaml --out <out>/<run>`` (the sweep's
+``launcher``, e.g. ``torchrun --standalone --nproc_per_node=4``, replaces ``python``), its
+output in ``<run>/log.txt``. A run whose ``summary.json`` says ``completed`` and whose config
+is unchanged is skipped, so rerunning an interrupted sweep resumes it. A failed run does not
+stop the others; the sweep then exits 1 and names the failed runs. With ``jobs`` > 1 each run
+gets ``cpu_count // jobs`` torch threads (``runtime.threads``, ``OMP_NUM_THREADS``) unless the
+config sets ``runtime.threads``, so parallel runs do not oversubscribe the cores.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections import deque
+from pathlib import Path
+
+import yaml
+
+from seafl_dist.config import dump_config
+from seafl_dist.experiments.sweep import Sweep, SweepRun, comparable, load_comparable
+
+
+def run_command(sweep: Sweep, config_path: Path, run_dir: Path) -> list[str]:
+    prefix = sweep.launcher or [sys.executable]
+    return [*prefix, "-m", "seafl_dist", "run", str(config_path), "--out", str(run_dir)]
+
+
+def run_status(run_dir: Path) -> str | None:
+    try:
+        return json.loads((Path(run_dir) / "summary.json").read_text()).get("status")
+    except (OSError, ValueError):
+        return None
+
+
+def _done_line(run_dir: Path) -> str:
+    try:
+        s = json.loads((run_dir / "summary.json").read_text())
+    except (OSError, ValueError):
+        return ""
+    ttt = ", ".join(f"{float(t):.0%} " + ("never" if v is None else f"{v:.0f}s") for t, v in s["time_to_target"].items())
+    best = s.get("best_accuracy")
+    return f"best acc {best:.4f}, time to {ttt}" if best is not None else ""
+
+
+def _tail(path: Path, n: int = 6) -> str:
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return ""
+    return "\n".join("    " + line for line in lines[-n:])
+
+
+class _Pool:
+    """At most ``jobs`` child processes; reports each start and end on ``stream``."""
+
+    def __init__(self, jobs: int, env: dict, stream):
+        self.jobs, self.env, self.stream = jobs, env, stream
+        self.running: dict[subprocess.Popen, tuple] = {}
+
+    def say(self, text: str) -> None:
+        print(text, file=self.stream, flush=True)
+
+    def start(self, tag: str, run: SweepRun, cmd: list[str], run_dir: Path) -> None:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "summary.json").unlink(missing_ok=True)  # a stale summary must not count as this run's
+        log = open(run_dir / "log.txt", "w")
+        log.write("$ " + " ".join(cmd) + "\n")
+        log.flush()
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self.env)
+        self.running[proc] = (tag, run, run_dir, log, time.monotonic())
+        self.say(f"{tag} start {run.name}")
+
+    def reap(self) -> list[tuple[SweepRun, bool]]:
+        done = []
+        for proc in [p for p in self.running if p.poll() is not None]:
+            tag, run, run_dir, log, t0 = self.running.pop(proc)
+            log.close()
+            ok = proc.returncode == 0 and run_status(run_dir) == "completed"
+            wall = time.monotonic() - t0
+            if ok:
+                self.say(f"{tag} done  {run.name} in {wall:.0f}s: {_done_line(run_dir)}")
+            else:
+                self.say(f"{tag} FAILED {run.name} (exit {proc.returncode}, status {run_status(run_dir)}); "
+                         f"log {run_dir / 'log.txt'}:\n{_tail(run_dir / 'log.txt')}")
+            done.append((run, ok))
+        return done
+
+    def stop(self) -> None:
+        for proc in self.running:
+            proc.terminate()
+        for proc in self.running:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        for _, _, _, log, _ in self.running.values():
+            log.close()
+
+
+def prepare_sweep(sweep: Sweep, out: Path, jobs: int) -> list[tuple[SweepRun, Path, Path]]:
+    """Expand and validate every run, write sweep.json and the per-run configs."""
+    threads = max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 else None
+    runs = sweep.expand(threads=threads)
+    (out / "configs").mkdir(parents=True, exist_ok=True)
+    labels = list(dict.fromkeys(r.label for r in runs))  # listed by point, then seed
+    listed = sorted(runs, key=lambda r: (labels.index(r.label), r.seed))
+    meta = {**sweep.describe(), "runs": [{"name": r.name, "label": r.label, "point": r.point, "seed": r.seed}
+                                         for r in listed]}
+    (out / "sweep.json").write_text(json.dumps(meta, indent=2, default=str) + "\n")
+    planned = []
+    for r in runs:
+        path = out / "configs" / f"{r.name}.yaml"
+        path.write_text(dump_config(r.config))
+        planned.append((r, path, out / r.name))
+    return planned
+
+
+def run_sweep(sweep: Sweep, out_dir: str | Path, *, jobs: int = 1, stream=None, dry_run: bool = False,
+              report: bool = True) -> int:
+    """Run every run not yet completed; 0 if all completed, 1 if any failed."""
+    stream = stream or sys.stderr
+    out = Path(out_dir)
+    jobs = max(1, int(jobs))
+    planned = prepare_sweep(sweep, out, jobs)
+    todo = deque()
+    for r, cfg_path, run_dir in planned:
+        if run_status(run_dir) == "completed":
+            if load_comparable(run_dir / "config.yaml") == comparable(yaml.safe_load(dump_config(r.config))):
+                print(f"skip  {r.name} (completed)", file=stream)
+                continue
+            print(f"rerun {r.name}: its config changed since it completed", file=stream)
+        todo.append((r, cfg_path, run_dir))
+    print(f"sweep {sweep.name}: {len(planned)} runs, {len(planned) - len(todo)} already completed, "
+          f"{len(todo)} to run, {jobs} at a time; output in {out}", file=stream, flush=True)
+    if dry_run:
+        for r, cfg_path, run_dir in todo:
+            print(" ".join(run_command(sweep, cfg_path, run_dir)), file=stream)
+        return 0
+    env = dict(os.environ)
+    threads = planned[0][0].config.runtime.threads if planned and jobs > 1 else None
+    if threads:
+        env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+    pool, failed, n = _Pool(jobs, env, stream), [], len(todo)
+    try:
+        for i in range(n):
+            while len(pool.running) >= jobs:
+                failed += [r.name for r, ok in pool.reap() if not ok]
+                time.sleep(0.1)
+            r, cfg_path, run_dir = todo[i]
+            pool.start(f"[{i + 1}/{n}]", r, run_command(sweep, cfg_path, run_dir), run_dir)
+        while pool.running:
+            failed += [r.name for r, ok in pool.reap() if not ok]
+            time.sleep(0.1)
+    except BaseException:
+        pool.say(f"sweep {sweep.name}: stopping {len(pool.running)} running run(s); rerun the same command to resume")
+        pool.stop()
+        raise
+    if report:
+        _report(sweep, out, stream)
+    if failed:
+        print(f"sweep {sweep.name}: {len(failed)} of {len(planned)} runs failed: {', '.join(failed)}", file=stream)
+        return 1
+    print(f"sweep {sweep.name}: all {len(planned)} runs completed", file=stream)
+    return 0
+
+
+def _report(sweep: Sweep, out: Path, stream) -> None:
+    from seafl_dist.report.build import write_report
+    try:
+        result = write_report([out], out, targets=sweep.targets, baseline=sweep.baseline)
+    except Exception as err:  # a report problem must not hide the runs' own outcome
+        print(f"sweep {sweep.name}: no report ({type(err).__name__}: {err})", file=stream)
+        return
+    print(result["markdown"].split("## Runs")[0].rstrip())
+    print(f"report: {', '.join(str(p) for p in result['files'].values())}", file=stream)

@@ -1,0 +1,261 @@
+"""Sweep files: one base config, a grid of settings, a list of seeds → one run per combination.
+
+    seafl sweep configs/digits/buffer_size.yaml --jobs 2
+    seafl sweep configs/quickstart.yaml --grid algorithm.name=seafl,fedbuff --seeds 0,1,2
+
+A sweep file is YAML with these top-level keys (all optional except that a sweep file has
+``base`` or ``grid``; a plain run config given to ``seafl sweep`` is a sweep with no grid):
+
+```yaml
+base: ../mnist_prelim.yaml      # run config to start from, relative to this file
+name: buffer_size               # sweep name: output dir runs/<name>, W&B group (default: file stem)
+algorithm: {theta: 0.8}         # inline config sections, merged over base (any section of a run config)
+overrides: [run.max_aggregations=300]   # dotted overrides applied to every run, in order
+grid:                           # cross product of dotted keys → values (YAML values; null = ∞)
+  algorithm.buffer_size: [1, 5, 10, 15, 20]
+points:                         # optional explicit points, crossed with grid; `label` names one
+  - {label: seafl2-beta3, algorithm.name: seafl2, algorithm.staleness_limit: 3}
+  - {label: fedbuff, algorithm.name: fedbuff}
+seeds: [0, 1, 2]                # run.seed of each repetition (default: the base config's seed)
+targets: [0.9, 0.95]            # accuracies to report time-to-target for (sets run.targets)
+baseline: fedbuff               # report: the point label, or algorithm name, ratios are taken against
+launcher: torchrun --standalone --nproc_per_node=4   # replaces `python` in each run's command
+```
+
+A run's config is: base → inline sections → ``overrides`` → the point's values → ``run.seed``.
+Command-line ``--grid key=v1,v2`` adds (or replaces) a grid key, ``--seeds`` replaces the seeds
+and positional ``key=value`` items are appended to ``overrides``. Every point is validated
+before anything runs. A run's directory is named from its point and seed, e.g.
+``buffer_size=10,seed=0`` (the last part of each dotted key, the section for ``*.name`` keys,
+the whole key where two clash).
+"""
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+import re
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from seafl_dist.config import Config, ConfigError, _set_dotted, config_from_dict, load_yaml, parse_override
+
+SWEEP_KEYS = ("base", "name", "overrides", "grid", "points", "seeds", "targets", "baseline", "launcher")
+CONFIG_SECTIONS = tuple(Config.__dataclass_fields__)
+
+
+def is_sweep_file(data: dict) -> bool:
+    return "grid" in data or "base" in data
+
+
+def split_top_level(text: str, sep: str = ",") -> list[str]:
+    """Split at ``sep`` outside brackets and quotes: ``'1,[0.5,0.7],null'`` → 3 parts."""
+    parts, depth, quote, cur = [], 0, None, ""
+    for ch in text:
+        if quote:
+            quote = None if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "[{(":
+            depth += 1
+        elif ch in "]})":
+            depth -= 1
+        elif ch == sep and depth == 0:
+            parts.append(cur)
+            cur = ""
+            continue
+        cur += ch
+    parts.append(cur)
+    return [p.strip() for p in parts]
+
+
+def parse_grid_arg(text: str) -> tuple[str, list]:
+    """``'algorithm.buffer_size=1,5,10'`` → ``('algorithm.buffer_size', [1, 5, 10])``."""
+    key, _ = parse_override(text)
+    raw = text.split("=", 1)[1]
+    values = [parse_override(f"{key}={part}")[1] for part in split_top_level(raw)]
+    if not key or not values or values == [""]:
+        raise ConfigError(f"--grid {text!r} is not of the form key.sub=v1,v2 (e.g. algorithm.buffer_size=1,5,10)")
+    return key, values
+
+
+def parse_seeds(text: str) -> list[int]:
+    try:
+        return [int(s) for s in split_top_level(text) if s != ""]
+    except ValueError:
+        raise ConfigError(f"--seeds {text!r} is not a comma-separated list of integers (e.g. 0,1,2)") from None
+
+
+def format_value(v: Any) -> str:
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return str(v).lower()
+    if isinstance(v, float):
+        return f"{v:g}"
+    if isinstance(v, (list, dict)):
+        return json.dumps(v, separators=(",", ":"))
+    return str(v)
+
+
+def safe_name(text: str) -> str:
+    """A directory name that needs no quoting in a shell."""
+    return re.sub(r"[^A-Za-z0-9._=+,-]", "_", text)
+
+
+@dataclass
+class SweepRun:
+    """One run of a sweep: a grid point at one seed."""
+
+    name: str  # directory name, e.g. "buffer_size=10,seed=0"
+    label: str  # the grid point without the seed, e.g. "buffer_size=10"
+    point: dict  # dotted key → value
+    seed: int
+    config: Config
+
+
+@dataclass
+class Sweep:
+    name: str
+    base: dict  # config tree (base file + inline sections)
+    overrides: list = field(default_factory=list)
+    grid: dict = field(default_factory=dict)
+    points: list = field(default_factory=list)
+    seeds: list | None = None
+    targets: list | None = None
+    baseline: str | None = None
+    launcher: list = field(default_factory=list)
+    source: str | None = None
+
+    def _short_names(self) -> dict:
+        keys = dict.fromkeys(list(self.grid) + [k for p in self.points for k in p if k != "label"])
+        last = {k: k.split(".")[-2] if k.endswith(".name") and "." in k else k.rsplit(".", 1)[-1] for k in keys}
+        return {k: s if list(last.values()).count(s) == 1 else k for k, s in last.items()}
+
+    def expand(self, *, threads: int | None = None) -> list[SweepRun]:
+        """Every run, seeds outermost (seed 0 of every point first), each config validated."""
+        short = self._short_names()
+        combos = [dict(zip(self.grid, vals)) for vals in itertools.product(*self.grid.values())] or [{}]
+        points = self.points or [{}]
+        seeds = self.seeds if self.seeds is not None else [self.base.get("run", {}).get("seed", 0)]
+        runs, seen = [], set()
+        for seed in seeds:
+            for p in points:
+                for g in combos:
+                    values = {**{k: v for k, v in p.items() if k != "label"}, **g}
+                    parts = ([str(p["label"])] if "label" in p else
+                             [f"{short[k]}={format_value(v)}" for k, v in p.items()]) + \
+                            [f"{short[k]}={format_value(v)}" for k, v in g.items()]
+                    label = ",".join(parts) or "base"
+                    name = safe_name(f"{label},seed={seed}" if parts else f"seed={seed}")
+                    if name in seen:
+                        raise ConfigError(f"sweep '{self.name}': two runs would share the directory {name!r}; "
+                                          "give the points distinct labels")
+                    seen.add(name)
+                    runs.append(SweepRun(name, label, values, seed, self._config(name, values, seed, threads)))
+        return runs
+
+    def _config(self, run_name: str, values: dict, seed: int, threads: int | None) -> Config:
+        tree = copy.deepcopy(self.base)
+        try:
+            for text in self.overrides:
+                _set_dotted(tree, *parse_override(text))
+            for key, value in values.items():
+                _set_dotted(tree, key, copy.deepcopy(value))
+            _set_dotted(tree, "run.seed", seed)
+            if self.targets is not None:
+                _set_dotted(tree, "run.targets", list(self.targets))
+            wandb = tree.setdefault("logging", {}).setdefault("wandb", {})
+            if isinstance(wandb, dict) and not wandb.get("group"):
+                wandb["group"] = self.name
+            if threads and not tree.get("runtime", {}).get("threads"):
+                _set_dotted(tree, "runtime.threads", threads)
+            tree["name"] = f"{self.name}-{run_name}"
+            return config_from_dict(tree)
+        except ConfigError as err:
+            raise ConfigError(f"sweep '{self.name}', run {run_name}: {err}") from None
+
+    def describe(self) -> dict:
+        return {"name": self.name, "source": self.source, "overrides": self.overrides, "grid": self.grid,
+                "points": self.points, "seeds": self.seeds, "targets": self.targets, "baseline": self.baseline,
+                "launcher": self.launcher}
+
+
+def _merge(dst: dict, src: dict) -> dict:
+    for k, v in src.items():
+        if isinstance(v, dict) and isinstance(dst.get(k), dict):
+            _merge(dst[k], v)
+        else:
+            dst[k] = copy.deepcopy(v)
+    return dst
+
+
+def _check_list(key: str, value: Any, path: Path) -> list:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise ConfigError(f"sweep file '{path}': '{key}' must be a list, got {value!r}")
+    return value
+
+
+def load_sweep(path: str | Path, *, grid: list[tuple[str, list]] = (), seeds: list[int] | None = None,
+               overrides: list[str] = (), name: str | None = None) -> Sweep:
+    """A sweep from a sweep file or a plain run config, plus command-line grid/seeds/overrides."""
+    path = Path(path)
+    data = load_yaml(path)
+    if is_sweep_file(data):
+        unknown = set(data) - set(SWEEP_KEYS) - set(CONFIG_SECTIONS)
+        if unknown:
+            raise ConfigError(f"sweep file '{path}': unknown key(s) {', '.join(sorted(map(str, unknown)))}; allowed: "
+                              + ", ".join(SWEEP_KEYS) + " and the config sections " + ", ".join(CONFIG_SECTIONS))
+        base: dict = {}
+        if data.get("base"):
+            base_path = (path.parent / str(data["base"])).resolve()
+            base = load_yaml(base_path)
+            if is_sweep_file(base):
+                raise ConfigError(f"sweep file '{path}': base '{data['base']}' is itself a sweep; base must be a run config")
+        _merge(base, {k: v for k, v in data.items() if k in CONFIG_SECTIONS})
+        sweep_grid = data.get("grid") or {}
+        if not isinstance(sweep_grid, dict):
+            raise ConfigError(f"sweep file '{path}': 'grid' must map dotted keys to lists of values")
+        sweep_grid = {str(k): (v if isinstance(v, list) else [v]) for k, v in sweep_grid.items()}
+        points = _check_list("points", data.get("points"), path)
+        if not all(isinstance(p, dict) for p in points):
+            raise ConfigError(f"sweep file '{path}': every entry of 'points' must be a mapping of dotted keys")
+        launcher = data.get("launcher") or []
+        sweep = Sweep(name=str(data.get("name") or path.stem), base=base,
+                      overrides=[str(o) for o in _check_list("overrides", data.get("overrides"), path)],
+                      grid=sweep_grid, points=points, seeds=data.get("seeds"), targets=data.get("targets"),
+                      baseline=data.get("baseline"), source=str(path),
+                      launcher=shlex.split(launcher) if isinstance(launcher, str) else [str(x) for x in launcher])
+        if sweep.seeds is not None:
+            sweep.seeds = [int(s) for s in _check_list("seeds", sweep.seeds, path)]
+        if sweep.targets is not None:
+            sweep.targets = [float(t) for t in _check_list("targets", sweep.targets, path)]
+    else:
+        base = data
+        sweep = Sweep(name=str(data.get("name") or path.stem), base=base, source=str(path))
+    if name:
+        sweep.name = name
+    for key, values in grid:
+        sweep.grid[key] = list(values)
+    if seeds is not None:
+        sweep.seeds = list(seeds)
+    sweep.overrides = list(sweep.overrides) + list(overrides)
+    return sweep
+
+
+def comparable(tree: dict) -> dict:
+    """The parts of a resolved config that decide a run's results (not runtime, logging, name)."""
+    return {k: v for k, v in tree.items() if k not in ("runtime", "logging", "name")}
+
+
+def load_comparable(path: Path) -> dict | None:
+    try:
+        return comparable(yaml.safe_load(Path(path).read_text()) or {})
+    except (OSError, yaml.YAMLError):
+        return None

@@ -1,0 +1,154 @@
+"""``seafl report``: tables and plots for run dirs and sweep dirs.
+
+    seafl report runs/buffer_size --target 0.9,0.95 --baseline buffer_size=10
+    seafl report runs/a runs/b --out runs/compare
+
+Writes into ``--out`` (default: the one directory given, else ``runs/report-<timestamp>``):
+- ``report.md``: a table per grid point (mean ± std over seeds) and a table per run,
+- ``report.csv``: the per-point table (``inf`` = never reached, ``nan`` = no ratio),
+- ``runs.csv``: the per-run table,
+- ``accuracy_vs_time.png``: accuracy against virtual time, targets as dashed lines,
+- ``timeline.png``: the Gantt chart of device jobs, when the report covers a single run.
+Targets default to the sweep file's ``targets``, else the union of the runs' ``run.targets``;
+the baseline defaults to the sweep file's ``baseline``.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import math
+import sys
+from pathlib import Path
+
+from seafl_dist.report.plots import plot_accuracy_vs_time, plot_timeline
+from seafl_dist.report.tables import find_runs, fmt_value, group_rows, group_runs, run_rows, short
+
+FIGURES = [("best_accuracy", "best acc", 4), ("final_accuracy", "final acc", 4), ("aggregations", "aggregations", 0),
+           ("virtual_time", "virtual time (s)", 1), ("mean_staleness", "mean staleness", 2),
+           ("notifications", "notifications", 0)]
+
+
+def _sweep_meta(paths) -> list[dict]:
+    return [json.loads((Path(p) / "sweep.json").read_text()) for p in paths if (Path(p) / "sweep.json").exists()]
+
+
+def default_targets(paths, runs) -> list[float]:
+    metas = _sweep_meta(paths)
+    from_sweeps = {tuple(m["targets"]) for m in metas if m.get("targets")}
+    if len(from_sweeps) == 1 and len(metas) == len(list(paths)):
+        return list(from_sweeps.pop())
+    return sorted({float(t) for r in runs for t in (r.config.get("run.targets") or [])})
+
+
+def default_baseline(paths) -> str | None:
+    found = {m.get("baseline") for m in _sweep_meta(paths)} - {None}
+    return found.pop() if len(found) == 1 else None
+
+
+def fmt_ttt(st: dict) -> str:
+    if st["reached"] == 0:
+        return "never"
+    text = f"{st['mean']:.1f}" + (f" ± {st['std']:.1f}" if st["reached"] > 1 else "")
+    return text + (f" ({st['reached']}/{st['n']})" if st["reached"] < st["n"] else "")
+
+
+def fmt_ratio(r: float) -> str:
+    if math.isnan(r):
+        return "—"
+    if math.isinf(r):
+        return "never"
+    return f"{r:.2f}× ({(r - 1) * 100:+.0f}%)"
+
+
+def _fmt(ms, digits: int) -> str:
+    m, s = ms if isinstance(ms, tuple) else (ms, None)
+    if m is None or (isinstance(m, float) and math.isnan(m)):
+        return "—"
+    text = f"{m:.{digits}f}"
+    return text + (f" ± {s:.{digits}f}" if s is not None and s > 0 else "")
+
+
+def _md_table(header: list[str], body: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(str(c).replace("|", "\\|") for c in row) + " |" for row in body]
+    return "\n".join(lines)
+
+
+def markdown(grows: list[dict], rrows: list[dict], targets: list[float], baseline: str | None) -> str:
+    keys = list(grows[0]["settings"]) if grows else []
+    ratio_cols = baseline is not None and any(r["baseline"] for r in grows)
+    ttt_head = [h for t in targets for h in ([f"time to {t:.0%}"] + ([f"vs {baseline}"] if ratio_cols else []))]
+    head = ["point", *[short(k) for k in keys], "seeds", *ttt_head, *[f[1] for f in FIGURES]]
+    body = [[g["label"], *[fmt_value(g["settings"][k], k) for k in keys], g["runs"],
+             *[c for t in targets for c in ([fmt_ttt(g[f"ttt_{t:g}"])] +
+                                           ([fmt_ratio(g[f"ratio_{t:g}"])] if ratio_cols else []))],
+             *[_fmt(g[f[0]], f[2]) for f in FIGURES]] for g in grows]
+    rhead = ["run", "seed", "status", *ttt_head, *[f[1] for f in FIGURES]]
+    rbody = [[r["run"], r["seed"], r["status"],
+              *[c for t in targets for c in ([fmt_ttt({"mean": r[f"ttt_{t:g}"], "std": 0, "n": 1,
+                                                        "reached": int(math.isfinite(r[f"ttt_{t:g}"]))})] +
+                                            ([fmt_ratio(r[f"ratio_{t:g}"])] if ratio_cols else []))],
+              *[_fmt(r[f[0]], f[2]) for f in FIGURES]] for r in rrows]
+    notes = (f"Times are virtual seconds to reach each test accuracy: mean ± sample std over seeds; "
+             f"\"never\" = not reached within the run's budget; \"(k/n)\" = only k of n seeds reached it "
+             f"(the mean is over those k).")
+    if ratio_cols:
+        notes += (f" \"vs {baseline}\" = mean time / the baseline's mean time (0.78× = 22% faster), given only "
+                  "where every seed of both reached the target.")
+    return "\n\n".join(["# seafl report", notes, "## By grid point", _md_table(head, body),
+                        "## Runs", _md_table(rhead, rbody)]) + "\n"
+
+
+def _csv_cell(v):
+    if isinstance(v, float):
+        return "inf" if math.isinf(v) else "nan" if math.isnan(v) else repr(v)
+    return "" if v is None else v
+
+
+def write_csvs(out: Path, grows: list[dict], rrows: list[dict], targets: list[float]) -> None:
+    flat_g = []
+    for g in grows:
+        row = {"label": g["label"], **g["settings"], "runs": g["runs"], "baseline": g["baseline"]}
+        for t in targets:
+            st = g[f"ttt_{t:g}"]
+            row.update({f"ttt_{t:g}_mean": st["mean"], f"ttt_{t:g}_std": st["std"],
+                        f"ttt_{t:g}_reached": st["reached"], f"ratio_{t:g}": g[f"ratio_{t:g}"]})
+        for name, _, _ in FIGURES + [("wall_time_s", "", 0)]:
+            row[f"{name}_mean"], row[f"{name}_std"] = g[name]
+        flat_g.append(row)
+    flat_r = [{k: v for k, v in {**r, **r["settings"]}.items() if k != "settings"} for r in rrows]
+    for name, rows in (("report.csv", flat_g), ("runs.csv", flat_r)):
+        with open(out / name, "w", newline="") as f:
+            fields = list(dict.fromkeys(k for row in rows for k in row))
+            w = csv.DictWriter(f, fieldnames=fields)
+            w.writeheader()
+            for row in rows:
+                w.writerow({k: _csv_cell(row.get(k)) for k in fields})
+
+
+def write_report(paths, out: str | Path, *, targets: list[float] | None = None, baseline: str | None = None,
+                 until: float | None = None) -> dict:
+    """Write report.md/.csv, runs.csv and the plots into ``out``; return their paths and the markdown."""
+    paths = [Path(p) for p in paths]
+    runs = find_runs(paths)
+    if not runs:
+        raise FileNotFoundError("no runs found under " + ", ".join(map(str, paths)) +
+                                " (a run dir holds metrics.csv; a sweep dir holds sweep.json)")
+    targets = sorted(float(t) for t in (targets if targets else default_targets(paths, runs)))
+    baseline = baseline or default_baseline(paths)
+    groups = group_runs(runs)
+    grows, rrows = group_rows(groups, targets, baseline), run_rows(groups, targets, baseline)
+    if baseline and not any(g["baseline"] for g in grows):
+        print(f"seafl: warning: baseline {baseline!r} matches no grid point (points: "
+              + ", ".join(g["label"] for g in grows) + "); no ratios", file=sys.stderr)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    md = markdown(grows, rrows, targets, baseline)
+    (out / "report.md").write_text(md)
+    write_csvs(out, grows, rrows, targets)
+    title = ", ".join(dict.fromkeys(p.name for p in paths))
+    files = {"report.md": out / "report.md", "report.csv": out / "report.csv", "runs.csv": out / "runs.csv",
+             "accuracy_vs_time.png": plot_accuracy_vs_time(groups, targets, out / "accuracy_vs_time.png", title=title)}
+    if len(runs) == 1 and (runs[0].dir / "events.jsonl").exists():
+        files["timeline.png"] = plot_timeline(runs[0].dir / "events.jsonl", out / "timeline.png", until=until)
+    return {"markdown": md, "files": files, "groups": grows, "runs": rrows, "targets": targets, "baseline": baseline}

@@ -1,0 +1,57 @@
+"""Progress: plain periodic lines when stderr is not a terminal (CI, SLURM logs), a bar on a terminal."""
+import io
+import os
+import re
+import subprocess
+import sys
+
+from seafl_dist.report.progress import Progress
+
+TINY = """\
+algorithm: {name: fedbuff, buffer_size: 2}
+devices: {num: 8, concurrency: 4}
+train: {epochs: 1, batch_size: 16, lr: 0.05}
+clock: {sec_per_sample: 0.01, idle: {distribution: none}}
+data: {name: digits, partition: iid}
+model: {name: lenet5}
+runtime: {threads: 1}
+run: {seed: 0, max_aggregations: 4}
+"""
+LINE = re.compile(r"^version (\d+)/4 +virtual +[\d.]+s +acc [\d.]+ +best [\d.]+ +real +[\d.]+s$")
+
+
+def test_cli_run_prints_plain_lines_when_not_a_terminal(tmp_path):
+    (tmp_path / "tiny.yaml").write_text(TINY)
+    proc = subprocess.run([sys.executable, "-m", "seafl_dist", "run", str(tmp_path / "tiny.yaml"),
+                           "logging.progress=auto", "logging.progress_every_s=0", "--out", str(tmp_path / "r")],
+                          capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    assert proc.returncode == 0, proc.stderr
+    assert "\r" not in proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("version ")]
+    assert [int(LINE.match(line).group(1)) for line in lines] == [0, 1, 2, 3, 4]
+
+
+class FakeTTY(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_auto_picks_a_bar_on_a_terminal_and_lines_elsewhere():
+    tty, pipe = FakeTTY(), io.StringIO()
+    for stream in (tty, pipe):
+        p = Progress("auto", total=3, every_s=3600, stream=stream)
+        for v in range(4):
+            p.update(v, 10.0 * v, 0.2 * v)
+        p.close()
+    assert tty.getvalue().count("\r") == 4 and tty.getvalue().endswith("\n")
+    lines = pipe.getvalue().splitlines()  # throttled: the first update, then the last at close
+    assert "\r" not in pipe.getvalue() and len(lines) == 2
+    assert lines[0].startswith("version 0/3") and lines[1].startswith("version 3/3") and "best 0.6000" in lines[1]
+
+
+def test_none_prints_nothing():
+    s = io.StringIO()
+    p = Progress("none", stream=s)
+    p.update(1, 1.0, 0.5)
+    p.close()
+    assert s.getvalue() == ""

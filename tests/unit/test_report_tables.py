@@ -1,0 +1,124 @@
+"""Report tables on hand-made run dirs: time to target (incl. never), mean ± std, baseline ratios."""
+import csv
+import json
+import math
+
+import pytest
+
+from seafl_dist.config import config_from_dict, dump_config
+from seafl_dist.report.build import fmt_ratio, fmt_ttt, write_report
+from seafl_dist.report.sinks import METRIC_COLUMNS
+from seafl_dist.report.tables import find_runs, group_rows, group_runs, run_rows
+
+
+def make_run(path, curve, *, algorithm="seafl", seed=0, label=None, status="completed", extra=(), notify=0):
+    """A run dir whose metrics.csv has one row per (time, accuracy) in ``curve``."""
+    path.mkdir(parents=True)
+    cfg = config_from_dict({"algorithm": {"name": algorithm}, "run": {"seed": seed}}, list(extra))
+    (path / "config.yaml").write_text(dump_config(cfg))
+    with open(path / "metrics.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=METRIC_COLUMNS)
+        w.writeheader()
+        for v, (t, acc) in enumerate(curve):
+            w.writerow({"version": v, "time": t, "accuracy": acc, "loss": 1 - acc, "updates": 2 if v else 0,
+                        "mean_staleness": 1.0 if v else 0.0, "max_staleness": 1 if v else 0,
+                        "notifications": notify, "rejected": 0})
+    summary = {"status": status, "aggregations": len(curve) - 1, "mean_staleness": 1.0, "notifications": notify,
+               "wall_time_s": 1.5}
+    (path / "summary.json").write_text(json.dumps(summary))
+    return path
+
+
+@pytest.fixture
+def sweep_dir(tmp_path):
+    """Two algorithms x two seeds, as `seafl sweep` lays them out."""
+    root = tmp_path / "sw"
+    curves = {("seafl", 0): [(0, 0.1), (10, 0.55), (20, 0.75)],
+              ("seafl", 1): [(0, 0.1), (12, 0.6), (30, 0.72)],
+              ("fedbuff", 0): [(0, 0.1), (20, 0.5), (40, 0.65)],  # never 0.7
+              ("fedbuff", 1): [(0, 0.1), (30, 0.52), (50, 0.71)]}
+    runs = []
+    for (alg, seed), curve in curves.items():
+        name = f"algorithm={alg},seed={seed}"
+        make_run(root / name, curve, algorithm=alg, seed=seed)
+        runs.append({"name": name, "label": f"algorithm={alg}", "point": {"algorithm.name": alg}, "seed": seed})
+    (root / "sweep.json").write_text(json.dumps({"name": "sw", "targets": [0.5, 0.7, 0.9], "baseline": "fedbuff",
+                                                 "runs": runs}))
+    return root
+
+
+def test_time_to_target_mean_std_and_never(sweep_dir):
+    groups = group_runs(find_runs([sweep_dir]))
+    assert [g.label for g in groups] == ["algorithm=seafl", "algorithm=fedbuff"]
+    rows = {r["label"]: r for r in group_rows(groups, [0.5, 0.7, 0.9], "fedbuff")}
+    s, fb = rows["algorithm=seafl"], rows["algorithm=fedbuff"]
+    assert s["ttt_0.5"]["mean"] == pytest.approx(11.0) and s["ttt_0.5"]["std"] == pytest.approx(math.sqrt(2))
+    assert s["ttt_0.7"]["mean"] == pytest.approx(25.0) and s["ttt_0.7"]["reached"] == 2
+    assert fb["ttt_0.7"] == {"mean": 50.0, "std": 0.0, "reached": 1, "n": 2}
+    assert math.isinf(s["ttt_0.9"]["mean"]) and s["ttt_0.9"]["reached"] == 0
+    assert s["ratio_0.5"] == pytest.approx(11.0 / 25.0)
+    assert math.isnan(s["ratio_0.7"])  # baseline reached 0.7 in only one of two seeds
+    assert fb["ratio_0.5"] == pytest.approx(1.0)
+    assert s["best_accuracy"] == (pytest.approx(0.735), pytest.approx(math.sqrt(2 * 0.015 ** 2)))
+    assert fmt_ttt(s["ttt_0.9"]) == "never" and fmt_ttt(fb["ttt_0.7"]) == "50.0 (1/2)"
+    assert fmt_ratio(0.78) == "0.78× (-22%)" and fmt_ratio(math.nan) == "—" and fmt_ratio(math.inf) == "never"
+
+
+def test_run_rows_and_files(sweep_dir, tmp_path):
+    out = tmp_path / "rep"
+    result = write_report([sweep_dir], out)
+    assert result["targets"] == [0.5, 0.7, 0.9] and result["baseline"] == "fedbuff"  # from sweep.json
+    md = (out / "report.md").read_text()
+    assert "| algorithm=fedbuff |" in md and "never" in md and "vs fedbuff" in md
+    with open(out / "runs.csv") as f:
+        runs = {r["run"]: r for r in csv.DictReader(f)}
+    assert float(runs["algorithm=fedbuff,seed=0"]["ttt_0.7"]) == math.inf
+    assert float(runs["algorithm=seafl,seed=1"]["ttt_0.5"]) == 12.0
+    assert float(runs["algorithm=seafl,seed=1"]["best_accuracy"]) == 0.72
+    with open(out / "report.csv") as f:
+        groups = {r["label"]: r for r in csv.DictReader(f)}
+    assert float(groups["algorithm=seafl"]["ttt_0.5_mean"]) == 11.0
+    assert groups["algorithm=fedbuff"]["ttt_0.7_reached"] == "1"
+    assert groups["algorithm=seafl"]["algorithm.name"] == "seafl"
+    png = (out / "accuracy_vs_time.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
+    assert "timeline.png" not in result["files"]  # only for a single run
+
+
+def test_groups_without_sweep_json_use_differing_keys(tmp_path):
+    make_run(tmp_path / "a" / "r0", [(0, 0.1), (5, 0.8)], extra=["algorithm.buffer_size=5", "run.seed=0"])
+    make_run(tmp_path / "a" / "r1", [(0, 0.1), (7, 0.8)], extra=["algorithm.buffer_size=5", "run.seed=1"])
+    make_run(tmp_path / "a" / "r2", [(0, 0.1), (9, 0.8)], extra=["algorithm.buffer_size=10"])
+    groups = group_runs(find_runs([tmp_path / "a"]))
+    assert sorted(g.label for g in groups) == ["K=10", "K=5"]
+    rows = {r["label"]: r for r in group_rows(groups, [0.8], "K=10")}
+    assert rows["K=5"]["runs"] == 2 and rows["K=5"]["ratio_0.8"] == pytest.approx(6.0 / 9.0)
+    per_run = run_rows(groups, [0.8], None)
+    assert [r["ttt_0.8"] for r in per_run] == [5.0, 7.0, 9.0]
+
+
+def test_a_run_dir_alone_gets_a_timeline(tmp_path):
+    run = make_run(tmp_path / "one", [(0, 0.1), (3.0, 0.6)], algorithm="seafl2", notify=1)
+    events = [
+        {"event": "eval", "time": 0.0, "version": 0, "accuracy": 0.1, "loss": 2.0},
+        {"event": "start", "time": 0.0, "device": 0, "job": 0, "version": 0, "epoch_ends": [1.0, 2.0]},
+        {"event": "start", "time": 0.0, "device": 1, "job": 1, "version": 0, "epoch_ends": [2.0, 4.0]},
+        {"event": "start", "time": 0.0, "device": 2, "job": 2, "version": 0, "epoch_ends": [5.0, 10.0]},
+        {"event": "finish", "time": 2.0, "device": 0, "job": 0, "epochs": 2},
+        {"event": "notify", "time": 2.0, "device": 1, "job": 1},
+        {"event": "finish", "time": 2.0, "device": 1, "job": 1, "epochs": 1},
+        {"event": "aggregate", "time": 3.0, "version": 1, "updates": [
+            {"device": 0, "job": 0, "staleness": 0, "n_samples": 5, "weight": 0.5},
+            {"device": 1, "job": 1, "staleness": 0, "n_samples": 5, "weight": 0.5}]},
+        {"event": "eval", "time": 3.0, "version": 1, "accuracy": 0.6, "loss": 1.0},
+    ]
+    (run / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    result = write_report([run], run, targets=[0.5])
+    png = result["files"]["timeline.png"].read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
+    assert "| seafl2 |" in (run / "report.md").read_text()
+
+
+def test_no_runs_is_a_clear_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no runs found"):
+        write_report([tmp_path], tmp_path / "out")
