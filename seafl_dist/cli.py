@@ -118,7 +118,13 @@ def cmd_report(args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    # overrides may also come after options (`seafl run C --out D key=value`)
+    stray = [x for x in extra if x.startswith("-") or "=" not in x or not hasattr(args, "overrides")]
+    if stray:
+        parser.error("unrecognized arguments: " + " ".join(stray))
+    if extra:
+        args.overrides = list(args.overrides) + extra
     if args.command is None:
         parser.print_help()
         return 2

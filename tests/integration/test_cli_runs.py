@@ -145,3 +145,12 @@ def test_console_script_is_installed():
     exe = console_script() or [shutil.which("seafl")]
     proc = seafl("--help", command=exe)
     assert proc.returncode == 0 and "run" in proc.stdout
+
+
+def test_overrides_may_follow_options(tmp_path):
+    out = tmp_path / "late"
+    proc = seafl("run", str(QUICKSTART), "--out", str(out), *SMALL, "run.max_aggregations=2")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((out / "summary.json").read_text())["aggregations"] == 2
+    bad = seafl("run", str(QUICKSTART), "--out", str(out), "--bogus")
+    assert bad.returncode == 2 and "--bogus" in bad.stderr
