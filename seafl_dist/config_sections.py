@@ -1,0 +1,233 @@
+"""The sections of a run configuration: one kw-only dataclass each, checked in ``__post_init__``.
+
+Defaults follow the paper's setup (README, "Configuration"); every check names the key, the value and what is
+allowed (:class:`ConfigError`). :mod:`seafl_dist.config` assembles them and loads YAML.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+ALGORITHMS = ("seafl", "seafl2", "fedbuff", "fedasync", "fedavg")
+SIMILARITY_MODES = ("delta_vs_global", "model_vs_global", "delta_vs_movement")
+
+
+class ConfigError(ValueError):
+    """A user mistake in the configuration; the CLI prints it without a traceback."""
+
+
+def _fail(key: str, value: Any, allowed: str) -> None:
+    raise ConfigError(f"config key '{key}' has value {value!r}; allowed: {allowed}")
+
+
+def _choice(key: str, value: Any, choices: tuple) -> None:
+    if value not in choices:
+        _fail(key, value, "one of " + ", ".join(map(str, choices)))
+
+
+def _at_least(key: str, value: Any, low: float, *, strict: bool = False) -> None:
+    if value is None:
+        return
+    if (value <= low) if strict else (value < low):
+        _fail(key, value, f"a number {'>' if strict else '>='} {low}")
+
+
+@dataclass(kw_only=True)
+class AlgorithmConfig:
+    """Which rule aggregates the buffer and when (SPEC "The server loop", "Aggregation rules")."""
+
+    name: str = "seafl"  # seafl, seafl2, fedbuff, fedasync, fedavg
+    buffer_size: int = 10  # K; fedavg forces K = M, fedasync K = 1
+    staleness_limit: Optional[int] = 10  # beta; None = infinity (forced for fedbuff/fedasync; fedavg: 0)
+    alpha: float = 3.0  # SEAFL staleness weight alpha (Eq. 4)
+    mu: float = 1.0  # SEAFL importance weight mu (Eq. 5); 0 turns importance off
+    theta: float = 0.8  # SEAFL server mixing vartheta (Eq. 8), in (0, 1]
+    similarity: str = "delta_vs_global"  # which vectors Eq. 5's cosine compares
+    server_lr: float = 1.0  # FedBuff server learning rate eta_g
+    staleness_scaling: str = "none"  # FedBuff: none or sqrt (1/sqrt(1+S))
+    mixing: float = 0.6  # FedAsync alpha_mix
+    staleness_fn: str = "polynomial"  # FedAsync: constant, polynomial, hinge
+    poly_a: float = 0.5  # FedAsync polynomial exponent
+    hinge_a: float = 10.0  # FedAsync hinge slope
+    hinge_b: float = 4.0  # FedAsync hinge threshold
+
+    def __post_init__(self) -> None:
+        _choice("algorithm.name", self.name, ALGORITHMS)
+        _at_least("algorithm.buffer_size", self.buffer_size, 1)
+        _at_least("algorithm.staleness_limit", self.staleness_limit, 0)
+        _at_least("algorithm.alpha", self.alpha, 0)
+        _at_least("algorithm.mu", self.mu, 0)
+        if not 0 < self.theta <= 1:
+            _fail("algorithm.theta", self.theta, "a number in (0, 1]")
+        _choice("algorithm.similarity", self.similarity, SIMILARITY_MODES)
+        _at_least("algorithm.server_lr", self.server_lr, 0, strict=True)
+        _choice("algorithm.staleness_scaling", self.staleness_scaling, ("none", "sqrt"))
+        if not 0 < self.mixing <= 1:
+            _fail("algorithm.mixing", self.mixing, "a number in (0, 1]")
+        _choice("algorithm.staleness_fn", self.staleness_fn, ("constant", "polynomial", "hinge"))
+        _at_least("algorithm.poly_a", self.poly_a, 0)
+        _at_least("algorithm.hinge_a", self.hinge_a, 0)
+        _at_least("algorithm.hinge_b", self.hinge_b, 0)
+        if self.name == "seafl" and self.alpha == 0 and self.mu == 0:
+            _fail("algorithm.alpha", self.alpha, "alpha > 0 or mu > 0 (both 0 gives every update weight 0)")
+
+    @property
+    def partial_training(self) -> bool:
+        """SEAFL² notifies blocking devices to upload early (SPEC server loop step 4)."""
+        return self.name == "seafl2"
+
+    @property
+    def rule(self) -> str:
+        """The aggregation rule; SEAFL² aggregates with SEAFL's rule."""
+        return "seafl" if self.name == "seafl2" else self.name
+
+
+@dataclass(kw_only=True)
+class DevicesConfig:
+    num: int = 100  # N simulated devices
+    concurrency: int = 20  # M devices training at once
+
+    def __post_init__(self) -> None:
+        _at_least("devices.num", self.num, 1)
+        _at_least("devices.concurrency", self.concurrency, 1)
+        if self.concurrency > self.num:
+            _fail("devices.concurrency", self.concurrency, f"at most devices.num ({self.num})")
+
+
+@dataclass(kw_only=True)
+class TrainConfig:
+    epochs: int = 5  # E local epochs per job
+    batch_size: int = 32
+    lr: float = 0.01
+    momentum: float = 0.0
+    weight_decay: float = 0.0
+
+    def __post_init__(self) -> None:
+        _at_least("train.epochs", self.epochs, 1)
+        _at_least("train.batch_size", self.batch_size, 1)
+        _at_least("train.lr", self.lr, 0, strict=True)
+        _at_least("train.momentum", self.momentum, 0)
+        _at_least("train.weight_decay", self.weight_decay, 0)
+
+
+@dataclass(kw_only=True)
+class IdleConfig:
+    distribution: str = "zipf"  # zipf, pareto or none
+    s: float = 1.7  # Zipf exponent
+    a: float = 1.0  # Pareto (Lomax) shape
+    max: float = 60.0  # cap on one idle time, seconds
+    resample: str = "per_device"  # per_device (drawn once) or per_epoch
+
+    def __post_init__(self) -> None:
+        _choice("clock.idle.distribution", self.distribution, ("zipf", "pareto", "none"))
+        if self.distribution == "zipf":
+            _at_least("clock.idle.s", self.s, 1, strict=True)
+        _at_least("clock.idle.a", self.a, 0, strict=True)
+        _at_least("clock.idle.max", self.max, 0)
+        _choice("clock.idle.resample", self.resample, ("per_device", "per_epoch"))
+
+
+@dataclass(kw_only=True)
+class ClockConfig:
+    sec_per_sample: float = 0.001  # compute time per sample per epoch
+    download_s: float = 0.0  # before epoch 1
+    upload_s: float = 0.0  # after the last epoch
+    idle: IdleConfig = field(default_factory=IdleConfig)
+
+    def __post_init__(self) -> None:
+        _at_least("clock.sec_per_sample", self.sec_per_sample, 0)
+        _at_least("clock.download_s", self.download_s, 0)
+        _at_least("clock.upload_s", self.upload_s, 0)
+
+
+@dataclass(kw_only=True)
+class DataConfig:
+    name: str = "digits"  # digits (bundled), mnist, emnist, cifar10, cinic10
+    root: str = "data"  # where on-disk datasets live
+    download: bool = False  # fetch missing datasets (needs internet)
+    partition: str = "dirichlet"  # dirichlet or iid
+    concentration: float = 0.3  # Dirichlet concentration over labels
+    samples_per_device: Optional[int] = None  # fixed shard size, drawn without replacement
+    test_fraction: float = 0.2  # digits only: seeded held-out share
+    emnist_split: str = "balanced"
+    augment: bool = False  # CIFAR-style random crop + flip at train time
+
+    def __post_init__(self) -> None:
+        _choice("data.name", self.name, ("digits", "mnist", "emnist", "cifar10", "cinic10"))
+        _choice("data.partition", self.partition, ("dirichlet", "iid"))
+        _at_least("data.concentration", self.concentration, 0, strict=True)
+        _at_least("data.samples_per_device", self.samples_per_device, 1)
+        if not 0 < self.test_fraction < 1:
+            _fail("data.test_fraction", self.test_fraction, "a number in (0, 1)")
+
+
+@dataclass(kw_only=True)
+class ModelConfig:
+    name: str = "lenet5"  # lenet5, resnet18, vgg16
+    width: float = 1.0  # channel multiplier (tests use small widths)
+
+    def __post_init__(self) -> None:
+        _choice("model.name", self.name, ("lenet5", "resnet18", "vgg16"))
+        _at_least("model.width", self.width, 0, strict=True)
+
+
+@dataclass(kw_only=True)
+class RunConfig:
+    seed: int = 0
+    max_aggregations: Optional[int] = 200
+    max_time: Optional[float] = None  # virtual seconds
+    target_accuracy: Optional[float] = None  # stop once test accuracy reaches it
+    eval_every: int = 1  # evaluate after every n-th aggregation (and the last)
+    targets: list = field(default_factory=lambda: [0.5, 0.7, 0.9])  # reported times-to-accuracy
+
+    def __post_init__(self) -> None:
+        _at_least("run.max_aggregations", self.max_aggregations, 1)
+        _at_least("run.max_time", self.max_time, 0, strict=True)
+        if self.target_accuracy is not None and not 0 < self.target_accuracy <= 1:
+            _fail("run.target_accuracy", self.target_accuracy, "a number in (0, 1] or null")
+        _at_least("run.eval_every", self.eval_every, 1)
+        for t in self.targets:
+            if not isinstance(t, (int, float)) or not 0 < t <= 1:
+                _fail("run.targets", self.targets, "a list of accuracies in (0, 1]")
+        if self.max_aggregations is None and self.max_time is None and self.target_accuracy is None:
+            _fail("run.max_aggregations", None, "a number, unless run.max_time or run.target_accuracy is set")
+
+
+@dataclass(kw_only=True)
+class RuntimeConfig:
+    device: str = "auto"  # auto, cpu, cuda
+    backend: str = "auto"  # auto, gloo, nccl (distributed transport)
+    timeout_s: float = 600.0  # a silent worker is declared dead after this many seconds
+    precision: str = "32"  # 32 or bf16 (autocast on GPU)
+    threads: Optional[int] = None  # torch intra-op threads per process (None: torch's default)
+
+    def __post_init__(self) -> None:
+        _choice("runtime.device", self.device, ("auto", "cpu", "cuda"))
+        _choice("runtime.backend", self.backend, ("auto", "gloo", "nccl"))
+        _at_least("runtime.timeout_s", self.timeout_s, 0, strict=True)
+        _choice("runtime.precision", self.precision, ("32", "bf16"))
+        _at_least("runtime.threads", self.threads, 1)
+
+
+@dataclass(kw_only=True)
+class WandbConfig:
+    enabled: bool = False
+    mode: str = "offline"  # online, offline, disabled
+    project: str = "seafl"
+    entity: Optional[str] = None
+    group: Optional[str] = None
+    tags: list = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        _choice("logging.wandb.mode", self.mode, ("online", "offline", "disabled"))
+
+
+@dataclass(kw_only=True)
+class LoggingConfig:
+    wandb: WandbConfig = field(default_factory=WandbConfig)
+    progress: str = "auto"  # auto (bar on a terminal, lines otherwise), bar, lines, none
+    progress_every_s: float = 10.0  # real seconds between plain progress lines
+
+    def __post_init__(self) -> None:
+        _choice("logging.progress", self.progress, ("auto", "bar", "lines", "none"))
+        _at_least("logging.progress_every_s", self.progress_every_s, 0)
