@@ -100,6 +100,19 @@ class Server:
                     cb.close(summary)
         return summary
 
+    def _record(self, ev: dict) -> None:
+        self.counts[ev["event"]] += 1
+        self.writer.event(ev)
+
+    def _dispatch(self, ev: dict, versions: dict, refs: Counter) -> None:
+        """Hand a started job to the executor, with the epochs it will really train."""
+        epochs = self.lookahead.final_epochs(ev["job"])
+        if epochs is None:  # never aggregated within the run: no need to train it
+            return
+        refs[ev["version"]] += 1
+        self.executor.submit(JobSpec(ev["job"], ev["device"], ev["version"], epochs,
+                                     self.lookahead.finish_time(ev["job"])), versions[ev["version"]])
+
     def _loop(self) -> None:
         cfg = self.cfg
         versions = {0: self.exp.initial_flat()}
@@ -108,18 +121,12 @@ class Server:
         target = cfg.run.target_accuracy
         self.lookahead = self.exp.schedule()
         for ev in self.lookahead:
-            kind = ev["event"]
-            self.counts[kind] += 1
-            if kind == "start":
-                epochs = self.lookahead.final_epochs(ev["job"])
-                if epochs is not None:  # never aggregated within the run: no need to train it
-                    refs[ev["version"]] += 1
-                    self.executor.submit(JobSpec(ev["job"], ev["device"], ev["version"], epochs,
-                                                 self.lookahead.finish_time(ev["job"])), versions[ev["version"]])
-                self.writer.event(ev)
+            if ev["event"] == "start":  # only the initial jobs; later ones are taken with their aggregation
+                self._dispatch(ev, versions, refs)
+                self._record(ev)
                 continue
-            if kind != "aggregate":
-                self.writer.event(ev)
+            if ev["event"] != "aggregate":
+                self._record(ev)
                 continue
             now, new = ev["time"], self._aggregate(ev, version, versions)
             version = ev["version"]
@@ -130,13 +137,20 @@ class Server:
             refs[version - 1] -= 1
             for v in [v for v, n in refs.items() if n <= 0]:
                 del refs[v], versions[v]
-            self.writer.event(ev)
+            self._record(ev)
             for cb in self.callbacks:
                 cb.on_aggregate(ev)
+            # the jobs this aggregation starts go out before we evaluate, so workers never wait on
+            # an evaluation; their start events follow the eval event in the trace, as in time order
+            starts = self.lookahead.take_while(lambda e: e["event"] == "start")
+            for st in starts:
+                self._dispatch(st, versions, refs)
             if version % cfg.run.eval_every == 0:
                 last_eval = self._evaluate(version, now, new, ev)
                 if target is not None and last_eval["accuracy"] >= target:
                     return
+            for st in starts:
+                self._record(st)
         if last_eval["version"] != version:
             self._evaluate(version, now, versions[version], None)
 

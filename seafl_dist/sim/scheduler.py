@@ -187,6 +187,13 @@ class Lookahead:
         self.final_epochs(job)
         return self._finish.get(job)
 
+    def take_while(self, pred) -> list[dict]:
+        """Consume and return the events at the head of the stream while ``pred`` holds."""
+        out = []
+        while (self._head < len(self._queue) or self._pull()) and pred(self._queue[self._head]):
+            out.append(next(self))
+        return out
+
     def __iter__(self) -> "Lookahead":
         return self
 
