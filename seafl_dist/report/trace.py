@@ -1,4 +1,4 @@
-"""Replay an event trace and list every way it breaks SPEC "The server loop" / "The event trace".
+"""Replay an event trace and list every way it breaks the server loop's rules or the trace schema.
 
     from seafl_dist.report.trace import check_run, check_trace
     problems = check_run("runs/quickstart-20250101-120000")   # reads config.yaml + events.jsonl
@@ -11,7 +11,7 @@ or from a shell (prints each violation, exits 1 if there is any):
 An empty list means the trace is consistent. Each message starts with the event's line number
 in ``events.jsonl`` (1-based) and its type and time. What is checked:
 
-- events are in virtual-time order and have the keys SPEC requires for their type;
+- events are in virtual-time order and have the keys required for their type (README, "The command line");
 - job ids are unique; a job is started on a device with no job in flight, from the current
   version, at time 0 or at the time of the aggregation just before it; ``epoch_ends`` rise;
 - M jobs are in flight after the starts at time 0 and after those of every aggregation,
