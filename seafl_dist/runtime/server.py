@@ -74,6 +74,9 @@ class Server:
         status, error = "failed", None
         try:
             self._loop()
+            # the normal end's goodbye to the workers; after a failure or an interrupt they may be
+            # gone already, and waiting on them must not cost us the summary
+            self.executor.close()
             status = "completed"
         except KeyboardInterrupt as err:
             status = "interrupted"
@@ -85,19 +88,10 @@ class Server:
         finally:
             self.progress.close()
             self.writer.close()
-            try:
-                # close() is the normal end's goodbye; after a failure or an interrupt the workers
-                # may be gone already, and waiting on them must not cost us the summary.
-                if status == "completed":
-                    self.executor.close()
-            except BaseException as err:
-                status, error = "failed", f"{type(err).__name__}: {err}"
-                raise
-            finally:
-                summary = self.summary(status, error, time.monotonic() - t0)
-                write_json(self.writer.dir / "summary.json", summary)
-                for cb in self.callbacks:
-                    cb.close(summary)
+            summary = self.summary(status, error, time.monotonic() - t0)
+            write_json(self.writer.dir / "summary.json", summary)
+            for cb in self.callbacks:
+                cb.close(summary)
         return summary
 
     def _record(self, ev: dict) -> None:
