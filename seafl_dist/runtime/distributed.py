@@ -23,7 +23,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from seafl_dist.runtime.liveness import Heartbeat, Watcher
+from seafl_dist.runtime.liveness import POLL_S, Heartbeat, Watcher
 from seafl_dist.runtime.server import Server, format_summary
 from seafl_dist.runtime.setup import prepare
 from seafl_dist.runtime.worker import run_worker
@@ -88,7 +88,7 @@ class DistributedExecutor:
             while job not in self.results:
                 if job not in self.owed:
                     raise RuntimeError(f"job {job} was never submitted")
-                if not self._pump(wait_s=0.005):
+                if not self._pump(wait_s=POLL_S):
                     self._check_alive(job)
             return self.results.pop(job)
         except BaseException:
@@ -107,7 +107,7 @@ class DistributedExecutor:
             self.outbox.send(r, Header(STOP), comm_device=self.dev)
         deadline = time.monotonic() + self.timeout
         while self.mailbox.open_peers():
-            if not self._pump(wait_s=0.005):
+            if not self._pump(wait_s=POLL_S):
                 if time.monotonic() > deadline or self.watcher.silent():
                     raise WorkerLost(f"workers {self.mailbox.open_peers()} did not answer STOP")
         self.outbox.flush()

@@ -9,6 +9,11 @@ from __future__ import annotations
 import threading
 import time
 
+# How long a waiting rank sleeps on its mailbox before it checks liveness. A message wakes it
+# at once, so this only bounds how late a failure is noticed; a short poll would wake rank 0
+# hundreds of times a second and preempt the workers it shares cores with.
+POLL_S = 0.1
+
 
 def _key(rank: int) -> str:
     return f"seafl/hb/{rank}"

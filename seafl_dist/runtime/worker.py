@@ -10,6 +10,7 @@ from __future__ import annotations
 import heapq
 
 from seafl_dist.runtime.executor import JobSpec, run_job
+from seafl_dist.runtime.liveness import POLL_S
 from seafl_dist.transport import BYE, JOB, RESULT, STOP, Header, Mailbox, Outbox
 
 
@@ -24,7 +25,7 @@ def run_worker(exp, rank: int, numel: int, comm_device, watcher, links=(None, No
     mailbox, outbox = Mailbox([0], numel, comm_device, group=down), Outbox(up)
     versions, queue, newest, trained = {}, [], -1, 0
     while True:
-        for _, h, payload in mailbox.poll(timeout=None if queue else 0.005):
+        for _, h, payload in mailbox.poll(timeout=None if queue else POLL_S):
             if h.kind == STOP:
                 outbox.flush()
                 outbox.send(0, Header(BYE, job=trained), comm_device=comm_device)
