@@ -1,7 +1,5 @@
 """``python -m seafl_dist ...`` is the ``seafl`` command."""
-import sys
-
-from seafl_dist.cli import main
+from seafl_dist.cli import entry
 
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import sys
 import time
@@ -139,3 +140,13 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("seafl: interrupted; what the run had so far is in its run directory", file=sys.stderr)
         return 130
+
+
+def entry() -> None:
+    """The ``seafl`` command and ``python -m seafl_dist``: :func:`main`, then exit."""
+    code = main()
+    # Python's exit ends with a full garbage collection over every object torch and Lightning
+    # made at import: ~1.3 s per process here, paid by every rank of a torchrun job. The
+    # process is ending, so take them all out of the collector's reach first.
+    gc.freeze()
+    sys.exit(code)
