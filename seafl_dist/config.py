@@ -43,6 +43,9 @@ class Config:
         if self.algorithm.buffer_size > self.devices.concurrency:
             _fail("algorithm.buffer_size", self.algorithm.buffer_size,
                   f"at most devices.concurrency ({self.devices.concurrency}), or the buffer never fills")
+        if self.train.batch_size < 2 and self.model.name in ("resnet18", "vgg16"):
+            _fail("train.batch_size", self.train.batch_size,
+                  f"at least 2 for model.name={self.model.name} (batch norm cannot train on one sample)")
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

@@ -6,8 +6,9 @@ a Trainer per job (thousands per run) costs more than the job itself for small m
 (see benchmarks/local_training.py). Data order and augmentation come from the job's own
 stream, so the same job gives the same bits on whichever rank runs it.
 
-Choice: a trailing mini-batch of a single sample is skipped when the shard has more than
-one sample (batch norm cannot train on one sample).
+Choice: with batch_size > 1, a trailing mini-batch of a single sample is skipped when the
+shard has more than one sample (batch norm cannot train on one sample). batch_size = 1 trains
+sample by sample; the config refuses it for the batch-norm models (ResNet-18, VGG-16).
 """
 from __future__ import annotations
 
@@ -26,8 +27,10 @@ def _autocast(device: torch.device, precision: str):
 
 def train_job(module, start: torch.Tensor, data, indices: torch.Tensor, *, epochs: int, batch_size: int,
               seed: int, augment: bool = False, device: torch.device | str = "cpu",
-              precision: str = "32") -> torch.Tensor:
-    """Train ``module`` from flat ``start`` on ``data[indices]``; return the trained flat vector (CPU)."""
+              precision: str = "32", on_step=None) -> torch.Tensor:
+    """Train ``module`` from flat ``start`` on ``data[indices]``; return the trained flat vector (CPU).
+
+    ``on_step()``, if given, is called after every optimiser step (a worker counts its progress)."""
     device = torch.device(device)
     load_flat(module, start)
     module.to(device).train()
@@ -38,7 +41,7 @@ def train_job(module, start: torch.Tensor, data, indices: torch.Tensor, *, epoch
         order = indices[torch.randperm(n, generator=gen)]
         for step, lo in enumerate(range(0, n, batch_size)):
             idx = order[lo:lo + batch_size]
-            if len(idx) == 1 and n > 1:
+            if len(idx) == 1 and n > 1 and batch_size > 1:
                 continue
             x, y = data.batch(idx, augment=augment, generator=gen, device=device)
             with _autocast(device, precision):
@@ -46,6 +49,8 @@ def train_job(module, start: torch.Tensor, data, indices: torch.Tensor, *, epoch
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
+            if on_step is not None:
+                on_step()
     return flatten(module)
 
 

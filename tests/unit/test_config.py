@@ -72,6 +72,13 @@ def test_bad_values_name_key_value_and_allowed(override, key, allowed):
     assert repr(yaml.safe_load(override.split("=", 1)[1])) in msg
 
 
+@pytest.mark.parametrize("model", ["resnet18", "vgg16"])
+def test_batch_norm_models_refuse_batches_of_one(model):
+    with pytest.raises(ConfigError, match=r"'train.batch_size' has value 1; allowed: at least 2 for model.name=" + model):
+        config_from_dict({}, [f"model.name={model}", "train.batch_size=1"])
+    assert config_from_dict({}, ["model.name=lenet5", "train.batch_size=1"]).train.batch_size == 1
+
+
 def test_override_without_equals_is_an_error():
     with pytest.raises(ConfigError, match="key.sub=value"):
         config_from_dict({}, ["algorithm.buffer_size"])

@@ -133,6 +133,16 @@ def test_a_trailing_batch_of_one_is_skipped(setup, digits, monkeypatch):
     assert calls == [16, 16] * 2
 
 
+def test_batch_size_one_trains_every_sample(setup, digits, monkeypatch):
+    model, start, _ = setup
+    calls = count_steps(monkeypatch)
+    steps = []
+    out = train_job(model(), start, digits, torch.arange(5), epochs=2, batch_size=1, seed=0,
+                    on_step=lambda: steps.append(1))
+    assert calls == [1] * 10 and len(steps) == 10  # on_step after every optimiser step
+    assert not torch.equal(out, start)
+
+
 def test_epoch_orders_come_from_the_job_seed(setup, digits, monkeypatch):
     model, start, _ = setup
     seen = []
