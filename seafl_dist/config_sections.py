@@ -197,7 +197,7 @@ class RunConfig:
 class RuntimeConfig:
     device: str = "auto"  # auto, cpu, cuda
     backend: str = "auto"  # auto, gloo, nccl (distributed transport)
-    timeout_s: float = 600.0  # a silent worker is declared dead after this many seconds
+    timeout_s: float = 600.0  # a dead, frozen or stuck (no training progress) worker is named within this
     precision: str = "32"  # 32 or bf16 (autocast on GPU)
     threads: Optional[int] = None  # torch intra-op threads per process (None: torch's default)
 

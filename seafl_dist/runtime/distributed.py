@@ -7,9 +7,11 @@ scheduler's lookahead), keeps an ``irecv`` posted for every worker, and parks re
 arrive early until the virtual clock reaches them. The schedule and every aggregation are
 the same as in one process, so the run dir is too.
 
-Failures: every rank beats a heartbeat into the c10d store. Rank 0 names a worker that stops
-beating (or sends nothing for ``runtime.timeout_s`` while it owes the result rank 0 needs),
-writes what it has and exits non-zero; workers exit when rank 0 goes silent. SIGTERM and
+Failures: every rank beats a heartbeat into the c10d store, and a worker's beat carries its
+progress (messages handled, optimiser steps taken). Rank 0 names a worker that stops beating,
+or whose progress stands still for ``runtime.timeout_s`` while rank 0 waits for a result it
+owes (alive but stuck; a long job keeps stepping, so it is never mistaken for one), writes
+what it has and exits non-zero; workers exit when rank 0 goes silent. SIGTERM and
 Ctrl-C end a rank like an error does (torchrun then stops the rest).
 """
 from __future__ import annotations
@@ -23,7 +25,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from seafl_dist.runtime.liveness import POLL_S, Heartbeat, Watcher
+from seafl_dist.runtime.liveness import POLL_S, Heartbeat, Progress, Watcher
 from seafl_dist.runtime.server import Server, format_summary
 from seafl_dist.runtime.setup import prepare
 from seafl_dist.runtime.worker import run_worker
@@ -50,38 +52,40 @@ class DistributedExecutor:
         down, up = links
         self.mailbox, self.outbox = Mailbox(self.workers, numel, comm_device, group=up), Outbox(down)
         self.last_sent = {r: None for r in self.workers}
-        self.owed: dict[int, int] = {}  # job -> worker rank
+        self.owed: dict[int, tuple[int, float]] = {}  # job -> (worker rank, when it was sent)
         self.results: dict[int, torch.Tensor] = {}
-        self.last_heard = {r: time.monotonic() for r in self.workers}
         self.failed = False
 
     def submit(self, spec, start: torch.Tensor) -> None:
         r = owner_rank(spec.device, self.world)
         payload = start if self.last_sent[r] != spec.version else None
         self.last_sent[r] = spec.version
-        self.owed[spec.job] = r
+        self.owed[spec.job] = (r, time.monotonic())
         self.outbox.send(r, Header(JOB, job=spec.job, device=spec.device, version=spec.version, epochs=spec.epochs,
                                    has_payload=payload is not None, finish=spec.finish,
                                    payload_numel=self.numel if payload is not None else 0), payload, self.dev)
 
     def _pump(self, wait_s: float = 0.0) -> bool:
         got = self.mailbox.poll(timeout=wait_s)
-        now = time.monotonic()
-        for r, h, payload in got:
-            self.last_heard[r] = now
+        for _, h, payload in got:
             if h.kind == RESULT:
                 self.results[h.job] = payload
                 self.owed.pop(h.job, None)
         return bool(got)
 
     def _check_alive(self, job: int) -> None:
-        r = self.owed.get(job)
+        r, sent_at = self.owed.get(job, (None, None))
         for rank, silent in self.watcher.silent():
             raise WorkerLost(f"worker rank {rank} stopped (no heartbeat for {silent:.0f}s)"
                              + (f" while rank 0 waits for job {job} from rank {r}" if r is not None else ""))
-        if r is not None and time.monotonic() - self.last_heard[r] > self.timeout:
-            raise WorkerLost(f"worker rank {r} sent nothing for {self.timeout:.0f}s (runtime.timeout_s) while "
-                             f"rank 0 waits for job {job}")
+        if r is None:
+            return
+        # a worker may have idled for long before this job reached it: count from the send
+        stuck = min(self.watcher.stalled(r), time.monotonic() - sent_at)
+        if stuck > self.timeout:
+            raise WorkerLost(f"worker rank {r} made no progress for {stuck:.0f}s (runtime.timeout_s="
+                             f"{self.timeout:g}) while rank 0 waits for job {job}; its heartbeat goes on, "
+                             f"so it is alive but stuck")
 
     def result(self, job: int) -> torch.Tensor:
         try:
@@ -145,8 +149,9 @@ def run_distributed(cfg, out_dir, *, rank: int, world_size: int, local_rank: int
                             timeout=datetime.timedelta(seconds=max(cfg.runtime.timeout_s, 86400)))
     links = make_links(backend)
     store = dist.distributed_c10d._get_default_store()
-    beat = Heartbeat(store, rank)
     hb_limit = max(3.0, min(30.0, cfg.runtime.timeout_s / 2))
+    progress = Progress() if rank > 0 else None
+    beat = Heartbeat(store, rank, progress=progress)
     numel = exp.initial_flat().numel()
     ok = False
     try:
@@ -164,7 +169,7 @@ def run_distributed(cfg, out_dir, *, rank: int, world_size: int, local_rank: int
         else:
             watcher = Watcher(store, [0], hb_limit)
             mine = [d for d in range(cfg.devices.num) if owner_rank(d, world_size) == rank]
-            run_worker(exp.restrict(mine), rank, numel, comm_device, watcher, links)
+            run_worker(exp.restrict(mine), rank, numel, comm_device, watcher, links, progress)
         ok = True
     except KeyboardInterrupt as err:
         print(f"seafl: rank {rank} stopped: {err or 'interrupted'}", file=sys.stderr)

@@ -23,12 +23,12 @@ class JobSpec:
     finish: float  # planned virtual finish time, used for worker queue order
 
 
-def run_job(exp, model, spec: JobSpec, start: torch.Tensor) -> torch.Tensor:
+def run_job(exp, model, spec: JobSpec, start: torch.Tensor, on_step=None) -> torch.Tensor:
     """Train one job of ``exp`` (an Experiment) on ``model`` from flat ``start``."""
     cfg = exp.cfg
     return train_job(model, start, exp.train.to(exp.device), exp.shard(spec.device), epochs=spec.epochs,
                      batch_size=cfg.train.batch_size, seed=stream_seed(cfg.run.seed, "train", spec.device, spec.job),
-                     augment=cfg.data.augment, device=exp.device, precision=cfg.runtime.precision)
+                     augment=cfg.data.augment, device=exp.device, precision=cfg.runtime.precision, on_step=on_step)
 
 
 class InProcessExecutor:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import heapq
 
 from seafl_dist.runtime.executor import JobSpec, run_job
-from seafl_dist.runtime.liveness import POLL_S
+from seafl_dist.runtime.liveness import POLL_S, Progress
 from seafl_dist.transport import BYE, JOB, RESULT, STOP, Header, Mailbox, Outbox
 
 
@@ -18,8 +18,12 @@ class RankZeroLost(RuntimeError):
     pass
 
 
-def run_worker(exp, rank: int, numel: int, comm_device, watcher, links=(None, None)) -> int:
-    """Serve rank 0 until it says STOP; return the number of jobs trained."""
+def run_worker(exp, rank: int, numel: int, comm_device, watcher, links=(None, None), progress=None) -> int:
+    """Serve rank 0 until it says STOP; return the number of jobs trained.
+
+    ``progress`` (a liveness.Progress) is bumped for every message handled and every optimiser
+    step, so rank 0 can tell a long job from a stuck worker."""
+    progress = progress if progress is not None else Progress()
     model = exp.new_model()
     down, up = links
     mailbox, outbox = Mailbox([0], numel, comm_device, group=down), Outbox(up)
@@ -32,6 +36,7 @@ def run_worker(exp, rank: int, numel: int, comm_device, watcher, links=(None, No
                 outbox.flush()
                 outbox.close()
                 return trained
+            progress.step()
             if h.kind == JOB:
                 if payload is not None:
                     versions[h.version] = payload
@@ -46,7 +51,7 @@ def run_worker(exp, rank: int, numel: int, comm_device, watcher, links=(None, No
             continue
         _, _, h = heapq.heappop(queue)
         spec = JobSpec(h.job, h.device, h.version, h.epochs, h.finish)
-        flat = run_job(exp, model, spec, versions[h.version])
+        flat = run_job(exp, model, spec, versions[h.version], on_step=progress.step)
         outbox.send(0, Header(RESULT, job=h.job, device=h.device, version=h.version, epochs=h.epochs,
                               has_payload=True, finish=h.finish, payload_numel=numel), flat, comm_device)
         trained += 1

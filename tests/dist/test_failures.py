@@ -2,7 +2,8 @@
 
 Each test starts a long run (100,000 aggregations), waits until the trace shows a few
 aggregations, then hurts it: SIGKILL a worker, SIGSTOP a worker (it stops answering but its
-sockets stay open, so only the heartbeat can tell), or SIGTERM the torchrun launcher.
+sockets stay open, so only the heartbeat can tell), or SIGTERM the torchrun launcher. And
+the converse: a worker that is merely slow (one job longer than the timeout) is not failed.
 """
 import json
 import os
@@ -12,7 +13,7 @@ import time
 
 import pytest
 
-from launching import SMALL, wait_for_aggregations
+from launching import SMALL, run_torchrun, wait_for_aggregations
 
 pytestmark = pytest.mark.dist
 
@@ -92,3 +93,18 @@ def test_sigterm_to_torchrun_ends_every_rank(launcher, tmp_path):
     assert summary["status"] == "interrupted", summary
     assert "SIGTERM" in summary["error"]
     assert "seafl: rank 0 stopped" in err
+
+
+def test_a_job_longer_than_the_timeout_is_not_a_dead_worker(tmp_path):
+    # one device's job: ~700 samples, batch 1, 12 epochs: ~6 s of training here, during which the
+    # worker sends nothing; with runtime.timeout_s=2 only its progress shows it is alive
+    timeout_s = 2
+    run = tmp_path / "run"
+    proc = run_torchrun(2, "devices.num=2", "devices.concurrency=1", "algorithm.buffer_size=1", "data.partition=iid",
+                        "train.batch_size=1", "train.epochs=12", "run.max_aggregations=1", "runtime.threads=1",
+                        "runtime.device=cpu", f"runtime.timeout_s={timeout_s}", "logging.progress=none", "--out", run,
+                        cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = read_summary(run)
+    assert summary["status"] == "completed" and summary["aggregations"] == 1, summary
+    assert summary["wall_time_s"] > timeout_s + 1, f"the job took {summary['wall_time_s']:.1f}s: not longer than the timeout"

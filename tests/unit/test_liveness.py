@@ -1,0 +1,45 @@
+"""Heartbeats and progress through a real c10d TCPStore: a busy rank, a stuck rank, a dead rank."""
+import time
+
+import torch.distributed as dist
+
+from seafl_dist.runtime.liveness import Heartbeat, Progress, Watcher
+
+
+def store():
+    return dist.TCPStore("127.0.0.1", 0, 1, True, wait_for_workers=False)
+
+
+def settle(watcher, seconds):
+    time.sleep(seconds)
+    watcher._last_check = 0.0  # read the store now, not at the next half-second
+
+
+def test_progress_that_moves_is_not_a_stall_and_progress_that_stops_is():
+    s, progress = store(), Progress()
+    beat = Heartbeat(s, 1, interval=0.05, progress=progress)
+    watcher = Watcher(s, [1], limit_s=10.0, check_every_s=0.0)
+    try:
+        for _ in range(8):  # a long job: steps keep coming
+            progress.step()
+            settle(watcher, 0.1)
+            assert watcher.stalled(1) < 0.35
+        settle(watcher, 0.6)  # alive (still beating) but no step any more
+        assert watcher.stalled(1) >= 0.5
+        assert watcher.silent() == []
+        progress.step()
+        settle(watcher, 0.15)
+        assert watcher.stalled(1) < 0.35
+    finally:
+        beat.stop()
+
+
+def test_a_stopped_heartbeat_makes_the_rank_silent():
+    s = store()
+    beat = Heartbeat(s, 2, interval=0.05)
+    watcher = Watcher(s, [2], limit_s=0.4, check_every_s=0.0)
+    settle(watcher, 0.2)
+    assert watcher.silent() == []
+    beat.stop()
+    settle(watcher, 0.7)
+    assert [r for r, _ in watcher.silent()] == [2]
