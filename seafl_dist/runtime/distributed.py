@@ -27,7 +27,7 @@ import torch.distributed as dist
 
 from seafl_dist.runtime.liveness import POLL_S, Heartbeat, Progress, Watcher
 from seafl_dist.runtime.server import Server, format_summary
-from seafl_dist.runtime.setup import prepare
+from seafl_dist.runtime.setup import cpus_here, oversubscription, prepare
 from seafl_dist.runtime.worker import run_worker
 from seafl_dist.transport import JOB, RESULT, STOP, Header, Mailbox, Outbox, make_links
 
@@ -139,6 +139,11 @@ def run_distributed(cfg, out_dir, *, rank: int, world_size: int, local_rank: int
     if cfg.runtime.threads:
         torch.set_num_threads(cfg.runtime.threads)
     exp = prepare(cfg, local_rank=local_rank, need_test=(rank == 0))
+    if local_rank == 0 and exp.device.type == "cpu":  # once per node; rank 0 (if here) trains nothing
+        training_here = int(os.environ.get("LOCAL_WORLD_SIZE", world_size)) - (1 if rank == 0 else 0)
+        warning = oversubscription(torch.get_num_threads(), max(1, training_here), cpus_here())
+        if warning:
+            print(warning, file=sys.stderr)
     backend = pick_backend(cfg.runtime.backend, exp.device)
     comm_device = exp.device if backend == "nccl" else torch.device("cpu")
     if backend == "nccl":

@@ -19,7 +19,12 @@ def launch(cfg, out_dir) -> int:
     from seafl_dist.runtime.inprocess import run_inprocess
     if cfg.runtime.threads:
         import torch
+
+        from seafl_dist.runtime.setup import cpus_here, oversubscription
         torch.set_num_threads(cfg.runtime.threads)
+        warning = oversubscription(cfg.runtime.threads, 1, cpus_here())
+        if warning and (cfg.runtime.device == "cpu" or not torch.cuda.is_available()):
+            print(warning, file=sys.stderr)
     print(f"seafl: running {cfg.name} ({cfg.algorithm.name}) in one process; output in {out_dir}", file=sys.stderr)
     summary = run_inprocess(cfg, out_dir)
     print(format_summary(summary))

@@ -99,3 +99,4 @@ def test_every_shipped_config_parses():
         if "grid" in data or "base" in data:  # sweep files are checked by the sweep tests
             continue
         load_config(f)
+
