@@ -1,6 +1,7 @@
 """Heartbeats and progress through a real c10d TCPStore: a busy rank, a stuck rank, a dead rank."""
 import time
 
+import pytest
 import torch.distributed as dist
 
 from seafl_dist.runtime.liveness import Heartbeat, Progress, Watcher
@@ -43,3 +44,28 @@ def test_a_stopped_heartbeat_makes_the_rank_silent():
     beat.stop()
     settle(watcher, 0.7)
     assert [r for r, _ in watcher.silent()] == [2]
+
+
+def rank_zero_check(watcher, owed, timeout_s):
+    """Rank 0's liveness check on its own (its mailbox and outbox need live ranks, this does not)."""
+    from seafl_dist.runtime.distributed import DistributedExecutor
+    ex = DistributedExecutor.__new__(DistributedExecutor)
+    ex.watcher, ex.owed, ex.timeout = watcher, owed, timeout_s
+    return ex._check_alive
+
+
+def test_rank_zero_fails_a_worker_stuck_on_its_job_but_not_one_that_just_got_it():
+    from seafl_dist.runtime.distributed import WorkerLost
+    s, progress = store(), Progress()
+    beat = Heartbeat(s, 1, interval=0.05, progress=progress)
+    watcher = Watcher(s, [1], limit_s=10.0, check_every_s=0.0)
+    try:
+        settle(watcher, 0.6)  # rank 1 idles, beating, with nothing to do
+        check = rank_zero_check(watcher, {7: (1, time.monotonic())}, timeout_s=0.5)
+        check(7)  # job 7 was just sent: the idle time before it does not count
+        time.sleep(0.6)
+        watcher._last_check = 0.0
+        with pytest.raises(WorkerLost, match=r"worker rank 1 made no progress .* job 7"):
+            check(7)
+    finally:
+        beat.stop()
