@@ -9,10 +9,10 @@ the same as in one process, so the run dir is too.
 
 Failures: every rank beats a heartbeat into the c10d store, and a worker's beat carries its
 progress (messages handled, optimiser steps taken). Rank 0 names a worker that stops beating,
-or whose progress stands still for ``runtime.timeout_s`` while rank 0 waits for a result it
-owes (alive but stuck; a long job keeps stepping, so it is never mistaken for one), writes
-what it has and exits non-zero; workers exit when rank 0 goes silent. SIGTERM and
-Ctrl-C end a rank like an error does (torchrun then stops the rest).
+or whose progress stands still for ``runtime.timeout_s`` (at least 3 s) while rank 0 waits
+for a result it owes (alive but stuck; a long job keeps stepping, so it is never mistaken for
+one), writes what it has and exits non-zero; workers exit when rank 0 goes silent. SIGTERM
+and Ctrl-C end a rank like an error does (torchrun then stops the rest).
 """
 from __future__ import annotations
 
@@ -43,6 +43,9 @@ def owner_rank(device: int, world_size: int) -> int:
 
 class DistributedExecutor:
     """Rank 0's side of the job protocol, with the interface of InProcessExecutor."""
+
+    # Progress is published once a second: a stall limit under this would see publication delay.
+    stall_floor_s = 3.0
 
     def __init__(self, world_size: int, numel: int, comm_device, watcher: Watcher, timeout_s: float,
                  links=(None, None)):
@@ -82,7 +85,7 @@ class DistributedExecutor:
             return
         # a worker may have idled for long before this job reached it: count from the send
         stuck = min(self.watcher.stalled(r), time.monotonic() - sent_at)
-        if stuck > self.timeout:
+        if stuck > max(self.timeout, self.stall_floor_s):
             raise WorkerLost(f"worker rank {r} made no progress for {stuck:.0f}s (runtime.timeout_s="
                              f"{self.timeout:g}) while rank 0 waits for job {job}; its heartbeat goes on, "
                              f"so it is alive but stuck")

@@ -50,7 +50,7 @@ def rank_zero_check(watcher, owed, timeout_s):
     """Rank 0's liveness check on its own (its mailbox and outbox need live ranks, this does not)."""
     from seafl_dist.runtime.distributed import DistributedExecutor
     ex = DistributedExecutor.__new__(DistributedExecutor)
-    ex.watcher, ex.owed, ex.timeout = watcher, owed, timeout_s
+    ex.watcher, ex.owed, ex.timeout, ex.stall_floor_s = watcher, owed, timeout_s, 0.0
     return ex._check_alive
 
 
