@@ -11,11 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-QUICKSTART = ROOT / "configs" / "quickstart.yaml"
-# runtime.threads=1 everywhere: the same thread count on every rank gives bit-identical training.
-SMALL = ["devices.num=10", "devices.concurrency=4", "algorithm.buffer_size=2", "train.epochs=1",
-         "run.max_aggregations=6", "runtime.threads=1", "runtime.device=cpu", "logging.progress=none"]
+from small_runs import QUICKSTART
 
 
 def torchrun_cmd(world: int, *run_args) -> list[str]:

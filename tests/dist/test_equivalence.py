@@ -12,19 +12,12 @@ import json
 import pytest
 import torch
 
-from launching import QUICKSTART, SMALL, run_torchrun
+from launching import run_torchrun
+from small_runs import PER_ALGORITHM, QUICKSTART, SMALL
 from seafl_dist.cli import main as seafl_main
 
 pytestmark = pytest.mark.dist
 
-# SEAFL² with beta = 1, two epochs, seed 2: blocked aggregations notify stragglers (asserted below).
-PER_ALGORITHM = {
-    "seafl": [],
-    "seafl2": ["train.epochs=2", "algorithm.staleness_limit=1", "run.seed=2"],
-    "fedbuff": [],
-    "fedasync": [],
-    "fedavg": [],
-}
 WORLD = {"seafl": 3, "seafl2": 3, "fedbuff": 2, "fedasync": 2, "fedavg": 4}
 RUN_FILES = {"config.yaml", "events.jsonl", "metrics.csv", "partition.json", "summary.json"}
 

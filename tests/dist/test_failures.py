@@ -13,7 +13,8 @@ import time
 
 import pytest
 
-from launching import SMALL, run_torchrun, wait_for_aggregations
+from launching import run_torchrun, wait_for_aggregations
+from small_runs import SMALL
 
 pytestmark = pytest.mark.dist
 

@@ -10,7 +10,7 @@ import json
 import pytest
 import torch
 
-from launching import QUICKSTART, SMALL
+from small_runs import QUICKSTART, SMALL
 from seafl_dist.config import load_config
 from seafl_dist.runtime.executor import InProcessExecutor
 from seafl_dist.runtime.server import Server

@@ -16,20 +16,9 @@ import pytest
 import yaml
 
 from seafl_dist.report.trace import check_run
+from small_runs import PER_ALGORITHM, QUICKSTART, SMALL
 
 ROOT = Path(__file__).resolve().parents[2]
-QUICKSTART = ROOT / "configs" / "quickstart.yaml"
-SMALL = ["devices.num=10", "devices.concurrency=4", "algorithm.buffer_size=2", "train.epochs=1",
-         "run.max_aggregations=6", "logging.progress=none", "runtime.threads=1"]
-# SEAFL² with beta = 1 and two epochs: with this seed, blocked aggregations notify stragglers
-# that then upload after their first epoch (checked below, so a changed schedule cannot hide it).
-PER_ALGORITHM = {
-    "seafl": [],
-    "seafl2": ["train.epochs=2", "algorithm.staleness_limit=1", "run.seed=2"],
-    "fedbuff": [],
-    "fedasync": [],
-    "fedavg": [],
-}
 FILES = ("config.yaml", "events.jsonl", "metrics.csv", "summary.json")
 
 

@@ -1,0 +1,22 @@
+"""The tiny quickstart variant the CLI and distributed tests run, and each algorithm's extras.
+
+Runs are tiny (digits, 10 devices, 4 in flight, 6 aggregations) so the cost is mostly the
+interpreter importing torch and Lightning. One torch thread everywhere: the same thread count
+gives bit-identical training on every rank, and two spinning intra-op threads on two busy cores
+are many times slower.
+"""
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+QUICKSTART = ROOT / "configs" / "quickstart.yaml"
+SMALL = ["devices.num=10", "devices.concurrency=4", "algorithm.buffer_size=2", "train.epochs=1",
+         "run.max_aggregations=6", "runtime.threads=1", "runtime.device=cpu", "logging.progress=none"]
+# SEAFL² with beta = 1 and two epochs: with this seed, blocked aggregations notify stragglers
+# that then upload after their first epoch (the tests check it, so a changed schedule cannot hide it).
+PER_ALGORITHM = {
+    "seafl": [],
+    "seafl2": ["train.epochs=2", "algorithm.staleness_limit=1", "run.seed=2"],
+    "fedbuff": [],
+    "fedasync": [],
+    "fedavg": [],
+}
