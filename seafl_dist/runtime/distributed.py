@@ -27,7 +27,7 @@ import torch.distributed as dist
 
 from seafl_dist.runtime.liveness import POLL_S, Heartbeat, Progress, Watcher
 from seafl_dist.runtime.server import Server, format_summary
-from seafl_dist.runtime.setup import cpus_here, oversubscription, prepare
+from seafl_dist.runtime.setup import cpus_here, keep_only, oversubscription, prepare
 from seafl_dist.runtime.worker import run_worker
 from seafl_dist.transport import JOB, RESULT, STOP, Channel, Header, Mailbox, Outbox, make_links
 
@@ -166,7 +166,7 @@ def run_distributed(cfg, out_dir, *, rank: int, world_size: int, local_rank: int
         if rank == 0:
             watcher = Watcher(store, range(1, world_size), hb_limit)
             report = exp.partition_report()
-            exp = exp.restrict([])  # rank 0 trains nothing: keep only what evaluation needs
+            exp = keep_only(exp, [])  # rank 0 trains nothing: keep only what evaluation needs
             print(f"seafl: running {cfg.name} ({cfg.algorithm.name}) on {world_size} ranks ({backend}): rank 0 "
                   f"aggregates, {world_size - 1} workers train; output in {out_dir}", file=sys.stderr)
             from seafl_dist.report.wandb_sink import make_callbacks
@@ -176,8 +176,8 @@ def run_distributed(cfg, out_dir, *, rank: int, world_size: int, local_rank: int
             print(format_summary(summary))
         else:
             watcher = Watcher(store, [0], hb_limit)
-            mine = [d for d in range(cfg.devices.num) if owner_rank(d, world_size) == rank]
-            run_worker(exp.restrict(mine), rank, numel, watcher, links, progress)
+            exp = keep_only(exp, [d for d in range(cfg.devices.num) if owner_rank(d, world_size) == rank])
+            run_worker(exp, rank, numel, watcher, links, progress)
         ok = True
     except KeyboardInterrupt as err:
         print(f"seafl: rank {rank} stopped: {err or 'interrupted'}", file=sys.stderr)

@@ -5,6 +5,7 @@ ranks agree on shards, initial weights and the schedule without talking to each 
 """
 from __future__ import annotations
 
+import gc
 import os
 from dataclasses import dataclass
 
@@ -12,7 +13,7 @@ import numpy as np
 import torch
 
 from seafl_dist.config import Config, ConfigError
-from seafl_dist.data import label_histograms, load_dataset, partition
+from seafl_dist.data import clear_cache, label_histograms, load_dataset, partition
 from seafl_dist.models import build_model
 from seafl_dist.sim import Lookahead, Scheduler, SpeedModel, stream_seed
 from seafl_dist.train import flatten
@@ -106,6 +107,17 @@ class Experiment:
                           upload_s=cfg.clock.upload_s, n_samples=self.n_samples,
                           max_aggregations=cfg.run.max_aggregations, max_time=cfg.run.max_time)
         return Lookahead(sched.events())
+
+
+def keep_only(exp: Experiment, devices) -> Experiment:
+    """``exp`` with only the training rows of ``devices`` (rank 0: none), the whole training set
+    also dropped from the loader cache: a worker then holds its own shards, not the dataset. The
+    caller must drop its own reference to ``exp``."""
+    small = exp.restrict(devices)
+    clear_cache()  # the test set stays alive through small.test where it is needed
+    del exp
+    gc.collect()
+    return small
 
 
 def prepare(cfg: Config, *, local_rank: int = 0, need_test: bool = True) -> Experiment:
