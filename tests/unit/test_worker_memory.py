@@ -12,7 +12,7 @@ from small_runs import QUICKSTART
 
 
 def test_keep_only_holds_just_the_workers_rows_and_frees_the_full_set():
-    exp = prepare(load_config(QUICKSTART, ["devices.num=6", "devices.concurrency=3"]), need_test=False)
+    exp = prepare(load_config(QUICKSTART, ["devices.num=6", "devices.concurrency=3", "algorithm.buffer_size=2"]), need_test=False)
     full = weakref.ref(exp.train)
     n_samples, shards = exp.n_samples, [s.copy() for s in exp.shards]
     expected = {d: exp.train.images[torch.as_tensor(shards[d])].clone() for d in (1, 4)}
