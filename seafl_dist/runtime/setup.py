@@ -41,12 +41,20 @@ def oversubscription(threads: int, training_ranks: int, cpus: int) -> str | None
             f"Set runtime.threads={max(1, cpus // training_ranks)}" + (" or start fewer ranks" if ranks else ""))
 
 
-def cpus_here() -> int:
-    """The CPUs this process may run on (a SLURM or container limit, not the machine's total)."""
+def cpus_here(environ=None) -> int:
+    """The CPUs this process may run on, not the machine's total: its affinity mask (cgroups,
+    taskset, Slurm's CPU binding), capped by the Slurm allocation (``SLURM_CPUS_PER_TASK``, else
+    ``SLURM_CPUS_ON_NODE``), which a Slurm without CPU binding (``task/none``) does not put in the mask."""
+    environ = os.environ if environ is None else environ
     try:
-        return len(os.sched_getaffinity(0))
+        n = len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
+        n = os.cpu_count() or 1
+    for key in ("SLURM_CPUS_PER_TASK", "SLURM_CPUS_ON_NODE"):
+        value = str(environ.get(key, "")).strip()
+        if value.isdigit() and int(value) > 0:
+            return min(n, int(value))
+    return n
 
 
 @dataclass
