@@ -21,13 +21,15 @@ import os
 import signal
 import sys
 import time
+from functools import partial
 
 import torch
 import torch.distributed as dist
 
 from seafl_dist.runtime.liveness import POLL_S, Heartbeat, Progress, Watcher
 from seafl_dist.runtime.server import Server, format_summary
-from seafl_dist.runtime.setup import cpus_here, keep_only, oversubscription, prepare
+from seafl_dist.runtime.fetch import once_per_node
+from seafl_dist.runtime.setup import cpus_here, keep_only, oversubscription, pick_device, prepare
 from seafl_dist.runtime.worker import run_worker
 from seafl_dist.transport import JOB, RESULT, STOP, Channel, Header, Mailbox, Outbox, make_links
 
@@ -141,22 +143,25 @@ def run_distributed(cfg, out_dir, *, rank: int, world_size: int, local_rank: int
     signal.signal(signal.SIGTERM, _raise_interrupt)
     if cfg.runtime.threads:
         torch.set_num_threads(cfg.runtime.threads)
-    exp = prepare(cfg, local_rank=local_rank, need_test=(rank == 0))
+    device = pick_device(cfg.runtime.device, local_rank)
+    backend = pick_backend(cfg.runtime.backend, device)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    # A worker may legitimately hear nothing for hours; liveness comes from the heartbeats,
+    # so the process group's own timeout is only a last resort. The default group and every
+    # header are gloo (CPU); only opt-in NCCL payloads use the GPU's own groups.
+    pg_timeout_s = max(cfg.runtime.timeout_s, 86400)
+    dist.init_process_group("gloo", rank=rank, world_size=world_size, timeout=datetime.timedelta(seconds=pg_timeout_s))
+    links = make_links(backend, device)
+    store = dist.distributed_c10d._get_default_store()
+    fetch = partial(once_per_node, store=store, node=int(os.environ.get("GROUP_RANK", "0")), local_rank=local_rank,
+                    root=cfg.data.root, timeout_s=pg_timeout_s)
+    exp = prepare(cfg, local_rank=local_rank, need_test=(rank == 0), fetch=fetch)
     if local_rank == 0 and exp.device.type == "cpu":  # once per node; rank 0 (if here) trains nothing
         training_here = int(os.environ.get("LOCAL_WORLD_SIZE", world_size)) - (1 if rank == 0 else 0)
         warning = oversubscription(torch.get_num_threads(), max(1, training_here), cpus_here())
         if warning:
             print(warning, file=sys.stderr)
-    backend = pick_backend(cfg.runtime.backend, exp.device)
-    if exp.device.type == "cuda":
-        torch.cuda.set_device(exp.device)
-    # A worker may legitimately hear nothing for hours; liveness comes from the heartbeats,
-    # so the process group's own timeout is only a last resort. The default group and every
-    # header are gloo (CPU); only opt-in NCCL payloads use the GPU's own groups.
-    dist.init_process_group("gloo", rank=rank, world_size=world_size,
-                            timeout=datetime.timedelta(seconds=max(cfg.runtime.timeout_s, 86400)))
-    links = make_links(backend, exp.device)
-    store = dist.distributed_c10d._get_default_store()
     hb_limit = max(3.0, min(30.0, cfg.runtime.timeout_s / 2))
     progress = Progress() if rank > 0 else None
     beat = Heartbeat(store, rank, progress=progress)

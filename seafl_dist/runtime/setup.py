@@ -128,11 +128,17 @@ def keep_only(exp: Experiment, devices) -> Experiment:
     return small
 
 
-def prepare(cfg: Config, *, local_rank: int = 0, need_test: bool = True) -> Experiment:
+def prepare(cfg: Config, *, local_rank: int = 0, need_test: bool = True, fetch=None) -> Experiment:
+    """The run's experiment on this rank. ``fetch(load)``, if given, decides who downloads when
+    ``data.download`` is set (distributed runs: :func:`seafl_dist.runtime.fetch.once_per_node`)."""
     d = cfg.data
-    common = dict(download=d.download, seed=cfg.run.seed, test_fraction=d.test_fraction, emnist_split=d.emnist_split)
-    train = load_dataset(d.name, d.root, train=True, **common)
-    test = load_dataset(d.name, d.root, train=False, **common) if need_test else None
+
+    def load(download: bool):
+        common = dict(download=download, seed=cfg.run.seed, test_fraction=d.test_fraction, emnist_split=d.emnist_split)
+        return (load_dataset(d.name, d.root, train=True, **common),
+                load_dataset(d.name, d.root, train=False, **common) if need_test else None)
+
+    train, test = fetch(load) if fetch is not None and d.download else load(d.download)
     try:
         shards = partition(train.labels.numpy(), cfg.devices.num, method=d.partition, concentration=d.concentration,
                            samples_per_device=d.samples_per_device, seed=cfg.run.seed)
