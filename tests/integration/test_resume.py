@@ -69,8 +69,8 @@ def test_killed_run_resumes_to_the_same_bytes(name, tmp_path):
 
 @pytest.fixture(scope="module")
 def longer(tmp_path_factory):
-    """A 25-aggregation run (checkpoint after every one), uninterrupted: the real-timing tests' reference."""
-    args = [*SMALL, "run.max_aggregations=25", "run.checkpoint_every=1"]
+    """A 15-aggregation run (checkpoint after every one), uninterrupted: the real-timing tests' reference."""
+    args = [*SMALL, "run.max_aggregations=15", "run.checkpoint_every=1"]
     return args, reference(tmp_path_factory.mktemp("longer") / "ref", args)
 
 
