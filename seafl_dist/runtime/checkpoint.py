@@ -136,8 +136,8 @@ def load(path: Path, cfg, *, mmap: bool = False) -> dict:
         older = [p for p in checkpoints(path.parent) if p != path]
         hint = (f"delete it to resume from {older[-1].name}" if older else
                 "delete it (and the run dir's other files) to start the run afresh")
-        raise CheckpointError(f"checkpoint {path} is corrupt or truncated ({type(err).__name__}: "
-                              f"{str(err).splitlines()[0] if str(err) else 'unreadable'}); {hint}") from None
+        why = (str(err).splitlines() or ["unreadable"])[0].split(". ")[0][:120]
+        raise CheckpointError(f"checkpoint {path} is corrupt or truncated ({why}); {hint}") from None
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         got = state.get("format") if isinstance(state, dict) else type(state).__name__
         raise CheckpointError(f"checkpoint {path} has format {got!r}, this seafl reads format {FORMAT}; "

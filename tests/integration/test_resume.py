@@ -10,7 +10,8 @@ the same config). events.jsonl, metrics.csv and model.pt must equal the uninterr
 - fedasync, fedavg: SIGUSR1 / SIGINT with periodic checkpoints off: the signal itself writes the
   checkpoint of the last completed aggregation, summary.json says interrupted, exit non-zero.
 Jobs are in flight at every one of these points (M = 4 devices train, K = 2 are aggregated).
-Two more runs are stopped from outside with real timing, by SIGKILL and by SIGTERM.
+Two more runs are stopped from outside with real timing, by SIGKILL and by SIGTERM, and a sweep
+by SIGTERM (its child checkpoints; rerunning the sweep resumes the child).
 """
 import json
 import signal
@@ -18,8 +19,9 @@ import time
 
 import pytest
 
-from resuming import (aggregations_in, assert_same_run, checkpoint_versions, cli, reference, run_args, summary)
-from small_runs import PER_ALGORITHM, SMALL
+from resuming import (SAME_BYTES, aggregations_in, assert_same_run, checkpoint_versions, cli, reference, run_args,
+                      summary)
+from small_runs import PER_ALGORITHM, QUICKSTART, SMALL
 
 EVERY_2 = ["run.checkpoint_every=2", "run.checkpoint_every_s=null"]
 NO_PERIODIC = ["run.checkpoint_every=null", "run.checkpoint_every_s=null"]
@@ -95,3 +97,25 @@ def test_stopped_from_outside_mid_run_resumes_to_the_same_bytes(sig, longer, tmp
     resumed = cli("run", "--resume", out)  # the config comes from the run dir
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert_same_run(ref, out)
+
+
+def test_a_stopped_sweep_checkpoints_its_child_and_a_rerun_resumes_it(longer, tmp_path):
+    args, ref = longer
+    sweep_dir = tmp_path / "sweep"
+    proc = cli("sweep", QUICKSTART, *args, "--out", sweep_dir, "--name", "one", background=True)
+    deadline = time.monotonic() + 120
+    while not (runs := [d for d in sweep_dir.glob("*/") if aggregations_in(d) >= 3]):
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGTERM)  # as SLURM does: the sweep stops its child, which checkpoints
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode != 0, err[-3000:]
+    (run,) = runs
+    assert summary(run)["status"] == "interrupted" and checkpoint_versions(run), err[-3000:]
+    again = cli("sweep", QUICKSTART, *args, "--out", sweep_dir, "--name", "one")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert summary(run)["status"] == "completed"
+    assert "resumed" in (run / "log.txt").read_text()
+    for name in SAME_BYTES:
+        assert (run / name).read_bytes() == (ref / name).read_bytes(), name
