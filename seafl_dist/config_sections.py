@@ -181,8 +181,9 @@ class RunConfig:
     targets: list = field(default_factory=lambda: [0.5, 0.7, 0.9])  # reported times-to-accuracy
     # Rank 0 checkpoints after every n-th aggregation and/or once this many real seconds have
     # passed since the last checkpoint (null turns either off; a signal always checkpoints).
-    # 100 / 300 s: a ResNet-18 checkpoint (every version still referenced, ~45 MB each) costs
-    # about a second (README "Long runs and clusters"), under 1% of five minutes of training.
+    # 100 / 300 s: a ResNet-18 checkpoint holds up to beta + 1 versions of ~45 MB (0.5 GB at
+    # beta = 10) and took 4.2 s to write and fsync on a small VM (benchmarks/checkpoint.py), ~1%
+    # of five minutes; LeNet-5's take 0.05 s. A signal checkpoints whatever these say.
     checkpoint_every: Optional[int] = 100
     checkpoint_every_s: Optional[float] = 300.0
 
