@@ -139,3 +139,31 @@ def test_batch_jobs_must_be_a_positive_integer(value):
 def test_batch_jobs_default_is_one():
     assert config_from_dict({}, []).runtime.batch_jobs == 1
     assert config_from_dict({}, ["runtime.batch_jobs=4"]).runtime.batch_jobs == 4
+
+
+def test_out_of_gpu_memory_halves_the_group_and_names_the_key(monkeypatch, capsys):
+    """GroupTrainer retrains a group that did not fit in halves and says which G fits. Running
+    out of memory needs a GPU (tests/gpu checks it for real); here train_jobs refuses > 2 jobs."""
+    from seafl_dist.runtime import executor as ex
+    from seafl_dist.runtime.setup import prepare
+    cfg = config_from_dict({"data": {"name": "digits"}, "devices": {"num": 8, "concurrency": 8},
+                            "algorithm": {"buffer_size": 8}, "runtime": {"batch_jobs": 8, "device": "cpu"},
+                            "train": {"epochs": 1}})
+    exp = prepare(cfg)
+    real = ex.train_jobs
+
+    def small_gpu(model, starts, *a, **kw):
+        if len(starts) > 2:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory (simulated)")
+        return real(model, starts, *a, **kw)
+    monkeypatch.setattr(ex, "train_jobs", small_gpu)
+    trainer = ex.GroupTrainer(exp)
+    specs = [ex.JobSpec(j, j, 0, 1, float(j)) for j in range(8)]
+    start = exp.initial_flat()
+    out = trainer.train(specs, [start] * 8)
+    assert trainer.limit == 2 and len(out) == 8
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[0].startswith("seafl: out of GPU memory training 8 jobs at once; set runtime.batch_jobs=4")
+    assert "runtime.batch_jobs=2" in err[-1]
+    for spec, flat in zip(specs, out):
+        assert rel_l2(flat, ex.run_job(exp, trainer.model, spec, start)) <= TOL
