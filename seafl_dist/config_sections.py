@@ -209,6 +209,7 @@ class RuntimeConfig:
     timeout_s: float = 600.0  # a dead, frozen or stuck (no training progress) worker is named within this
     precision: str = "32"  # 32 or bf16 (autocast on GPU)
     threads: Optional[int] = None  # torch intra-op threads per process (None: torch's default)
+    batch_jobs: int = 1  # G: pending jobs a rank trains together (torch.func); 1 = one at a time, today's bits
 
     def __post_init__(self) -> None:
         _choice("runtime.device", self.device, ("auto", "cpu", "cuda"))
@@ -216,6 +217,8 @@ class RuntimeConfig:
         _at_least("runtime.timeout_s", self.timeout_s, 0, strict=True)
         _choice("runtime.precision", self.precision, ("32", "bf16"))
         _at_least("runtime.threads", self.threads, 1)
+        if isinstance(self.batch_jobs, bool) or not isinstance(self.batch_jobs, int) or self.batch_jobs < 1:
+            _fail("runtime.batch_jobs", self.batch_jobs, "an integer >= 1 (jobs a rank trains together; 1 = one at a time)")
 
 
 @dataclass(kw_only=True)

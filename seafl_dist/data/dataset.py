@@ -102,19 +102,26 @@ class ArrayDataset:
             self._norm_on[key] = (self._mean.to(device), self._std.to(device))
         return self._norm_on[key]
 
+    @staticmethod
+    def augment_draws(n: int, generator: torch.Generator | None = None) -> tuple[torch.Tensor, ...]:
+        """The random draws :meth:`batch` makes for ``n`` augmented images, in its order: row and
+        column offsets, then flips. Drawn on the CPU, where the generator lives, so a batch is the
+        same on any device; batched training draws per job and builds many jobs' batches at once."""
+        dy = torch.randint(0, 2 * PAD + 1, (n,), generator=generator)
+        dx = torch.randint(0, 2 * PAD + 1, (n,), generator=generator)
+        flip = torch.rand(n, generator=generator) < 0.5
+        return dy, dx, flip
+
     def batch(self, idx: torch.Tensor, *, augment: bool = False, generator: torch.Generator | None = None,
-              device: str | torch.device = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+              device: str | torch.device = "cpu", draws: tuple | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """``(images, labels)`` for the rows ``idx``: float32 normalised images and int64 labels on
         ``device``. With ``augment``, random crop (4-pixel zero padding) and horizontal flip, drawn
-        from ``generator`` (``None``: torch's global generator)."""
+        from ``generator`` (``None``: torch's global generator), or given as ``draws`` (from
+        :meth:`augment_draws`)."""
         device = torch.device(device)
         idx = torch.as_tensor(idx, dtype=torch.int64)
         if augment:
-            n, size = idx.numel(), self.image_size
-            # draw on the CPU (where the generator lives) before anything moves: same draws on any device
-            dy = torch.randint(0, 2 * PAD + 1, (n,), generator=generator)
-            dx = torch.randint(0, 2 * PAD + 1, (n,), generator=generator)
-            flip = torch.rand(n, generator=generator) < 0.5
+            dy, dx, flip = draws if draws is not None else self.augment_draws(idx.numel(), generator)
         src = self.images.index_select(0, idx.to(self.device)).to(device, non_blocking=True)
         x = src.to(torch.float32).div_(255.0)
         if augment:

@@ -5,10 +5,14 @@
     model = build_model("resnet18", ds.num_classes, ds.in_channels, width=0.125, image_size=ds.image_size)
 
 ``lenet5`` (:mod:`.lenet`), ``resnet18`` (CIFAR variant, :mod:`.resnet`), ``vgg16`` (with batch
-norm, CIFAR-size classifier, :mod:`.vgg`). Every model is an :class:`FLModule`: ``forward(x)``
+norm, CIFAR-size classifier, :mod:`.vgg`). Every model is an :class:`FLModule` (a LightningModule): ``forward(x)``
 gives logits, ``training_step`` the cross-entropy loss, ``configure_optimizers`` the SGD of
 ``optim`` (a :class:`~seafl_dist.config.TrainConfig`; its defaults when ``None``). ``width``
 multiplies every channel count (at least 1 channel each), so tests can use tiny versions.
+
+``build_model(..., lightning=False)`` gives the same model as a plain ``torch.nn.Module``
+(:class:`FLNet`, same steps and ``state_dict``) without importing Lightning: what the simulation's
+ranks build, since ``import lightning`` costs seconds per process and they use none of it.
 
 Parameters at width 1 and 10 classes: lenet5 61,706 (28x28x1) / 83,126 (32x32x3),
 resnet18 11,173,962 (3 channels), vgg16 14,728,266 (3 channels).
@@ -16,7 +20,7 @@ resnet18 11,173,962 (3 channels), vgg16 14,728,266 (3 channels).
 from __future__ import annotations
 
 from ..config import TrainConfig
-from .base import FLModule, scaled
+from .base import FLNet, lightning_class, scaled
 from .lenet import LeNet5
 from .resnet import ResNet18
 from .vgg import VGG16
@@ -25,11 +29,20 @@ MODELS = {"lenet5": LeNet5, "resnet18": ResNet18, "vgg16": VGG16}
 
 
 def build_model(name: str, num_classes: int, in_channels: int, *, width: float = 1.0, image_size: int = 28,
-                optim: TrainConfig | None = None) -> FLModule:
-    """A fresh, randomly initialised model (seed torch beforehand for reproducible weights)."""
+                optim: TrainConfig | None = None, lightning: bool = True) -> FLNet:
+    """A fresh, randomly initialised model (seed torch beforehand for reproducible weights): a
+    LightningModule, or with ``lightning=False`` the plain ``nn.Module`` (same weights for the same seed)."""
     if name not in MODELS:
         raise ValueError(f"unknown model {name!r}; known: {', '.join(MODELS)}")
-    return MODELS[name](num_classes, in_channels, width=width, image_size=image_size, optim=optim)
+    cls = lightning_class(MODELS[name]) if lightning else MODELS[name]
+    return cls(num_classes, in_channels, width=width, image_size=image_size, optim=optim)
 
 
-__all__ = ["FLModule", "LeNet5", "MODELS", "ResNet18", "VGG16", "build_model", "scaled"]
+def __getattr__(name: str):  # FLModule, the LightningModule base, is made on first use
+    if name == "FLModule":
+        from . import base
+        return base.FLModule
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["FLModule", "FLNet", "LeNet5", "MODELS", "ResNet18", "VGG16", "build_model", "scaled"]

@@ -12,10 +12,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .base import FLModule, scaled
+from .base import FLNet, scaled
 
 
-class LeNet5(FLModule):
+class LeNet5(FLNet):
     def __init__(self, num_classes: int, in_channels: int, *, width: float = 1.0, image_size: int = 28, optim=None):
         super().__init__(num_classes=num_classes, in_channels=in_channels, width=width, image_size=image_size, optim=optim)
         side = (image_size // 2 - 4) // 2  # after conv(pad 2), pool, conv(no pad), pool

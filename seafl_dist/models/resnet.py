@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .base import FLModule, scaled
+from .base import FLNet, scaled
 
 
 class BasicBlock(nn.Module):
@@ -33,7 +33,7 @@ class BasicBlock(nn.Module):
         return F.relu(out + self.shortcut(x))
 
 
-class ResNet18(FLModule):
+class ResNet18(FLNet):
     def __init__(self, num_classes: int, in_channels: int, *, width: float = 1.0, image_size: int = 32, optim=None):
         super().__init__(num_classes=num_classes, in_channels=in_channels, width=width, image_size=image_size, optim=optim)
         widths = [scaled(c, width) for c in (64, 128, 256, 512)]

@@ -2,16 +2,22 @@
 
 :class:`InProcessExecutor` trains a job in this process when its result is first asked for.
 The distributed executor (runtime/distributed.py) ships the same job to a worker rank at
-submit time. Both train with :func:`run_job`, so a job gives the same bits everywhere.
+submit time. Both train with :class:`GroupTrainer`, so a job gives the same bits everywhere.
+
+``runtime.batch_jobs`` = G: a rank trains up to G pending jobs together (train/batched.py).
+The in-process executor, asked for a result it has not trained, takes that job and the G - 1
+other pending jobs that finish first (virtual time); a worker takes its G earliest-finishing
+queued jobs. G = 1 trains one job at a time with train_job, today's bits.
 """
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
 import torch
 
 from seafl_dist.sim import stream_seed
-from seafl_dist.train import train_job
+from seafl_dist.train import train_job, train_jobs
 
 
 @dataclass(frozen=True)
@@ -34,20 +40,73 @@ def run_job(exp, model, spec: JobSpec, start: torch.Tensor, on_step=None, result
                      result_device=exp.device if result_on_device else "cpu")
 
 
+def run_jobs(exp, model, specs: list[JobSpec], starts: list[torch.Tensor], on_step=None) -> list[torch.Tensor]:
+    """Train several jobs together (one fused step for all, train/batched.py); results in order."""
+    cfg = exp.cfg
+    return train_jobs(model, starts, exp.train.to(exp.device), [exp.shard(s.device) for s in specs],
+                      epochs=[s.epochs for s in specs], batch_size=cfg.train.batch_size,
+                      seeds=[stream_seed(cfg.run.seed, "train", s.device, s.job) for s in specs],
+                      augment=cfg.data.augment, device=exp.device, precision=cfg.runtime.precision, on_step=on_step)
+
+
+class GroupTrainer:
+    """Trains a group of at most ``limit`` jobs (``runtime.batch_jobs``) on one reused model.
+
+    Out of GPU memory with a large group: the group is retrained in halves (each job's result
+    does not depend on its group), the limit drops to what fit, and one line names
+    ``runtime.batch_jobs`` and that value, instead of a CUDA traceback."""
+
+    def __init__(self, exp, model=None):
+        self.exp = exp
+        self.model = model if model is not None else exp.new_model()
+        self.limit = exp.cfg.runtime.batch_jobs
+
+    def train(self, specs: list[JobSpec], starts: list[torch.Tensor], on_step=None,
+              result_on_device=False) -> list[torch.Tensor]:
+        """Results in order, on the CPU; a lone job's result stays on its device with
+        ``result_on_device`` (see run_job)."""
+        if len(specs) == 1:
+            return [run_job(self.exp, self.model, specs[0], starts[0], on_step, result_on_device)]
+        try:
+            return run_jobs(self.exp, self.model, specs, starts, on_step)
+        except torch.cuda.OutOfMemoryError:
+            torch.cuda.empty_cache()
+            half = len(specs) // 2
+            if half < self.limit:
+                print(f"seafl: out of GPU memory training {len(specs)} jobs at once; set runtime.batch_jobs={half} "
+                      f"(was {self.exp.cfg.runtime.batch_jobs}); continuing with groups of {half}", file=sys.stderr)
+                self.limit = half
+        return (self.train(specs[:half], starts[:half], on_step, result_on_device)
+                + self.train(specs[half:], starts[half:], on_step, result_on_device))
+
+
 class InProcessExecutor:
     """Trains lazily, in this process, one model instance reused for every job."""
 
     def __init__(self, exp):
         self.exp = exp
-        self.model = exp.new_model()
+        self.trainer = GroupTrainer(exp)
+        self.model = self.trainer.model
         self._pending: dict[int, tuple[JobSpec, torch.Tensor]] = {}
+        self._done: dict[int, torch.Tensor] = {}  # trained with an earlier group, not yet asked for
 
     def submit(self, spec: JobSpec, start: torch.Tensor) -> None:
         self._pending[spec.job] = (spec, start)
 
     def result(self, job: int) -> torch.Tensor:
-        spec, start = self._pending.pop(job)
-        return run_job(self.exp, self.model, spec, start)
+        if job in self._done:
+            return self._done.pop(job)
+        group = [self._pending.pop(job)]
+        # the G - 1 other pending jobs that finish first join it (none when G = 1)
+        others = sorted(self._pending.values(), key=lambda p: (p[0].finish, p[0].job))[:self.trainer.limit - 1]
+        for spec, _ in others:
+            del self._pending[spec.job]
+        group += others
+        flats = self.trainer.train([g[0] for g in group], [g[1] for g in group])
+        for (spec, _), flat in zip(group[1:], flats[1:]):
+            self._done[spec.job] = flat
+        return flats[0]
 
     def close(self) -> None:
         self._pending.clear()
+        self._done.clear()

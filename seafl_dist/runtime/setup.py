@@ -71,10 +71,11 @@ class Experiment:
         return list(self._n_samples) if self._n_samples is not None else [len(s) for s in self.shards]
 
     def new_model(self):
-        """A fresh LightningModule for this dataset (weights are overwritten from a flat vector)."""
+        """A fresh model for this dataset (weights are overwritten from a flat vector): the plain
+        nn.Module form, so no rank pays for importing Lightning (see models/base.py)."""
         d, m = self.train, self.cfg.model
         return build_model(m.name, d.num_classes, d.in_channels, width=m.width, image_size=d.image_size,
-                           optim=self.cfg.train)
+                           optim=self.cfg.train, lightning=False)
 
     def initial_flat(self) -> torch.Tensor:
         """w_0: the model initialised from the run's "init" stream, identical on every rank."""

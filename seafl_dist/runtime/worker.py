@@ -1,5 +1,8 @@
 """A worker rank (>= 1): receives jobs, trains them earliest-virtual-finish first, returns models.
 
+With ``runtime.batch_jobs`` = G > 1 it takes up to G queued jobs (the earliest-finishing) and
+trains them together (train/batched.py); which jobs share a group depends on what has arrived.
+
 Protocol (see transport/messages.py): a JOB header carries the global model as payload only
 when this worker does not hold that version yet; rank 0 dispatches jobs in non-decreasing
 version order, so once a newer version has arrived an older one is dropped as soon as no
@@ -9,7 +12,7 @@ from __future__ import annotations
 
 import heapq
 
-from seafl_dist.runtime.executor import JobSpec, run_job
+from seafl_dist.runtime.executor import GroupTrainer, JobSpec
 from seafl_dist.runtime.liveness import POLL_S, Progress
 from seafl_dist.transport import BYE, JOB, RESULT, STOP, Channel, Header, Mailbox, Outbox
 
@@ -26,7 +29,7 @@ def run_worker(exp, rank: int, numel: int, watcher, links=(Channel(), Channel())
     any) as it was trained: the outbox copies it to the host on a side stream while the
     next job trains."""
     progress = progress if progress is not None else Progress()
-    model = exp.new_model()
+    trainer = GroupTrainer(exp)
     down, up = links
     mailbox, outbox = Mailbox([0], numel, down), Outbox(up)
     versions, queue, newest, trained = {}, [], -1, 0
@@ -51,12 +54,14 @@ def run_worker(exp, rank: int, numel: int, watcher, links=(Channel(), Channel())
             if silent:
                 raise RankZeroLost(f"rank {rank}: rank 0 has been silent for {silent[0][1]:.0f}s; giving up")
             continue
-        _, _, h = heapq.heappop(queue)
-        spec = JobSpec(h.job, h.device, h.version, h.epochs, h.finish)
-        flat = run_job(exp, model, spec, versions[h.version], on_step=progress.step, result_on_device=True)
-        outbox.send(0, Header(RESULT, job=h.job, device=h.device, version=h.version, epochs=h.epochs,
-                              has_payload=True, finish=h.finish, payload_numel=numel), flat)
-        trained += 1
+        group = [heapq.heappop(queue)[2] for _ in range(min(trainer.limit, len(queue)))]
+        specs = [JobSpec(h.job, h.device, h.version, h.epochs, h.finish) for h in group]
+        flats = trainer.train(specs, [versions[h.version] for h in group], on_step=progress.step,
+                              result_on_device=True)
+        for h, flat in zip(group, flats):
+            outbox.send(0, Header(RESULT, job=h.job, device=h.device, version=h.version, epochs=h.epochs,
+                                  has_payload=True, finish=h.finish, payload_numel=numel), flat)
+        trained += len(group)
         needed = {q[2].version for q in queue} | {newest}
         for v in [v for v in versions if v not in needed]:
             del versions[v]

@@ -1,5 +1,6 @@
-"""Local training of one job and evaluation of a flat model; no torch.distributed here."""
+"""Local training of one job (or a group of jobs at once) and evaluation of a flat model; no torch.distributed here."""
+from seafl_dist.train.batched import train_jobs
 from seafl_dist.train.flat import FlatLayout, flatten, load_flat
 from seafl_dist.train.local import evaluate, train_job
 
-__all__ = ["FlatLayout", "evaluate", "flatten", "load_flat", "train_job"]
+__all__ = ["FlatLayout", "evaluate", "flatten", "load_flat", "train_job", "train_jobs"]
