@@ -7,7 +7,10 @@
 
 Each run is ``python -m seafl_dist run <out>/configs/<run>.yaml --out <out>/<run>`` (the sweep's
 ``launcher``, e.g. ``torchrun --standalone --nproc_per_node=4``, replaces ``python``), its
-output in ``<run>/log.txt``. A run whose ``summary.json`` says ``completed`` and whose config
+output in ``<run>/log.txt``. ``index=I`` runs only the I-th run of ``Sweep.expand()`` (the
+order ``seafl sweep --list`` prints), with no report: a SLURM job array runs one index per task,
+all writing the same sweep.json and configs (atomically, so concurrent tasks never read a
+half-written file), and ``seafl report <out>`` follows. A run whose ``summary.json`` says ``completed`` and whose config
 is unchanged is skipped, so rerunning an interrupted sweep resumes it. A failed run does not
 stop the others; the sweep then exits 1 and names the failed runs. With ``jobs`` > 1 each run
 gets ``cpu_count // jobs`` torch threads (``runtime.threads``, ``OMP_NUM_THREADS``) unless the
@@ -25,7 +28,7 @@ from pathlib import Path
 
 import yaml
 
-from seafl_dist.config import dump_config
+from seafl_dist.config import ConfigError, dump_config
 from seafl_dist.experiments.sweep import Sweep, SweepRun, comparable, load_comparable
 
 
@@ -106,31 +109,44 @@ class _Pool:
             log.close()
 
 
-def prepare_sweep(sweep: Sweep, out: Path, jobs: int) -> list[tuple[SweepRun, Path, Path]]:
-    """Expand and validate every run, write sweep.json and the per-run configs."""
+def prepare_sweep(sweep: Sweep, out: Path, jobs: int, index: int | None = None) -> list[tuple[SweepRun, Path, Path]]:
+    """Expand and validate every run (and ``index``), write sweep.json and the per-run configs."""
     threads = max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 else None
     runs = sweep.expand(threads=threads)
+    if index is not None and not 0 <= index < len(runs):
+        raise ConfigError(f"--index {index}: sweep '{sweep.name}' has {len(runs)} runs, indices 0-{len(runs) - 1}; "
+                          "`seafl sweep ... --list` prints them")
     (out / "configs").mkdir(parents=True, exist_ok=True)
     labels = list(dict.fromkeys(r.label for r in runs))  # listed by point, then seed
     listed = sorted(runs, key=lambda r: (labels.index(r.label), r.seed))
-    meta = {**sweep.describe(), "runs": [{"name": r.name, "label": r.label, "point": r.point, "seed": r.seed}
-                                         for r in listed]}
-    (out / "sweep.json").write_text(json.dumps(meta, indent=2, default=str) + "\n")
+    index = {r.name: i for i, r in enumerate(runs)}  # --index I runs runs[I]
+    meta = {**sweep.describe(), "runs": [{"index": index[r.name], "name": r.name, "label": r.label, "point": r.point,
+                                          "seed": r.seed} for r in listed]}
+    _write_atomic(out / "sweep.json", json.dumps(meta, indent=2, default=str) + "\n")
     planned = []
     for r in runs:
         path = out / "configs" / f"{r.name}.yaml"
-        path.write_text(dump_config(r.config))
+        _write_atomic(path, dump_config(r.config))
         planned.append((r, path, out / r.name))
     return planned
 
 
+def _write_atomic(path: Path, text: str) -> None:
+    """Write via a temp file and rename: array tasks write the same files while others read them."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
 def run_sweep(sweep: Sweep, out_dir: str | Path, *, jobs: int = 1, stream=None, dry_run: bool = False,
-              report: bool = True) -> int:
-    """Run every run not yet completed; 0 if all completed, 1 if any failed."""
+              report: bool = True, index: int | None = None) -> int:
+    """Run every run (or only run ``index``) not yet completed; 0 if all completed, 1 if any failed."""
     stream = stream or sys.stderr
     out = Path(out_dir)
-    jobs = max(1, int(jobs))
-    planned = prepare_sweep(sweep, out, jobs)
+    jobs = 1 if index is not None else max(1, int(jobs))
+    planned = prepare_sweep(sweep, out, jobs, index=index)
+    if index is not None:
+        planned, report = [planned[index]], False
     todo = deque()
     for r, cfg_path, run_dir in planned:
         if run_status(run_dir) == "completed":
@@ -169,6 +185,10 @@ def run_sweep(sweep: Sweep, out_dir: str | Path, *, jobs: int = 1, stream=None, 
     if failed:
         print(f"sweep {sweep.name}: {len(failed)} of {len(planned)} runs failed: {', '.join(failed)}", file=stream)
         return 1
+    if index is not None:
+        print(f"sweep {sweep.name}: run {index} ({planned[0][0].name}) completed; when every run is done: "
+              f"seafl report {out}", file=stream)
+        return 0
     print(f"sweep {sweep.name}: all {len(planned)} runs completed", file=stream)
     return 0
 
