@@ -106,7 +106,7 @@ class Cluster:
         deadline, last = time.monotonic() + timeout, {}
         while time.monotonic() < deadline:
             state = self.job_state(job_id)
-            if not state or state.get("JobState") in FINISHED:
+            if not state or state.get("JobState") in FINISHED or state.get("Reason") == "DependencyNeverSatisfied":
                 return state
             last = state
             time.sleep(0.3)
