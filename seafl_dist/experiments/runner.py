@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import deque
 from pathlib import Path
@@ -100,13 +102,33 @@ class _Pool:
     def stop(self) -> None:
         for proc in self.running:
             proc.terminate()
-        for proc in self.running:
+        for proc in self.running:  # time to checkpoint and write summary.json
             try:
-                proc.wait(timeout=10)
+                proc.wait(timeout=60)
             except subprocess.TimeoutExpired:
                 proc.kill()
         for _, _, _, log, _ in self.running.values():
             log.close()
+
+
+class SweepSignal(KeyboardInterrupt):
+    """SIGTERM or SIGUSR1 reached the sweep (scancel, preemption, a SLURM time-limit warning)."""
+
+
+def _stop_on_signals() -> dict:
+    """Make SIGTERM/SIGUSR1 stop the sweep like Ctrl-C: its runs get SIGTERM and are waited for.
+
+    Without this the sweep process would die at once, and under SLURM the job step ends with it,
+    killing the runs before they have written their checkpoint and summary. Returns the handlers
+    to restore.
+    """
+    def stop(signum, frame):
+        raise SweepSignal(signal.Signals(signum).name)
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGTERM, signal.SIGUSR1):
+            previous[signum] = signal.signal(signum, stop)
+    return previous
 
 
 def prepare_sweep(sweep: Sweep, out: Path, jobs: int, index: int | None = None) -> list[tuple[SweepRun, Path, Path]]:
@@ -166,6 +188,7 @@ def run_sweep(sweep: Sweep, out_dir: str | Path, *, jobs: int = 1, stream=None, 
     if threads:
         env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
     pool, failed, n = _Pool(jobs, env, stream), [], len(todo)
+    previous = _stop_on_signals()
     try:
         for i in range(n):
             while len(pool.running) >= jobs:
@@ -177,9 +200,14 @@ def run_sweep(sweep: Sweep, out_dir: str | Path, *, jobs: int = 1, stream=None, 
             failed += [r.name for r, ok in pool.reap() if not ok]
             time.sleep(0.1)
     except BaseException:
+        for signum in previous:  # under SLURM the same signal may come twice: let nothing cut the wait short
+            signal.signal(signum, signal.SIG_IGN)
         pool.say(f"sweep {sweep.name}: stopping {len(pool.running)} running run(s); rerun the same command to resume")
         pool.stop()
         raise
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
     if report:
         _report(sweep, out, stream)
     if failed:

@@ -1,8 +1,10 @@
 """`seafl sweep --list` and `--index I`: what a SLURM job array (slurm/sweep.sbatch) runs, one run per task."""
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import yaml
 
@@ -67,3 +69,37 @@ def test_index_out_of_range_or_with_list_is_one_clear_line(tmp_path):
     assert not (tmp_path / "s").exists()
     both = seafl("sweep", *ARGS, "--index", "1", "--list")
     assert both.returncode == 2 and "argument --list: not allowed with argument --index" in both.stderr
+
+
+def _processes_mentioning(text):
+    """Pids whose command line contains ``text`` (from /proc)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                if text.encode() in f.read():
+                    pids.append(int(entry))
+        except (OSError, ValueError):
+            continue
+    return pids
+
+
+def test_sigterm_stops_the_sweep_only_after_its_run_has_stopped(tmp_path):
+    """SIGTERM (scancel, preemption; sweep.sbatch forwards a time-limit warning as SIGTERM) reaches the sweep
+    process: it passes SIGTERM on to its run and waits for it, instead of dying at once and leaving the run
+    to be killed with the job step before it has saved anything."""
+    out = tmp_path / "s"
+    sweep = subprocess.Popen([sys.executable, "-m", "seafl_dist", "sweep", *map(str, ARGS), "run.max_aggregations=100000",
+                              "--index", "0", "--out", str(out)], cwd=ROOT, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    run_dir = out / "algorithm=seafl,theta=0.25,seed=0"
+    deadline = time.monotonic() + 120
+    while not (run_dir / "events.jsonl").exists():  # the run is training
+        assert time.monotonic() < deadline and sweep.poll() is None, sweep.communicate()
+        time.sleep(0.2)
+    assert _processes_mentioning(f"--out\0{run_dir}")
+    sweep.send_signal(signal.SIGTERM)
+    _, err = sweep.communicate(timeout=90)
+    assert sweep.returncode == 130, err
+    assert "stopping 1 running run(s); rerun the same command to resume" in err
+    assert not _processes_mentioning(f"--out\0{run_dir}"), "the run outlived the sweep"
