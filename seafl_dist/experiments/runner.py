@@ -14,7 +14,8 @@ half-written file), and ``seafl report <out>`` follows. A run whose ``summary.js
 is unchanged is skipped, so rerunning an interrupted sweep resumes it. A failed run does not
 stop the others; the sweep then exits 1 and names the failed runs. With ``jobs`` > 1 each run
 gets ``cpu_count // jobs`` torch threads (``runtime.threads``, ``OMP_NUM_THREADS``) unless the
-config sets ``runtime.threads``, so parallel runs do not oversubscribe the cores.
+config sets ``runtime.threads``, so parallel runs do not oversubscribe the cores. SIGTERM and
+SIGUSR1 stop the sweep like Ctrl-C: the running runs get SIGTERM and are waited for.
 """
 from __future__ import annotations
 
