@@ -5,7 +5,6 @@ be byte-identical to the same config run in one process, as on a laptop.
 """
 import json
 import re
-import os
 import subprocess
 import sys
 import time
@@ -113,10 +112,12 @@ def test_sweep_array_then_dependent_report(slurm, submit, tmp_path):
                     f"--wrap={sys.executable} -m seafl_dist report {out}").stdout.split(";")[0].strip()
     state = slurm.wait_job(report, timeout=240)
     assert state.get("JobState", "COMPLETED") == "COMPLETED", (state, job_log(report_log))
-    logs = "".join(job_log(tmp_path / f"task-{i}.out") for i in range(4))
+    logs = [job_log(tmp_path / f"task-{i}.out") for i in range(4)]
+    for i, text in enumerate(logs):  # one run per array task
+        assert f"--index {i}" in text and f"run {i} (" in text, text
     names = [line.split("\t")[1] for line in listed]
     for name in names:
-        assert status(out / name) == "completed", logs
+        assert status(out / name) == "completed", "".join(logs)
     index = {r["name"]: r["index"] for r in json.loads((out / "sweep.json").read_text())["runs"]}
     assert index == {name: i for i, name in enumerate(names)}
     report = (out / "report.md").read_text()
