@@ -13,6 +13,8 @@
         Run the cross product of a grid, each run its own process and dir, P at a time; rerun to
         resume (completed runs are skipped). CONFIG is a run config or a sweep file
         (seafl_dist/experiments/sweep.py documents the format; configs/paper/, configs/digits/).
+        --list prints the runs (index, name, overrides); --index I runs only run I (a SLURM job
+        array runs one index per task: slurm/sweep.sbatch).
 
     seafl report RUN_OR_SWEEP_DIR... [--target 0.5,0.7] [--baseline fedbuff] [--out DIR]
         report.md/.csv, runs.csv, accuracy_vs_time.png and (for one run) timeline.png.
@@ -59,6 +61,8 @@ SWEEP_EPILOG = """examples:
   seafl sweep configs/quickstart.yaml --grid algorithm.name=seafl,fedbuff --seeds 0,1,2 --jobs 2
   seafl sweep configs/digits/buffer_size.yaml --jobs 2          # a sweep file; rerun to resume
   seafl sweep configs/paper/seafl2_cifar10.yaml --dry-run       # print the commands only
+  seafl sweep configs/digits/buffer_size.yaml --list            # index, name, overrides of each run
+  seafl sweep configs/digits/buffer_size.yaml --index 3         # run 3 only (SLURM arrays: slurm/sweep.sbatch)
 Grid values are YAML, split at top-level commas (null = infinity)."""
 
 
@@ -75,6 +79,9 @@ def add_sweep_parser(sub) -> None:
     p.add_argument("--name", help="sweep name (default: the sweep file's name or stem)")
     p.add_argument("--launcher", help="command that replaces `python` for each run, e.g. 'torchrun --nproc_per_node=4'")
     p.add_argument("--dry-run", action="store_true", help="validate, write the configs, print the commands")
+    one = p.add_mutually_exclusive_group()
+    one.add_argument("--list", action="store_true", help="print each run's index, name and overrides; run nothing")
+    one.add_argument("--index", type=int, metavar="I", help="run only run I of --list (no report; resumable)")
 
 
 def add_report_parser(sub) -> None:
@@ -133,8 +140,21 @@ def cmd_sweep(args) -> int:
                        seeds=parse_seeds(args.seeds) if args.seeds else None, overrides=args.overrides, name=args.name)
     if args.launcher:
         sweep.launcher = shlex.split(args.launcher)
+    if args.list:
+        return list_runs(sweep, args)
     out = Path(args.out) if args.out else Path("runs") / sweep.name
-    return run_sweep(sweep, out, jobs=args.jobs, dry_run=args.dry_run)
+    return run_sweep(sweep, out, jobs=args.jobs, dry_run=args.dry_run, index=args.index)
+
+
+def list_runs(sweep, args) -> int:
+    """``--list``: one line per run, ``index<TAB>name<TAB>overrides``, on stdout (for scripts and job arrays)."""
+    from seafl_dist.experiments.sweep import run_overrides
+    runs = sweep.expand()
+    for i, r in enumerate(runs):
+        print(f"{i}\t{r.name}\t{' '.join(run_overrides(r))}")
+    print(f"{len(runs)} runs; one per SLURM array task: sbatch --array=0-{len(runs) - 1} slurm/sweep.sbatch "
+          f"{args.config} ... (the same arguments, without --list)", file=sys.stderr)
+    return 0
 
 
 def cmd_report(args) -> int:

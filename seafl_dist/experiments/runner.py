@@ -7,29 +7,35 @@
 
 Each run is ``python -m seafl_dist run <out>/configs/<run>.yaml --out <out>/<run>`` (the sweep's
 ``launcher``, e.g. ``torchrun --standalone --nproc_per_node=4``, replaces ``python``), its
-output appended to ``<run>/log.txt``. A run whose ``summary.json`` says ``completed`` and whose
-config is unchanged is skipped, and an interrupted run continues from its checkpoint (``seafl
-run`` resumes a run dir that holds one), so rerunning an interrupted sweep resumes it. SIGTERM,
-SIGINT or SIGUSR1 to the sweep stops its children with SIGTERM: each checkpoints first. A failed
-run does not stop the others; the sweep then exits 1 and names the failed runs. With ``jobs`` > 1,
-or a launcher that starts several ranks per run, each rank gets ``cpus // (jobs * ranks)`` torch
-threads (``runtime.threads``, ``OMP_NUM_THREADS``) unless the config sets ``runtime.threads``,
-so parallel runs do not oversubscribe the cores; ``cpus`` is what this process may use (its
-affinity and the Slurm allocation, :func:`~seafl_dist.runtime.setup.cpus_here`), not the node's total.
+output appended to ``<run>/log.txt``. ``index=I`` runs only the I-th run of ``Sweep.expand()``
+(the order ``seafl sweep --list`` prints), with no report: a SLURM job array runs one index per
+task, all writing the same sweep.json and configs (atomically, so concurrent tasks never read a
+half-written file), and ``seafl report <out>`` follows. A run whose ``summary.json`` says
+``completed`` and whose config is unchanged is skipped, and an interrupted run continues from its
+checkpoint (``seafl run`` resumes a run dir that holds one), so rerunning an interrupted sweep
+resumes it. SIGTERM, SIGINT or SIGUSR1 to the sweep stop it like Ctrl-C: its running runs get
+SIGTERM (each checkpoints first) and are waited for. A failed run does not stop the others; the
+sweep then exits 1 and names the failed runs. With ``jobs`` > 1, or a launcher that starts several
+ranks per run, each rank gets ``cpus // (jobs * ranks)`` torch threads (``runtime.threads``,
+``OMP_NUM_THREADS``) unless the config sets ``runtime.threads``, so parallel runs do not
+oversubscribe the cores; ``cpus`` is what this process may use (its affinity and the Slurm
+allocation, :func:`~seafl_dist.runtime.setup.cpus_here`), not the node's total.
 """
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import deque
 from pathlib import Path
 
 import yaml
 
-from seafl_dist.config import dump_config
+from seafl_dist.config import ConfigError, dump_config
 from seafl_dist.experiments.sweep import Sweep, SweepRun, comparable, load_comparable
 
 
@@ -128,7 +134,7 @@ class _Pool:
         """SIGTERM every child: each checkpoints and writes its summary (interrupted); a rerun resumes it."""
         for proc in self.running:
             proc.terminate()
-        for proc in self.running:
+        for proc in self.running:  # time to checkpoint and write summary.json
             try:
                 proc.wait(timeout=60)
             except subprocess.TimeoutExpired:
@@ -137,30 +143,63 @@ class _Pool:
             log.close()
 
 
-def prepare_sweep(sweep: Sweep, out: Path, jobs: int) -> list[tuple[SweepRun, Path, Path]]:
-    """Expand and validate every run, write sweep.json and the per-run configs."""
+class SweepSignal(KeyboardInterrupt):
+    """SIGTERM or SIGUSR1 reached the sweep (scancel, preemption, a SLURM time-limit warning)."""
+
+
+def _stop_on_signals() -> dict:
+    """Make SIGTERM/SIGUSR1 stop the sweep like Ctrl-C: its runs get SIGTERM and are waited for.
+
+    Without this the sweep process would die at once, and under SLURM the job step ends with it,
+    killing the runs before they have written their checkpoint and summary. Returns the handlers
+    to restore.
+    """
+    def stop(signum, frame):
+        raise SweepSignal(signal.Signals(signum).name)
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGTERM, signal.SIGUSR1):
+            previous[signum] = signal.signal(signum, stop)
+    return previous
+
+
+def prepare_sweep(sweep: Sweep, out: Path, jobs: int, index: int | None = None) -> list[tuple[SweepRun, Path, Path]]:
+    """Expand and validate every run (and ``index``), write sweep.json and the per-run configs."""
     runs = sweep.expand(threads=threads_per_run(jobs, sweep.launcher))
+    if index is not None and not 0 <= index < len(runs):
+        raise ConfigError(f"--index {index}: sweep '{sweep.name}' has {len(runs)} runs, indices 0-{len(runs) - 1}; "
+                          "`seafl sweep ... --list` prints them")
     (out / "configs").mkdir(parents=True, exist_ok=True)
     labels = list(dict.fromkeys(r.label for r in runs))  # listed by point, then seed
     listed = sorted(runs, key=lambda r: (labels.index(r.label), r.seed))
-    meta = {**sweep.describe(), "runs": [{"name": r.name, "label": r.label, "point": r.point, "seed": r.seed}
-                                         for r in listed]}
-    (out / "sweep.json").write_text(json.dumps(meta, indent=2, default=str) + "\n")
+    index = {r.name: i for i, r in enumerate(runs)}  # --index I runs runs[I]
+    meta = {**sweep.describe(), "runs": [{"index": index[r.name], "name": r.name, "label": r.label, "point": r.point,
+                                          "seed": r.seed} for r in listed]}
+    _write_atomic(out / "sweep.json", json.dumps(meta, indent=2, default=str) + "\n")
     planned = []
     for r in runs:
         path = out / "configs" / f"{r.name}.yaml"
-        path.write_text(dump_config(r.config))
+        _write_atomic(path, dump_config(r.config))
         planned.append((r, path, out / r.name))
     return planned
 
 
+def _write_atomic(path: Path, text: str) -> None:
+    """Write via a temp file and rename: array tasks write the same files while others read them."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
 def run_sweep(sweep: Sweep, out_dir: str | Path, *, jobs: int = 1, stream=None, dry_run: bool = False,
-              report: bool = True) -> int:
-    """Run every run not yet completed; 0 if all completed, 1 if any failed."""
+              report: bool = True, index: int | None = None) -> int:
+    """Run every run (or only run ``index``) not yet completed; 0 if all completed, 1 if any failed."""
     stream = stream or sys.stderr
     out = Path(out_dir)
-    jobs = max(1, int(jobs))
-    planned = prepare_sweep(sweep, out, jobs)
+    jobs = 1 if index is not None else max(1, int(jobs))
+    planned = prepare_sweep(sweep, out, jobs, index=index)
+    if index is not None:
+        planned, report = [planned[index]], False
     todo = deque()
     for r, cfg_path, run_dir in planned:
         if run_status(run_dir) == "completed":
@@ -181,6 +220,7 @@ def run_sweep(sweep: Sweep, out_dir: str | Path, *, jobs: int = 1, stream=None, 
     if threads:
         env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
     pool, failed, n = _Pool(jobs, env, stream), [], len(todo)
+    previous = _stop_on_signals()
     try:
         for i in range(n):
             while len(pool.running) >= jobs:
@@ -192,14 +232,23 @@ def run_sweep(sweep: Sweep, out_dir: str | Path, *, jobs: int = 1, stream=None, 
             failed += [r.name for r, ok in pool.reap() if not ok]
             time.sleep(0.1)
     except BaseException:
+        for signum in previous:  # under SLURM the same signal may come twice: let nothing cut the wait short
+            signal.signal(signum, signal.SIG_IGN)
         pool.say(f"sweep {sweep.name}: stopping {len(pool.running)} running run(s); rerun the same command to resume")
         pool.stop()
         raise
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
     if report:
         _report(sweep, out, stream)
     if failed:
         print(f"sweep {sweep.name}: {len(failed)} of {len(planned)} runs failed: {', '.join(failed)}", file=stream)
         return 1
+    if index is not None:
+        print(f"sweep {sweep.name}: run {index} ({planned[0][0].name}) completed; when every run is done: "
+              f"seafl report {out}", file=stream)
+        return 0
     print(f"sweep {sweep.name}: all {len(planned)} runs completed", file=stream)
     return 0
 

@@ -185,6 +185,13 @@ class Sweep:
                 "launcher": self.launcher}
 
 
+def run_overrides(run: SweepRun) -> list[str]:
+    """The dotted overrides that make ``run`` out of the sweep's common config (its point, then its seed)."""
+    def text(v):  # exact floats here (names round them with format_value)
+        return repr(v) if isinstance(v, float) else format_value(v)
+    return [f"{k}={text(v)}" for k, v in run.point.items()] + [f"run.seed={run.seed}"]
+
+
 def _merge(dst: dict, src: dict) -> dict:
     for k, v in src.items():
         if isinstance(v, dict) and isinstance(dst.get(k), dict):
