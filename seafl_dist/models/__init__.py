@@ -10,13 +10,17 @@ gives logits, ``training_step`` the cross-entropy loss, ``configure_optimizers``
 ``optim`` (a :class:`~seafl_dist.config.TrainConfig`; its defaults when ``None``). ``width``
 multiplies every channel count (at least 1 channel each), so tests can use tiny versions.
 
+``name`` may also be an import path ``pkg.module:builder`` (:mod:`.custom`, :mod:`seafl_dist.plugins`).
+
 Parameters at width 1 and 10 classes: lenet5 61,706 (28x28x1) / 83,126 (32x32x3),
 resnet18 11,173,962 (3 channels), vgg16 14,728,266 (3 channels).
 """
 from __future__ import annotations
 
 from ..config import TrainConfig
+from ..plugins import is_import_path
 from .base import FLModule, scaled
+from .custom import build_custom
 from .lenet import LeNet5
 from .resnet import ResNet18
 from .vgg import VGG16
@@ -27,6 +31,8 @@ MODELS = {"lenet5": LeNet5, "resnet18": ResNet18, "vgg16": VGG16}
 def build_model(name: str, num_classes: int, in_channels: int, *, width: float = 1.0, image_size: int = 28,
                 optim: TrainConfig | None = None) -> FLModule:
     """A fresh, randomly initialised model (seed torch beforehand for reproducible weights)."""
+    if is_import_path(name):
+        return build_custom(name, num_classes, in_channels, width=width, image_size=image_size, optim=optim)
     if name not in MODELS:
         raise ValueError(f"unknown model {name!r}; known: {', '.join(MODELS)}")
     return MODELS[name](num_classes, in_channels, width=width, image_size=image_size, optim=optim)
