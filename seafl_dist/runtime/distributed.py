@@ -25,7 +25,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from seafl_dist.runtime.liveness import POLL_S, Heartbeat, Progress, Watcher
+from seafl_dist.runtime.liveness import POLL_S, Heartbeat, StepCounter, Watcher
 from seafl_dist.runtime.server import Server, format_summary
 from seafl_dist.runtime.setup import cpus_here, oversubscription, prepare
 from seafl_dist.runtime.worker import run_worker
@@ -158,7 +158,7 @@ def run_distributed(cfg, out_dir, *, rank: int, world_size: int, local_rank: int
     links = make_links(backend)
     store = dist.distributed_c10d._get_default_store()
     hb_limit = max(3.0, min(30.0, cfg.runtime.timeout_s / 2))
-    progress = Progress() if rank > 0 else None
+    progress = StepCounter() if rank > 0 else None
     beat = Heartbeat(store, rank, progress=progress)
     numel = exp.initial_flat().numel()
     ok = False

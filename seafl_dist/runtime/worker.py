@@ -10,7 +10,7 @@ from __future__ import annotations
 import heapq
 
 from seafl_dist.runtime.executor import JobSpec, run_job
-from seafl_dist.runtime.liveness import POLL_S, Progress
+from seafl_dist.runtime.liveness import POLL_S, StepCounter
 from seafl_dist.transport import BYE, JOB, RESULT, STOP, Header, Mailbox, Outbox
 
 
@@ -21,15 +21,15 @@ class RankZeroLost(RuntimeError):
 def run_worker(exp, rank: int, numel: int, comm_device, watcher, links=(None, None), progress=None) -> int:
     """Serve rank 0 until it says STOP; return the number of jobs trained.
 
-    ``progress`` (a liveness.Progress) is bumped for every message handled and every optimiser
+    ``progress`` (a liveness.StepCounter) is bumped for every message handled and every optimiser
     step, so rank 0 can tell a long job from a stuck worker."""
-    progress = progress if progress is not None else Progress()
+    progress = progress if progress is not None else StepCounter()
     model = exp.new_model()
     down, up = links
     mailbox, outbox = Mailbox([0], numel, comm_device, group=down), Outbox(up)
     versions, queue, newest, trained = {}, [], -1, 0
     while True:
-        for _, h, payload in mailbox.poll(timeout=None if queue else POLL_S):
+        for _, h, payload in mailbox.poll(timeout=0 if queue else POLL_S):
             if h.kind == STOP:
                 outbox.flush()
                 outbox.send(0, Header(BYE, job=trained), comm_device=comm_device)

@@ -5,24 +5,7 @@ Batch-norm running statistics travel with the weights and take part in every agg
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
-
-
-@dataclass(frozen=True)
-class FlatLayout:
-    names: tuple
-    shapes: tuple
-    dtypes: tuple
-    numel: int
-
-    @classmethod
-    def of(cls, module: torch.nn.Module) -> "FlatLayout":
-        sd = module.state_dict()
-        shapes = tuple(tuple(t.shape) for t in sd.values())
-        return cls(tuple(sd.keys()), shapes, tuple(t.dtype for t in sd.values()),
-                   sum(t.numel() for t in sd.values()))
 
 
 def flatten(module: torch.nn.Module) -> torch.Tensor:
