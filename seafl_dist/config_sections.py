@@ -204,7 +204,7 @@ class RunConfig:
 @dataclass(kw_only=True)
 class RuntimeConfig:
     device: str = "auto"  # auto, cpu, cuda
-    backend: str = "auto"  # auto, gloo, nccl (distributed transport)
+    backend: str = "auto"  # payload transport: auto (= gloo, pinned host buffers), gloo, nccl (opt-in; untested on >= 2 GPUs)
     timeout_s: float = 600.0  # a dead, frozen or stuck (no training progress) worker is named within this
     precision: str = "32"  # 32 or bf16 (autocast on GPU)
     threads: Optional[int] = None  # torch intra-op threads per process (None: torch's default)

@@ -220,7 +220,7 @@ def _load_cifar10(root: Path, train: bool, download: bool) -> ArrayDataset:
         labels.extend(entry["labels"] if "labels" in entry else entry["fine_labels"])
     with open(base / meta, "rb") as fh:
         classes = list(pickle.load(fh, encoding="latin1")[CIFAR10.meta["key"]])
-    images = torch.from_numpy(np.concatenate(data).reshape(-1, 3, 32, 32).copy())  # rows are R, G, B planes
+    images = torch.from_numpy(np.concatenate(data).reshape(-1, 3, 32, 32))  # rows are R, G, B planes; one copy
     return ArrayDataset(images, torch.tensor(labels, dtype=torch.int64), 10, "cifar10", *NORMALIZATION["cifar10"], classes)
 
 

@@ -9,9 +9,11 @@ Each run is ``python -m seafl_dist run <out>/configs/<run>.yaml --out <out>/<run
 ``launcher``, e.g. ``torchrun --standalone --nproc_per_node=4``, replaces ``python``), its
 output in ``<run>/log.txt``. A run whose ``summary.json`` says ``completed`` and whose config
 is unchanged is skipped, so rerunning an interrupted sweep resumes it. A failed run does not
-stop the others; the sweep then exits 1 and names the failed runs. With ``jobs`` > 1 each run
-gets ``cpu_count // jobs`` torch threads (``runtime.threads``, ``OMP_NUM_THREADS``) unless the
-config sets ``runtime.threads``, so parallel runs do not oversubscribe the cores.
+stop the others; the sweep then exits 1 and names the failed runs. With ``jobs`` > 1, or a
+launcher that starts several ranks per run, each rank gets ``cpus // (jobs * ranks)`` torch
+threads (``runtime.threads``, ``OMP_NUM_THREADS``) unless the config sets ``runtime.threads``,
+so parallel runs do not oversubscribe the cores; ``cpus`` is what this process may use (its
+affinity and the Slurm allocation, :func:`~seafl_dist.runtime.setup.cpus_here`), not the node's total.
 """
 from __future__ import annotations
 
@@ -27,6 +29,32 @@ import yaml
 
 from seafl_dist.config import dump_config
 from seafl_dist.experiments.sweep import Sweep, SweepRun, comparable, load_comparable
+
+
+def ranks_per_run(launcher: list[str], cpus: int) -> int:
+    """The ranks one run starts on this node: torchrun's ``--nproc_per_node`` (or ``--nproc-per-node``);
+    1 without it. A non-numeric value (``auto``, ``cpu``, ``gpu``) counts as one rank per CPU."""
+    for i, arg in enumerate(launcher):
+        for flag in ("--nproc_per_node", "--nproc-per-node"):
+            if arg == flag and i + 1 < len(launcher):
+                value = launcher[i + 1]
+            elif arg.startswith(flag + "="):
+                value = arg.split("=", 1)[1]
+            else:
+                continue
+            return int(value) if value.isdigit() and int(value) > 0 else cpus
+    return 1
+
+
+def threads_per_run(jobs: int, launcher: list[str], cpus: int | None = None) -> int | None:
+    """torch threads for each rank of each run: the CPUs here shared by ``jobs`` runs of
+    :func:`ranks_per_run` ranks; ``None`` (torch's default) for one single-process run at a time."""
+    from seafl_dist.runtime.setup import cpus_here
+    cpus = cpus_here() if cpus is None else cpus
+    ranks = ranks_per_run(launcher, cpus)
+    if jobs <= 1 and ranks <= 1:
+        return None
+    return max(1, cpus // (jobs * ranks))
 
 
 def run_command(sweep: Sweep, config_path: Path, run_dir: Path) -> list[str]:
@@ -108,8 +136,7 @@ class _Pool:
 
 def prepare_sweep(sweep: Sweep, out: Path, jobs: int) -> list[tuple[SweepRun, Path, Path]]:
     """Expand and validate every run, write sweep.json and the per-run configs."""
-    threads = max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 else None
-    runs = sweep.expand(threads=threads)
+    runs = sweep.expand(threads=threads_per_run(jobs, sweep.launcher))
     (out / "configs").mkdir(parents=True, exist_ok=True)
     labels = list(dict.fromkeys(r.label for r in runs))  # listed by point, then seed
     listed = sorted(runs, key=lambda r: (labels.index(r.label), r.seed))
@@ -146,7 +173,8 @@ def run_sweep(sweep: Sweep, out_dir: str | Path, *, jobs: int = 1, stream=None, 
             print(" ".join(run_command(sweep, cfg_path, run_dir)), file=stream)
         return 0
     env = dict(os.environ)
-    threads = planned[0][0].config.runtime.threads if planned and jobs > 1 else None
+    shared = threads_per_run(jobs, sweep.launcher) is not None
+    threads = planned[0][0].config.runtime.threads if planned and shared else None
     if threads:
         env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
     pool, failed, n = _Pool(jobs, env, stream), [], len(todo)

@@ -21,15 +21,17 @@ import os
 import signal
 import sys
 import time
+from functools import partial
 
 import torch
 import torch.distributed as dist
 
 from seafl_dist.runtime.liveness import POLL_S, Heartbeat, StepCounter, Watcher
 from seafl_dist.runtime.server import Server, format_summary
-from seafl_dist.runtime.setup import cpus_here, oversubscription, prepare
+from seafl_dist.runtime.fetch import once_per_node
+from seafl_dist.runtime.setup import cpus_here, keep_only, oversubscription, pick_device, prepare
 from seafl_dist.runtime.worker import run_worker
-from seafl_dist.transport import JOB, RESULT, STOP, Header, Mailbox, Outbox, make_links
+from seafl_dist.transport import JOB, RESULT, STOP, Channel, Header, Mailbox, Outbox, make_links
 
 
 class WorkerLost(RuntimeError):
@@ -47,13 +49,13 @@ class DistributedExecutor:
     # Progress is published once a second: a stall limit under this would see publication delay.
     stall_floor_s = 3.0
 
-    def __init__(self, world_size: int, numel: int, comm_device, watcher: Watcher, timeout_s: float,
-                 links=(None, None)):
-        self.world, self.numel, self.dev = world_size, numel, comm_device
+    def __init__(self, world_size: int, numel: int, watcher: Watcher, timeout_s: float,
+                 links=(Channel(), Channel())):
+        self.world, self.numel = world_size, numel
         self.watcher, self.timeout = watcher, timeout_s
         self.workers = list(range(1, world_size))
         down, up = links
-        self.mailbox, self.outbox = Mailbox(self.workers, numel, comm_device, group=up), Outbox(down)
+        self.mailbox, self.outbox = Mailbox(self.workers, numel, up), Outbox(down)
         self.last_sent = {r: None for r in self.workers}
         self.owed: dict[int, tuple[int, float]] = {}  # job -> (worker rank, when it was sent)
         self.results: dict[int, torch.Tensor] = {}
@@ -66,7 +68,7 @@ class DistributedExecutor:
         self.owed[spec.job] = (r, time.monotonic())
         self.outbox.send(r, Header(JOB, job=spec.job, device=spec.device, version=spec.version, epochs=spec.epochs,
                                    has_payload=payload is not None, finish=spec.finish,
-                                   payload_numel=self.numel if payload is not None else 0), payload, self.dev)
+                                   payload_numel=self.numel if payload is not None else 0), payload)
 
     def _pump(self, wait_s: float = 0.0) -> bool:
         got = self.mailbox.poll(timeout=wait_s)
@@ -111,7 +113,7 @@ class DistributedExecutor:
         if self.failed:
             return
         for r in self.workers:
-            self.outbox.send(r, Header(STOP), comm_device=self.dev)
+            self.outbox.send(r, Header(STOP))
         deadline = time.monotonic() + self.timeout
         while self.mailbox.open_peers():
             if not self._pump(wait_s=POLL_S):
@@ -126,37 +128,40 @@ def _raise_interrupt(signum, _frame):
 
 
 def pick_backend(choice: str, device: torch.device) -> str:
-    """nccl needs one GPU per local rank; ranks sharing a GPU (or CPU runs) use gloo."""
+    """How payloads travel (headers always go over gloo). ``auto`` and ``gloo``: pinned host
+    buffers over gloo, the path tests/gpu runs on one GPU. ``nccl`` is opt-in: it needs one GPU
+    per local rank (else gloo is used, with a message) and has not yet run on >= 2 GPUs."""
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
     distinct_gpus = device.type == "cuda" and local_world <= torch.cuda.device_count()
     if choice == "nccl" and not distinct_gpus:
         print("seafl: runtime.backend=nccl needs one GPU per rank; using gloo for transport", file=sys.stderr)
         return "gloo"
-    if choice == "auto":
-        return "nccl" if distinct_gpus else "gloo"
-    return choice
+    return "nccl" if choice == "nccl" else "gloo"
 
 
 def run_distributed(cfg, out_dir, *, rank: int, world_size: int, local_rank: int) -> int:
     signal.signal(signal.SIGTERM, _raise_interrupt)
     if cfg.runtime.threads:
         torch.set_num_threads(cfg.runtime.threads)
-    exp = prepare(cfg, local_rank=local_rank, need_test=(rank == 0))
+    device = pick_device(cfg.runtime.device, local_rank)
+    backend = pick_backend(cfg.runtime.backend, device)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    # A worker may legitimately hear nothing for hours; liveness comes from the heartbeats,
+    # so the process group's own timeout is only a last resort. The default group and every
+    # header are gloo (CPU); only opt-in NCCL payloads use the GPU's own groups.
+    pg_timeout_s = max(cfg.runtime.timeout_s, 86400)
+    dist.init_process_group("gloo", rank=rank, world_size=world_size, timeout=datetime.timedelta(seconds=pg_timeout_s))
+    links = make_links(backend, device)
+    store = dist.distributed_c10d._get_default_store()
+    fetch = partial(once_per_node, store=store, node=int(os.environ.get("GROUP_RANK", "0")), local_rank=local_rank,
+                    root=cfg.data.root, timeout_s=pg_timeout_s)
+    exp = prepare(cfg, local_rank=local_rank, need_test=(rank == 0), fetch=fetch)
     if local_rank == 0 and exp.device.type == "cpu":  # once per node; rank 0 (if here) trains nothing
         training_here = int(os.environ.get("LOCAL_WORLD_SIZE", world_size)) - (1 if rank == 0 else 0)
         warning = oversubscription(torch.get_num_threads(), max(1, training_here), cpus_here())
         if warning:
             print(warning, file=sys.stderr)
-    backend = pick_backend(cfg.runtime.backend, exp.device)
-    comm_device = exp.device if backend == "nccl" else torch.device("cpu")
-    if backend == "nccl":
-        torch.cuda.set_device(exp.device)
-    # A worker may legitimately hear nothing for hours; liveness comes from the heartbeats,
-    # so the process group's own timeout is only a last resort.
-    dist.init_process_group(backend, rank=rank, world_size=world_size,
-                            timeout=datetime.timedelta(seconds=max(cfg.runtime.timeout_s, 86400)))
-    links = make_links(backend)
-    store = dist.distributed_c10d._get_default_store()
     hb_limit = max(3.0, min(30.0, cfg.runtime.timeout_s / 2))
     progress = StepCounter() if rank > 0 else None
     beat = Heartbeat(store, rank, progress=progress)
@@ -166,18 +171,18 @@ def run_distributed(cfg, out_dir, *, rank: int, world_size: int, local_rank: int
         if rank == 0:
             watcher = Watcher(store, range(1, world_size), hb_limit)
             report = exp.partition_report()
-            exp = exp.restrict([])  # rank 0 trains nothing: keep only what evaluation needs
+            exp = keep_only(exp, [])  # rank 0 trains nothing: keep only what evaluation needs
             print(f"seafl: running {cfg.name} ({cfg.algorithm.name}) on {world_size} ranks ({backend}): rank 0 "
                   f"aggregates, {world_size - 1} workers train; output in {out_dir}", file=sys.stderr)
             from seafl_dist.report.wandb_sink import make_callbacks
-            executor = DistributedExecutor(world_size, numel, comm_device, watcher, cfg.runtime.timeout_s, links)
+            executor = DistributedExecutor(world_size, numel, watcher, cfg.runtime.timeout_s, links)
             summary = Server(exp, executor, out_dir, callbacks=make_callbacks(cfg, out_dir),
                              partition_report=report).run()
             print(format_summary(summary))
         else:
             watcher = Watcher(store, [0], hb_limit)
-            mine = [d for d in range(cfg.devices.num) if owner_rank(d, world_size) == rank]
-            run_worker(exp.restrict(mine), rank, numel, comm_device, watcher, links, progress)
+            exp = keep_only(exp, [d for d in range(cfg.devices.num) if owner_rank(d, world_size) == rank])
+            run_worker(exp, rank, numel, watcher, links, progress)
         ok = True
     except KeyboardInterrupt as err:
         print(f"seafl: rank {rank} stopped: {err or 'interrupted'}", file=sys.stderr)

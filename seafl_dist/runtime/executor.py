@@ -23,12 +23,15 @@ class JobSpec:
     finish: float  # planned virtual finish time, used for worker queue order
 
 
-def run_job(exp, model, spec: JobSpec, start: torch.Tensor, on_step=None) -> torch.Tensor:
-    """Train one job of ``exp`` (an Experiment) on ``model`` from flat ``start``."""
+def run_job(exp, model, spec: JobSpec, start: torch.Tensor, on_step=None, result_on_device=False) -> torch.Tensor:
+    """Train one job of ``exp`` (an Experiment) on ``model`` from flat ``start``; the result is on
+    the CPU, or with ``result_on_device`` on the device that trained it (a worker's outbox copies it
+    off the GPU without holding up the next job)."""
     cfg = exp.cfg
     return train_job(model, start, exp.train.to(exp.device), exp.shard(spec.device), epochs=spec.epochs,
                      batch_size=cfg.train.batch_size, seed=stream_seed(cfg.run.seed, "train", spec.device, spec.job),
-                     augment=cfg.data.augment, device=exp.device, precision=cfg.runtime.precision, on_step=on_step)
+                     augment=cfg.data.augment, device=exp.device, precision=cfg.runtime.precision, on_step=on_step,
+                     result_device=exp.device if result_on_device else "cpu")
 
 
 class InProcessExecutor:

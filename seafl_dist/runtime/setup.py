@@ -5,6 +5,7 @@ ranks agree on shards, initial weights and the schedule without talking to each 
 """
 from __future__ import annotations
 
+import gc
 import os
 from dataclasses import dataclass
 
@@ -12,7 +13,7 @@ import numpy as np
 import torch
 
 from seafl_dist.config import Config, ConfigError
-from seafl_dist.data import label_histograms, load_dataset, partition
+from seafl_dist.data import clear_cache, label_histograms, load_dataset, partition
 from seafl_dist.data.custom import custom_partition
 from seafl_dist.models import build_model
 from seafl_dist.models.custom import check_logits
@@ -43,12 +44,20 @@ def oversubscription(threads: int, training_ranks: int, cpus: int) -> str | None
             f"Set runtime.threads={max(1, cpus // training_ranks)}" + (" or start fewer ranks" if ranks else ""))
 
 
-def cpus_here() -> int:
-    """The CPUs this process may run on (a SLURM or container limit, not the machine's total)."""
+def cpus_here(environ=None) -> int:
+    """The CPUs this process may run on, not the machine's total: its affinity mask (cgroups,
+    taskset, Slurm's CPU binding), capped by the Slurm allocation (``SLURM_CPUS_PER_TASK``, else
+    ``SLURM_CPUS_ON_NODE``), which a Slurm without CPU binding (``task/none``) does not put in the mask."""
+    environ = os.environ if environ is None else environ
     try:
-        return len(os.sched_getaffinity(0))
+        n = len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
+        n = os.cpu_count() or 1
+    for key in ("SLURM_CPUS_PER_TASK", "SLURM_CPUS_ON_NODE"):
+        value = str(environ.get(key, "")).strip()
+        if value.isdigit() and int(value) > 0:
+            return min(n, int(value))
+    return n
 
 
 @dataclass
@@ -111,11 +120,28 @@ class Experiment:
         return Lookahead(sched.events())
 
 
-def prepare(cfg: Config, *, local_rank: int = 0, need_test: bool = True) -> Experiment:
+def keep_only(exp: Experiment, devices) -> Experiment:
+    """``exp`` with only the training rows of ``devices`` (rank 0: none), the whole training set
+    also dropped from the loader cache: a worker then holds its own shards, not the dataset. The
+    caller must drop its own reference to ``exp``."""
+    small = exp.restrict(devices)
+    clear_cache()  # the test set stays alive through small.test where it is needed
+    del exp
+    gc.collect()
+    return small
+
+
+def prepare(cfg: Config, *, local_rank: int = 0, need_test: bool = True, fetch=None) -> Experiment:
+    """The run's experiment on this rank. ``fetch(load)``, if given, decides who downloads when
+    ``data.download`` is set (distributed runs: :func:`seafl_dist.runtime.fetch.once_per_node`)."""
     d = cfg.data
-    common = dict(download=d.download, seed=cfg.run.seed, test_fraction=d.test_fraction, emnist_split=d.emnist_split)
-    train = load_dataset(d.name, d.root, train=True, **common)
-    test = load_dataset(d.name, d.root, train=False, **common) if need_test else None
+
+    def load(download: bool):
+        common = dict(download=download, seed=cfg.run.seed, test_fraction=d.test_fraction, emnist_split=d.emnist_split)
+        return (load_dataset(d.name, d.root, train=True, **common),
+                load_dataset(d.name, d.root, train=False, **common) if need_test else None)
+
+    train, test = fetch(load) if fetch is not None and d.download else load(d.download)
     if is_import_path(d.partition):
         shards = custom_partition(d.partition, train.labels.numpy(), cfg.devices.num, cfg.run.seed,
                                   overlap=d.shards_overlap)

@@ -11,28 +11,30 @@ import heapq
 
 from seafl_dist.runtime.executor import JobSpec, run_job
 from seafl_dist.runtime.liveness import POLL_S, StepCounter
-from seafl_dist.transport import BYE, JOB, RESULT, STOP, Header, Mailbox, Outbox
+from seafl_dist.transport import BYE, JOB, RESULT, STOP, Channel, Header, Mailbox, Outbox
 
 
 class RankZeroLost(RuntimeError):
     pass
 
 
-def run_worker(exp, rank: int, numel: int, comm_device, watcher, links=(None, None), progress=None) -> int:
+def run_worker(exp, rank: int, numel: int, watcher, links=(Channel(), Channel()), progress=None) -> int:
     """Serve rank 0 until it says STOP; return the number of jobs trained.
 
     ``progress`` (a liveness.StepCounter) is bumped for every message handled and every optimiser
-    step, so rank 0 can tell a long job from a stuck worker."""
+    step, so rank 0 can tell a long job from a stuck worker. A result leaves the GPU (if
+    any) as it was trained: the outbox copies it to the host on a side stream while the
+    next job trains."""
     progress = progress if progress is not None else StepCounter()
     model = exp.new_model()
     down, up = links
-    mailbox, outbox = Mailbox([0], numel, comm_device, group=down), Outbox(up)
+    mailbox, outbox = Mailbox([0], numel, down), Outbox(up)
     versions, queue, newest, trained = {}, [], -1, 0
     while True:
         for _, h, payload in mailbox.poll(timeout=0 if queue else POLL_S):
             if h.kind == STOP:
                 outbox.flush()
-                outbox.send(0, Header(BYE, job=trained), comm_device=comm_device)
+                outbox.send(0, Header(BYE, job=trained))
                 outbox.flush()
                 outbox.close()
                 return trained
@@ -51,9 +53,9 @@ def run_worker(exp, rank: int, numel: int, comm_device, watcher, links=(None, No
             continue
         _, _, h = heapq.heappop(queue)
         spec = JobSpec(h.job, h.device, h.version, h.epochs, h.finish)
-        flat = run_job(exp, model, spec, versions[h.version], on_step=progress.step)
+        flat = run_job(exp, model, spec, versions[h.version], on_step=progress.step, result_on_device=True)
         outbox.send(0, Header(RESULT, job=h.job, device=h.device, version=h.version, epochs=h.epochs,
-                              has_payload=True, finish=h.finish, payload_numel=numel), flat, comm_device)
+                              has_payload=True, finish=h.finish, payload_numel=numel), flat)
         trained += 1
         needed = {q[2].version for q in queue} | {newest}
         for v in [v for v in versions if v not in needed]:

@@ -8,9 +8,9 @@ from __future__ import annotations
 import torch
 
 
-def flatten(module: torch.nn.Module) -> torch.Tensor:
-    """A new contiguous float32 CPU vector of the module's state."""
-    tensors = [t.detach().reshape(-1).to("cpu", torch.float32) for t in module.state_dict().values()]
+def flatten(module: torch.nn.Module, device: torch.device | str = "cpu") -> torch.Tensor:
+    """A new contiguous float32 vector of the module's state, on ``device`` (the CPU by default)."""
+    tensors = [t.detach().reshape(-1).to(device, torch.float32) for t in module.state_dict().values()]
     return torch.cat(tensors) if tensors else torch.zeros(0)
 
 

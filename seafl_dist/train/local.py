@@ -27,13 +27,16 @@ def _autocast(device: torch.device, precision: str):
 
 def train_job(module, start: torch.Tensor, data, indices: torch.Tensor, *, epochs: int, batch_size: int,
               seed: int, augment: bool = False, device: torch.device | str = "cpu",
-              precision: str = "32", on_step=None) -> torch.Tensor:
-    """Train ``module`` from flat ``start`` on ``data[indices]``; return the trained flat vector (CPU).
+              precision: str = "32", on_step=None, result_device: torch.device | str = "cpu") -> torch.Tensor:
+    """Train ``module`` from flat ``start`` on ``data[indices]``; return the trained flat vector
+    (on ``result_device``: the CPU by default). ``start`` may live anywhere; it is moved to
+    ``device`` in one copy.
 
     ``on_step()``, if given, is called after every optimiser step (a worker counts its progress)."""
     device = torch.device(device)
-    load_flat(module, start)
-    module.to(device).train()
+    module.to(device)
+    load_flat(module, start.to(device))
+    module.train()
     optimizer = module.configure_optimizers()
     gen = torch.Generator().manual_seed(seed)
     n = len(indices)
@@ -51,7 +54,7 @@ def train_job(module, start: torch.Tensor, data, indices: torch.Tensor, *, epoch
             optimizer.step()
             if on_step is not None:
                 on_step()
-    return flatten(module)
+    return flatten(module, result_device)
 
 
 @torch.no_grad()

@@ -4,93 +4,170 @@ Gloo's send/recv work objects report ``is_completed() == False`` until someone c
 ``wait()`` (the data has long arrived by then), so polling them does not work. Instead a
 :class:`Mailbox` runs one receiver thread per peer: it posts the header ``irecv``, waits,
 posts the payload ``irecv`` when the header says one follows, waits, and queues the message.
-The owner polls the queue and never blocks on any one peer. An :class:`Outbox` posts
-``isend``s from the caller's thread and a reaper thread waits on them in order, so tensors
-stay alive exactly until they are sent. Tensors travel on ``comm_device`` (CPU for gloo, the
-rank's GPU for NCCL). Each direction has its own process group (:func:`make_links`): NCCL
-runs a send and a receive with the same peer on one communicator and stream, so a receive
-kept posted from a peer would block every send to it. This module moves tensors and decides
-nothing.
+The owner polls the queue and never blocks on any one peer. An :class:`Outbox` queues each
+message from the caller's thread; one sender thread posts its ``isend``s and waits on them,
+in order, so tensors stay alive exactly until they are sent.
+
+Nothing here can stall a GPU. Headers always travel on a gloo group as CPU tensors, so a
+receiver waiting for an idle peer waits on the CPU only. Payloads travel on the
+:class:`Channel`'s data group: by default the same gloo group (CPU tensors). A CUDA payload is
+copied into pinned host memory on a side stream (``non_blocking``, ordered after the kernels
+that made it by an event), so the copy overlaps whatever the caller does next, e.g. the next
+job's training; the sender thread waits for the copy, never the caller. Received payloads
+are CPU tensors; their user moves them to its GPU. Opt-in NCCL payloads (a data group on the
+rank's GPU) are posted and waited for on side streams in the transport's own threads, never
+on the stream training uses, and only once their header has arrived, so the matching send is
+already under way. Each direction has its own groups (:func:`make_links`): NCCL runs a send
+and a receive with the same peer on one communicator and stream. This module moves tensors
+and decides nothing.
 """
 from __future__ import annotations
 
 import queue
 import threading
+from typing import NamedTuple
 
 import torch
 import torch.distributed as dist
 
 from seafl_dist.transport.messages import BYE, HEADER_LEN, HEADER_TAG, PAYLOAD_TAG, STOP, Header, check_payload
 
+CPU = torch.device("cpu")
+
 
 class TransportError(RuntimeError):
     """A receive or send failed (the peer died, or the process group broke)."""
 
 
-def make_links(backend: str):
-    """``(down, up)``: the process groups for rank 0 → workers and workers → rank 0.
+class Channel(NamedTuple):
+    """One direction of traffic: headers on ``control`` (gloo), payloads on ``data`` held on ``device``.
 
-    Every rank must call this, in the same order, right after ``init_process_group``."""
-    return dist.new_group(backend=backend), dist.new_group(backend=backend)
+    ``None`` groups mean the default process group (gloo in the tests)."""
+    control: object = None
+    data: object = None
+    device: torch.device = CPU
+
+
+def make_links(payload_backend: str = "gloo", device: torch.device = CPU) -> tuple[Channel, Channel]:
+    """``(down, up)``: the channels rank 0 → workers and workers → rank 0.
+
+    Headers always go over gloo; payloads over the same gloo groups, or (``payload_backend``
+    ``"nccl"``) over NCCL groups on ``device``. Every rank must call this, in the same order,
+    right after ``init_process_group``."""
+    down, up = dist.new_group(backend="gloo"), dist.new_group(backend="gloo")
+    if payload_backend == "nccl":
+        return Channel(down, dist.new_group(backend="nccl"), device), Channel(up, dist.new_group(backend="nccl"), device)
+    return Channel(down, down, CPU), Channel(up, up, CPU)
+
+
+def _side_stream(device: torch.device, cache: dict) -> "torch.cuda.Stream":
+    if device not in cache:  # pool streams do not synchronise with the default stream
+        cache[device] = torch.cuda.Stream(device)
+    return cache[device]
 
 
 class Outbox:
-    """Posts isends; a reaper thread waits on each until it completes, keeping its tensor alive."""
+    """Queues messages; a sender thread posts and waits on each send in order."""
 
-    def __init__(self, group=None) -> None:
-        self.group = group
-        self._works: queue.Queue = queue.Queue()
+    def __init__(self, channel: Channel = Channel()) -> None:
+        self.channel = channel
+        self._items: queue.Queue = queue.Queue()
         self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._reap, name="seafl-outbox", daemon=True)
+        self._streams: dict = {}
+        self._thread = threading.Thread(target=self._send_loop, name="seafl-outbox", daemon=True)
         self._thread.start()
 
-    def _reap(self) -> None:
+    def send(self, dst: int, header: Header, payload: torch.Tensor | None = None) -> None:
+        if self._error is not None:
+            raise TransportError(f"an earlier send failed: {self._error}")
+        staged = self._stage(payload) if payload is not None else None
+        self._items.put((dst, header.encode(), staged))
+
+    def _stage(self, payload: torch.Tensor):
+        """``(tensor to send, CUDA event after which it is ready or None, tensor to keep alive)``."""
+        src = payload.detach().reshape(-1).to(torch.float32)
+        dev = self.channel.device
+        if dev.type == "cuda":  # NCCL: the copy to the GPU runs on the caller's stream; send after it
+            out = src.to(dev).contiguous()
+            ready = torch.cuda.Event()
+            ready.record(torch.cuda.current_stream(dev))
+            return out, ready, out
+        if src.device.type != "cuda":
+            return src.contiguous(), None, None
+        side = _side_stream(src.device, self._streams)
+        side.wait_stream(torch.cuda.current_stream(src.device))  # after the kernels that made it
+        with torch.cuda.stream(side):
+            host = torch.empty(src.numel(), dtype=torch.float32, pin_memory=True)
+            host.copy_(src, non_blocking=True)
+            ready = torch.cuda.Event()
+            ready.record(side)
+        return host, ready, src  # src stays alive until the copy is done
+
+    def _send_loop(self) -> None:
         while True:
-            item = self._works.get()
+            item = self._items.get()
             try:
                 if item is None:
                     return
-                item[0].wait()
-            except BaseException as err:  # keep draining so flush() returns; report on the next call
+                if self._error is None:  # after a failure, drain without sending so flush() returns
+                    self._post(*item)
+            except BaseException as err:  # reported on the next send() or flush()
                 self._error = err
             finally:
-                self._works.task_done()
+                self._items.task_done()
 
-    def send(self, dst: int, header: Header, payload: torch.Tensor | None = None,
-             comm_device: torch.device = torch.device("cpu")) -> None:
-        if self._error is not None:
-            raise TransportError(f"an earlier send failed: {self._error}")
-        h = header.encode().to(comm_device)
-        self._works.put((dist.isend(h, dst=dst, group=self.group, tag=HEADER_TAG), h))
-        if payload is not None:
-            p = payload.to(comm_device, torch.float32).contiguous()
-            self._works.put((dist.isend(p, dst=dst, group=self.group, tag=PAYLOAD_TAG), p))
+    def _post(self, dst: int, header: torch.Tensor, staged) -> None:
+        ch = self.channel
+        works = [dist.isend(header, dst=dst, group=ch.control, tag=HEADER_TAG)]
+        if staged is not None:
+            tensor, ready, _alive = staged
+            if tensor.device.type == "cuda":
+                with torch.cuda.device(tensor.device), torch.cuda.stream(_side_stream(tensor.device, self._streams)):
+                    torch.cuda.current_stream().wait_event(ready)
+                    dist.isend(tensor, dst=dst, group=ch.data, tag=PAYLOAD_TAG).wait()
+                    torch.cuda.current_stream().synchronize()  # this thread waits; no other stream does
+            else:
+                if ready is not None:
+                    ready.synchronize()  # the side-stream copy into pinned memory
+                works.append(dist.isend(tensor, dst=dst, group=ch.data, tag=PAYLOAD_TAG))
+        for work in works:
+            work.wait()
 
     def flush(self) -> None:
-        """Block until every posted send has completed."""
-        self._works.join()
+        """Block until every queued send has completed."""
+        self._items.join()
         if self._error is not None:
             raise TransportError(f"a send failed: {self._error}")
 
     def close(self) -> None:
-        self._works.put(None)
+        self._items.put(None)
 
 
-def _receive_loop(rank: int, numel: int, dev: torch.device, group, out: queue.Queue) -> None:
+def _receive_payload(rank: int, numel: int, ch: Channel, streams: dict) -> torch.Tensor:
+    if ch.device.type != "cuda":
+        payload = torch.empty(numel, dtype=torch.float32)
+        dist.irecv(payload, src=rank, group=ch.data, tag=PAYLOAD_TAG).wait()
+        return payload
+    with torch.cuda.stream(_side_stream(ch.device, streams)):  # wait() orders this side stream only
+        buf = torch.empty(numel, dtype=torch.float32, device=ch.device)
+        dist.irecv(buf, src=rank, group=ch.data, tag=PAYLOAD_TAG).wait()
+        return buf.cpu()  # synchronises the side stream, in this thread
+
+
+def _receive_loop(rank: int, numel: int, ch: Channel, out: queue.Queue) -> None:
     """Receive messages from ``rank`` until its last one (STOP or BYE)."""
+    streams: dict = {}
     try:
-        if dev.type == "cuda":
-            torch.cuda.set_device(dev)  # the current device is per thread
+        if ch.device.type == "cuda":
+            torch.cuda.set_device(ch.device)  # the current device is per thread
         while True:
-            buf = torch.zeros(HEADER_LEN, dtype=torch.int64, device=dev)
-            dist.irecv(buf, src=rank, group=group, tag=HEADER_TAG).wait()
-            header = Header.decode(buf.cpu())
+            buf = torch.zeros(HEADER_LEN, dtype=torch.int64)
+            dist.irecv(buf, src=rank, group=ch.control, tag=HEADER_TAG).wait()
+            header = Header.decode(buf)
             payload = None
             if header.has_payload:
-                payload = torch.empty(header.payload_numel, dtype=torch.float32, device=dev)
-                dist.irecv(payload, src=rank, group=group, tag=PAYLOAD_TAG).wait()
+                payload = _receive_payload(rank, header.payload_numel, ch, streams)
                 check_payload(header, payload, numel)
-                payload = payload.cpu()
             out.put((rank, header, payload))
             if header.kind in (STOP, BYE):
                 return
@@ -99,14 +176,14 @@ def _receive_loop(rank: int, numel: int, dev: torch.device, group, out: queue.Qu
 
 
 class Mailbox:
-    """Messages from a set of peers, as they fully arrive; a peer is closed after STOP or BYE."""
+    """Messages from a set of peers, as they fully arrive (payloads on the CPU); a peer is closed after STOP or BYE."""
 
-    def __init__(self, peers, numel: int, comm_device: torch.device = torch.device("cpu"), group=None):
+    def __init__(self, peers, numel: int, channel: Channel = Channel()):
         self._queue: queue.Queue = queue.Queue()
         self.peers = list(peers)
         self.closed: set[int] = set()
         for r in self.peers:
-            threading.Thread(target=_receive_loop, args=(r, numel, comm_device, group, self._queue),
+            threading.Thread(target=_receive_loop, args=(r, numel, channel, self._queue),
                              name=f"seafl-recv-{r}", daemon=True).start()
 
     def poll(self, timeout: float | None = 0.0) -> list[tuple[int, Header, torch.Tensor | None]]:

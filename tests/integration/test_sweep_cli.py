@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from seafl_dist.runtime.setup import cpus_here
+
 REPO = Path(__file__).resolve().parents[2]
 TINY = """\
 algorithm: {name: seafl, buffer_size: 2, staleness_limit: 4}
@@ -64,7 +66,7 @@ def test_sweep_runs_every_point_two_at_a_time(sweep):
         summary = json.loads((out / name / "summary.json").read_text())
         assert summary["status"] == "completed" and summary["aggregations"] == 5
         cfg = (out / name / "config.yaml").read_text()
-        assert f"threads: {max(1, (os.cpu_count() or 1) // 2)}" in cfg and "group: tiny" in cfg  # the sweep name
+        assert f"threads: {max(1, cpus_here() // 2)}" in cfg and "group: tiny" in cfg  # the sweep name
     lines = proc.stderr.splitlines()
     assert "all 4 runs completed" in proc.stderr
     starts = [i for i, line in enumerate(lines) if " start " in line]
@@ -146,5 +148,6 @@ def test_dry_run_writes_configs_and_prints_commands(tiny, tmp_path):
     proc = seafl("sweep", tiny, "--grid", "algorithm.buffer_size=1,2", "--launcher", "torchrun --nproc_per_node=2",
                  "--out", tmp_path / "d", "--dry-run")
     assert proc.stderr.count("torchrun --nproc_per_node=2 -m seafl_dist run") == 2
-    assert (tmp_path / "d" / "configs" / "buffer_size=2,seed=0.yaml").exists()
+    cfg = (tmp_path / "d" / "configs" / "buffer_size=2,seed=0.yaml").read_text()
+    assert f"threads: {max(1, cpus_here() // 2)}" in cfg  # one run at a time, but two ranks share the CPUs
     assert not (tmp_path / "d" / "buffer_size=2,seed=0").exists()

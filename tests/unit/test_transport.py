@@ -83,3 +83,15 @@ def test_check_payload_rejects_a_wrong_size():
         check_payload(Header(RESULT, has_payload=True, payload_numel=12), torch.zeros(12), 10)  # header and model disagree
     with pytest.raises(MessageError):
         check_payload(h, torch.zeros(2, 5), 10)  # not flat
+
+
+# ---- which transport carries payloads ---------------------------------------------------
+
+def test_payloads_go_over_gloo_unless_nccl_is_asked_for_and_possible(capsys):
+    from seafl_dist.runtime.distributed import pick_backend
+    cpu = torch.device("cpu")
+    assert pick_backend("auto", cpu) == pick_backend("gloo", cpu) == "gloo"
+    assert capsys.readouterr().err == ""
+    assert pick_backend("nccl", cpu) == "gloo"  # NCCL needs one GPU per rank
+    assert "runtime.backend=nccl needs one GPU per rank; using gloo" in capsys.readouterr().err
+    assert pick_backend("auto", torch.device("cuda", 0)) == "gloo"  # "auto" never picks NCCL, even where it could run

@@ -1,0 +1,29 @@
+"""A worker keeps only its devices' rows of the training set (rank 0: none); the whole set is freed.
+
+benchmarks/memory.py measures what this saves on CIFAR-10-sized data (README, Performance)."""
+import weakref
+
+import torch
+
+from seafl_dist.config import load_config
+from seafl_dist.data.loaders import _CACHE
+from seafl_dist.runtime.setup import keep_only, prepare
+from small_runs import QUICKSTART
+
+
+def test_keep_only_holds_just_the_workers_rows_and_frees_the_full_set():
+    exp = prepare(load_config(QUICKSTART, ["devices.num=6", "devices.concurrency=3", "algorithm.buffer_size=2"]), need_test=False)
+    full = weakref.ref(exp.train)
+    n_samples, shards = exp.n_samples, [s.copy() for s in exp.shards]
+    expected = {d: exp.train.images[torch.as_tensor(shards[d])].clone() for d in (1, 4)}
+    small = keep_only(exp, [1, 4])
+    del exp
+    assert full() is None, "the whole training set is still referenced"
+    assert not _CACHE  # the loader cache let go of it too
+    assert len(small.train) == len(shards[1]) + len(shards[4])
+    assert small.n_samples == n_samples  # the clock still knows every device's n_k
+    for d in (1, 4):
+        assert torch.equal(small.train.images[small.shard(d)], expected[d])
+    assert [len(s) for d, s in enumerate(small.shards) if d not in (1, 4)] == [0] * 4
+    server = keep_only(small, [])  # rank 0 trains nothing
+    assert len(server.train) == 0 and server.train.num_classes == 10
