@@ -62,22 +62,27 @@ def make_config(config, **overrides) -> Config:
 def run(config, *, out: str | Path | None = None, **overrides) -> dict | None:
     """Run one experiment and return its summary (what ``summary.json`` holds).
 
-    ``out`` is the run directory (default ``runs/<name>-<timestamp>``). In one process unless
+    ``out`` is the run directory (default ``runs/<name>-<timestamp>``); as with ``seafl run --out``,
+    a dir holding a checkpoint of the same config is resumed, a completed one returned as it is. In one process unless
     started by torchrun (WORLD_SIZE > 1): then every rank must call this, and only rank 0 gets the
     summary (the others None). A failed run raises, after writing ``summary.json``."""
     cfg = make_config(config, **overrides)
     from seafl_dist.cli import default_out_dir
+    from seafl_dist.runtime.checkpoint import plan
     out_dir = Path(out) if out is not None else default_out_dir(cfg.name)
-    world = int(os.environ.get("WORLD_SIZE", "1"))
+    world, rank = int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("RANK", "0"))
+    decided = plan(cfg, out_dir, explicit=False)  # as `seafl run --out`: done, resumed or fresh
+    if decided.action == "completed":
+        return _read_json(out_dir / "summary.json") if rank == 0 else None
     if world > 1:
         from seafl_dist.runtime.distributed import run_distributed
-        rank = int(os.environ["RANK"])
-        run_distributed(cfg, out_dir, rank=rank, world_size=world, local_rank=int(os.environ.get("LOCAL_RANK", "0")))
-        return json.loads((out_dir / "summary.json").read_text()) if rank == 0 else None
+        run_distributed(cfg, out_dir, rank=rank, world_size=world, local_rank=int(os.environ.get("LOCAL_RANK", "0")),
+                        resume=decided.checkpoint)
+        return _read_json(out_dir / "summary.json") if rank == 0 else None
     from seafl_dist.runtime.inprocess import run_inprocess
     from seafl_dist.runtime.launch import use_threads
     use_threads(cfg)
-    return run_inprocess(cfg, out_dir)
+    return run_inprocess(cfg, out_dir, resume=decided.checkpoint)
 
 
 def sweep(config, *, grid: dict | None = None, seeds: list[int] | None = None, out: str | Path | None = None,

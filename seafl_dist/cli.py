@@ -1,10 +1,13 @@
 """The ``seafl`` command.
 
     seafl run CONFIG [key.sub=value ...] [--out DIR]
+    seafl run --resume RUN_DIR [key.sub=value ...]
         Run one experiment. Under torchrun (WORLD_SIZE > 1) rank 0 aggregates and the other
         ranks train; otherwise everything runs in this process. The run dir (default
         runs/<config-name>-<timestamp>) gets config.yaml, events.jsonl, metrics.csv,
-        partition.json and summary.json.
+        partition.json, summary.json, model.pt and, while it runs, checkpoint-*.pt. Rerunning
+        the same command with the same --out continues from the last checkpoint; so does
+        --resume RUN_DIR (config from the run dir). A completed run is left as it is (exit 0).
 
     seafl sweep CONFIG [key.sub=value ...] [--grid key=v1,v2 ...] [--seeds 0,1,2] [--jobs P] [--out DIR]
         Run the cross product of a grid, each run its own process and dir, P at a time; rerun to
@@ -32,6 +35,7 @@ EPILOG = """examples:
   seafl run configs/quickstart.yaml
   seafl run configs/quickstart.yaml algorithm.name=fedbuff run.seed=1 --out runs/fb
   torchrun --nproc_per_node=3 -m seafl_dist run configs/quickstart.yaml
+  seafl run --resume runs/fb                 # continue an interrupted run from its checkpoint
 Overrides are dotted config keys (see README "Configuration"); values are parsed as YAML
 (null = none/infinity, e.g. algorithm.staleness_limit=null)."""
 
@@ -43,9 +47,12 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run one experiment from a YAML config",
                          description="Run one experiment from a YAML config with optional dotted overrides.",
                          epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    run.add_argument("config", help="YAML config file, or a packaged config's name (e.g. quickstart)")
+    run.add_argument("config", nargs="?", help="YAML config file, or a packaged config's name (e.g. quickstart)")
     run.add_argument("overrides", nargs="*", metavar="key.sub=value", help="config overrides, applied in order")
-    run.add_argument("--out", metavar="DIR", help="run directory (default: runs/<config-name>-<timestamp>)")
+    run.add_argument("--out", metavar="DIR", help="run directory (default: runs/<config-name>-<timestamp>); "
+                     "if it holds a checkpoint of the same config, the run continues from it")
+    run.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its last checkpoint "
+                     "(config: RUN_DIR/config.yaml unless CONFIG is given)")
     add_sweep_parser(sub)
     add_report_parser(sub)
     sub.add_parser("configs", help="list the packaged configs (usable by name: seafl run quickstart)")
@@ -88,15 +95,42 @@ def default_out_dir(name: str) -> Path:
     return Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
+def _run_target(args):
+    """(config, run dir) of ``seafl run``, from CONFIG/--out or from --resume RUN_DIR."""
+    if args.config and "=" in args.config and not Path(args.config).exists():  # `--resume D key=value`
+        args.overrides, args.config = [args.config, *args.overrides], None
+    if not args.resume:
+        if not args.config:
+            raise ConfigError("seafl run needs a CONFIG file (e.g. configs/quickstart.yaml) or --resume RUN_DIR")
+        cfg = load_config(args.config, args.overrides)
+        return cfg, Path(args.out) if args.out else default_out_dir(cfg.name)
+    run_dir = Path(args.resume)
+    if args.out and Path(args.out).resolve() != run_dir.resolve():
+        raise ConfigError(f"--resume {args.resume} and --out {args.out} name different run dirs; give only "
+                          f"--resume (or rerun with the same --out, which resumes by itself)")
+    if not args.config and not (run_dir / "config.yaml").is_file():
+        raise ConfigError(f"cannot resume {run_dir}: it holds no config.yaml, so it is not a seafl run dir")
+    return load_config(args.config or run_dir / "config.yaml", args.overrides), run_dir
+
+
 def cmd_run(args) -> int:
-    cfg = load_config(args.config, args.overrides)  # before importing torch: config errors come fast
+    cfg, out = _run_target(args)  # before importing torch: config errors come fast
+    from seafl_dist.runtime.checkpoint import plan
     from seafl_dist.runtime.launch import launch
-    out = Path(args.out) if args.out else default_out_dir(cfg.name)
-    return launch(cfg, out)
+    decided = plan(cfg, out, explicit=bool(args.resume))  # reads nothing but the run dir; writes nothing
+    if decided.action == "completed":
+        if os.environ.get("RANK", "0") == "0":
+            print(f"seafl: {out} already holds a completed run of this config (summary.json, model.pt); "
+                  f"nothing to do", file=sys.stderr)
+        return 0
+    return launch(cfg, out, resume=decided.checkpoint)
 
 
 def cmd_sweep(args) -> int:
     import shlex
+
+    from seafl_dist.runtime import signals
+    signals.install()  # SIGTERM/SIGUSR1 stop the sweep like Ctrl-C: each running child checkpoints
     from seafl_dist.experiments import load_sweep, parse_grid_arg, run_sweep
     from seafl_dist.experiments.sweep import parse_seeds
     sweep = load_sweep(args.config, grid=[parse_grid_arg(g) for g in args.grid],
@@ -147,7 +181,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return {"run": cmd_run, "sweep": cmd_sweep, "report": cmd_report, "configs": cmd_configs}[args.command](args)
     except ConfigError as err:
-        print(f"seafl: error: {err}", file=sys.stderr)
+        if os.environ.get("RANK", "0") == "0":  # under torchrun every rank finds the same mistake
+            print(f"seafl: error: {err}", file=sys.stderr)
         return 2
     except FileNotFoundError as err:  # e.g. a dataset that is not on disk
         print(f"seafl: error: {err}", file=sys.stderr)

@@ -7,10 +7,12 @@
 
 Each run is ``python -m seafl_dist run <out>/configs/<run>.yaml --out <out>/<run>`` (the sweep's
 ``launcher``, e.g. ``torchrun --standalone --nproc_per_node=4``, replaces ``python``), its
-output in ``<run>/log.txt``. A run whose ``summary.json`` says ``completed`` and whose config
-is unchanged is skipped, so rerunning an interrupted sweep resumes it. A failed run does not
-stop the others; the sweep then exits 1 and names the failed runs. With ``jobs`` > 1, or a
-launcher that starts several ranks per run, each rank gets ``cpus // (jobs * ranks)`` torch
+output appended to ``<run>/log.txt``. A run whose ``summary.json`` says ``completed`` and whose
+config is unchanged is skipped, and an interrupted run continues from its checkpoint (``seafl
+run`` resumes a run dir that holds one), so rerunning an interrupted sweep resumes it. SIGTERM,
+SIGINT or SIGUSR1 to the sweep stops its children with SIGTERM: each checkpoints first. A failed
+run does not stop the others; the sweep then exits 1 and names the failed runs. With ``jobs`` > 1,
+or a launcher that starts several ranks per run, each rank gets ``cpus // (jobs * ranks)`` torch
 threads (``runtime.threads``, ``OMP_NUM_THREADS``) unless the config sets ``runtime.threads``,
 so parallel runs do not oversubscribe the cores; ``cpus`` is what this process may use (its
 affinity and the Slurm allocation, :func:`~seafl_dist.runtime.setup.cpus_here`), not the node's total.
@@ -100,7 +102,7 @@ class _Pool:
     def start(self, tag: str, run: SweepRun, cmd: list[str], run_dir: Path) -> None:
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "summary.json").unlink(missing_ok=True)  # a stale summary must not count as this run's
-        log = open(run_dir / "log.txt", "w")
+        log = open(run_dir / "log.txt", "a")  # a resumed run keeps the log of its earlier part
         log.write("$ " + " ".join(cmd) + "\n")
         log.flush()
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self.env)
@@ -123,11 +125,12 @@ class _Pool:
         return done
 
     def stop(self) -> None:
+        """SIGTERM every child: each checkpoints and writes its summary (interrupted); a rerun resumes it."""
         for proc in self.running:
             proc.terminate()
         for proc in self.running:
             try:
-                proc.wait(timeout=10)
+                proc.wait(timeout=60)
             except subprocess.TimeoutExpired:
                 proc.kill()
         for _, _, _, log, _ in self.running.values():

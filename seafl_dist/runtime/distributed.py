@@ -11,14 +11,15 @@ Failures: every rank beats a heartbeat into the c10d store, and a worker's beat 
 progress (messages handled, optimiser steps taken). Rank 0 names a worker that stops beating,
 or whose progress stands still for ``runtime.timeout_s`` (at least 3 s) while rank 0 waits
 for a result it owes (alive but stuck; a long job keeps stepping, so it is never mistaken for
-one), writes what it has and exits non-zero; workers exit when rank 0 goes silent. SIGTERM
-and Ctrl-C end a rank like an error does (torchrun then stops the rest).
+one), writes what it has and exits non-zero; workers exit when rank 0 goes silent. SIGTERM,
+SIGINT and SIGUSR1 (runtime/signals.py) end every rank: rank 0 checkpoints the last completed
+aggregation and writes summary.json (status interrupted), workers just exit; all exit non-zero.
+A checkpoint written with W ranks resumes with any W (the jobs in flight are dispatched again).
 """
 from __future__ import annotations
 
 import datetime
 import os
-import signal
 import sys
 import time
 from functools import partial
@@ -26,6 +27,7 @@ from functools import partial
 import torch
 import torch.distributed as dist
 
+from seafl_dist.runtime import signals
 from seafl_dist.runtime.liveness import POLL_S, Heartbeat, StepCounter, Watcher
 from seafl_dist.runtime.server import Server, format_summary
 from seafl_dist.runtime.fetch import once_per_node
@@ -123,10 +125,6 @@ class DistributedExecutor:
         self.outbox.close()
 
 
-def _raise_interrupt(signum, _frame):
-    raise KeyboardInterrupt(f"received signal {signal.Signals(signum).name}")
-
-
 def pick_backend(choice: str, device: torch.device) -> str:
     """How payloads travel (headers always go over gloo). ``auto`` and ``gloo``: pinned host
     buffers over gloo, the path tests/gpu runs on one GPU. ``nccl`` is opt-in: it needs one GPU
@@ -139,8 +137,8 @@ def pick_backend(choice: str, device: torch.device) -> str:
     return "nccl" if choice == "nccl" else "gloo"
 
 
-def run_distributed(cfg, out_dir, *, rank: int, world_size: int, local_rank: int) -> int:
-    signal.signal(signal.SIGTERM, _raise_interrupt)
+def run_distributed(cfg, out_dir, *, rank: int, world_size: int, local_rank: int, resume=None) -> int:
+    signals.install()
     if cfg.runtime.threads:
         torch.set_num_threads(cfg.runtime.threads)
     device = pick_device(cfg.runtime.device, local_rank)
@@ -177,7 +175,7 @@ def run_distributed(cfg, out_dir, *, rank: int, world_size: int, local_rank: int
             from seafl_dist.report.wandb_sink import make_callbacks
             executor = DistributedExecutor(world_size, numel, watcher, cfg.runtime.timeout_s, links)
             summary = Server(exp, executor, out_dir, callbacks=make_callbacks(cfg, out_dir),
-                             partition_report=report).run()
+                             partition_report=report, resume=resume).run()
             print(format_summary(summary))
         else:
             watcher = Watcher(store, [0], hb_limit)

@@ -7,7 +7,8 @@ from seafl_dist.runtime.server import Server
 from seafl_dist.runtime.setup import prepare
 
 
-def run_inprocess(cfg, out_dir, *, callbacks=()) -> dict:
+def run_inprocess(cfg, out_dir, *, callbacks=(), resume=None) -> dict:
+    """Run (or, from checkpoint ``resume``, continue) ``cfg`` into ``out_dir``; returns the summary."""
     exp = prepare(cfg)
     callbacks = list(callbacks) + make_callbacks(cfg, out_dir)
-    return Server(exp, InProcessExecutor(exp), out_dir, callbacks=callbacks).run()
+    return Server(exp, InProcessExecutor(exp), out_dir, callbacks=callbacks, resume=resume).run()

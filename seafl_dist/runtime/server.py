@@ -6,30 +6,50 @@ The same loop serves the in-process runner and the distributed runtime; only the
 - notify / finish: record,
 - aggregate: collect the jobs' models, apply the rule of ``algorithm.name``, bump the
   version, evaluate, stop early at ``run.target_accuracy``.
+
+The end of each aggregation (its new jobs dispatched, its eval and start events written and
+flushed) is a consistent state: the server snapshots it (references, no copies), writes it as
+a checkpoint when one is due (runtime/checkpoint.py), and on an interrupt or failure writes the
+last snapshot, never the half-done aggregation. ``resume=`` a checkpoint path continues a run;
+at the normal end the final model goes to ``model.pt`` and the checkpoints are deleted.
 """
 from __future__ import annotations
 
 import math
+import sys
 import time
 from collections import Counter
+from pathlib import Path
 
 import torch
 
 from seafl_dist.algo import BufferedUpdate, aggregate
 from seafl_dist.config import dump_config
 from seafl_dist.report import Progress, RunWriter, time_to_target, write_json
+from seafl_dist.runtime import checkpoint
 from seafl_dist.runtime.executor import JobSpec
-from seafl_dist.train import evaluate
+from seafl_dist.runtime.signals import Fault
+from seafl_dist.train import evaluate, load_flat
+
+
+def _is_start(ev: dict) -> bool:
+    return ev["event"] == "start"
 
 
 class Server:
     """Rank 0's loop. ``callbacks`` get ``on_aggregate(event)``, ``on_eval(row)`` and ``close(summary)``."""
 
     def __init__(self, exp, executor, out_dir, *, callbacks=(), progress: Progress | None = None,
-                 partition_report: dict | None = None):
+                 partition_report: dict | None = None, resume: str | Path | None = None):
         self.exp, self.cfg, self.executor = exp, exp.cfg, executor
         self.partition_report = partition_report or exp.partition_report()
-        self.writer = RunWriter(out_dir)
+        self.dir, self.resume = Path(out_dir), resume
+        self.writer: RunWriter | None = None  # opened by run(), once a checkpoint to resume has loaded
+        self.fault = Fault.from_env()
+        self._snap: dict | None = None  # the last consistent state (end of an aggregation)
+        self._saved_version: int | None = None
+        self._last_save = time.monotonic()
+        self._t0, self.wall_before = time.monotonic(), 0.0
         self.callbacks = list(callbacks)
         lc = self.cfg.logging
         self.progress = progress or Progress(lc.progress, total=self.cfg.run.max_aggregations, every_s=lc.progress_every_s)
@@ -68,58 +88,132 @@ class Server:
         return result.new_global
 
     def run(self) -> dict:
-        cfg, t0 = self.cfg, time.monotonic()
-        (self.writer.dir / "config.yaml").write_text(dump_config(cfg))
-        write_json(self.writer.dir / "partition.json", self.partition_report)
+        cfg = self.cfg
+        self._t0 = time.monotonic()
+        state = checkpoint.load(self.resume, cfg) if self.resume else None  # before anything is written
+        self.dir.mkdir(parents=True, exist_ok=True)
+        if state is None:
+            checkpoint.remove_all(self.dir)  # a fresh run must not resume from an older run's files
+            (self.dir / "config.yaml").write_text(dump_config(cfg))
+            write_json(self.dir / "partition.json", self.partition_report)
+            self.writer = RunWriter(self.dir)
+        else:
+            self.writer = RunWriter(self.dir, resume_at=(state["events_bytes"], state["metrics_bytes"]))
         status, error = "failed", None
         try:
-            self._loop()
+            final = self._loop(state)
             # the normal end's goodbye to the workers; after a failure or an interrupt they may be
             # gone already, and waiting on them must not cost us the summary
             self.executor.close()
+            self._save_model(final)
             status = "completed"
         except KeyboardInterrupt as err:
             status = "interrupted"
             error = f"interrupted ({err or 'Ctrl-C'})" + getattr(self.executor, "diagnose", lambda: "")()
+            self._checkpoint_last()
             raise
         except BaseException as err:
             error = f"{type(err).__name__}: {err}" + getattr(self.executor, "diagnose", lambda: "")()
+            self._checkpoint_last()
             raise
         finally:
             self.progress.close()
             self.writer.close()
-            summary = self.summary(status, error, time.monotonic() - t0)
-            write_json(self.writer.dir / "summary.json", summary)
+            summary = self.summary(status, error, self._wall())
+            write_json(self.dir / "summary.json", summary)
+            if status == "completed":
+                checkpoint.remove_all(self.dir)
             for cb in self.callbacks:
                 cb.close(summary)
         return summary
+
+    def _wall(self) -> float:
+        return self.wall_before + time.monotonic() - self._t0
 
     def _record(self, ev: dict) -> None:
         self.counts[ev["event"]] += 1
         self.writer.event(ev)
 
-    def _dispatch(self, ev: dict, versions: dict, refs: Counter) -> None:
-        """Hand a started job to the executor, with the epochs it will really train."""
-        epochs = self.lookahead.final_epochs(ev["job"])
-        if epochs is None:  # never aggregated within the run: no need to train it
-            return
-        refs[ev["version"]] += 1
-        self.executor.submit(JobSpec(ev["job"], ev["device"], ev["version"], epochs,
+    def _submit(self, ev: dict, versions: dict) -> None:
+        self.executor.submit(JobSpec(ev["job"], ev["device"], ev["version"], self.lookahead.final_epochs(ev["job"]),
                                      self.lookahead.finish_time(ev["job"])), versions[ev["version"]])
 
-    def _loop(self) -> None:
+    def _dispatch(self, ev: dict, versions: dict, refs: Counter) -> None:
+        """Hand a started job to the executor, with the epochs it will really train."""
+        if self.lookahead.final_epochs(ev["job"]) is None:  # never aggregated within the run: no need to train it
+            return
+        refs[ev["version"]] += 1
+        self._submit(ev, versions)
+
+    # ---- checkpoints --------------------------------------------------------------------
+    def _consistent(self, version: int, now: float, versions: dict, refs: Counter) -> None:
+        """The end of an aggregation: flush, remember this state, checkpoint it if one is due."""
+        events_bytes, metrics_bytes = self.writer.flush()
+        self._snap = {"version": version, "time": now, "versions": dict(versions), "refs": dict(refs),
+                      "n_rows": len(self.rows), "n_staleness": len(self.staleness), "counts": dict(self.counts),
+                      "events_bytes": events_bytes, "metrics_bytes": metrics_bytes}
+        run = self.cfg.run
+        due = (run.checkpoint_every is not None and version > 0 and version % run.checkpoint_every == 0) or \
+              (run.checkpoint_every_s is not None and time.monotonic() - self._last_save >= run.checkpoint_every_s)
+        if due:
+            self._write_checkpoint()
+        self.fault.hit("after_aggregate", version, self.writer)
+
+    def _write_checkpoint(self) -> None:
+        snap = self._snap
+        if snap is None or snap["version"] == self._saved_version:
+            return
+        self.writer.flush(sync=True)  # the recorded lengths must be on disk before the checkpoint is
+        checkpoint.save(self.dir, {
+            "config": dump_config(self.cfg), "version": snap["version"], "time": snap["time"],
+            "versions": {int(v): t.detach().cpu() for v, t in snap["versions"].items()},
+            "refs": {int(v): int(n) for v, n in snap["refs"].items() if n > 0},
+            "rows": self.rows[:snap["n_rows"]], "staleness": self.staleness[:snap["n_staleness"]],
+            "counts": dict(snap["counts"]), "events_bytes": snap["events_bytes"],
+            "metrics_bytes": snap["metrics_bytes"], "wall_s": self._wall()})
+        self._saved_version, self._last_save = snap["version"], time.monotonic()
+
+    def _checkpoint_last(self) -> None:
+        """On the way out: keep the last consistent state; a failure here must not hide the first one."""
+        try:
+            self._write_checkpoint()
+        except BaseException as err:
+            print(f"seafl: could not write a checkpoint: {type(err).__name__}: {err}", file=sys.stderr)
+
+    def _restore(self, state: dict):
+        self.rows, self.staleness = list(state["rows"]), list(state["staleness"])
+        self.counts = Counter(state["counts"])
+        self.wall_before, self._saved_version = float(state["wall_s"]), state["version"]
+        return dict(state["versions"]), Counter(state["refs"]), state["version"], state["time"]
+
+    def _save_model(self, flat: torch.Tensor) -> None:
+        """model.pt: the LightningModule's state_dict (load it into build_model(...) of the same config)."""
+        model = self.exp.new_model()
+        load_flat(model, flat.detach().cpu())
+        checkpoint.atomic_save(model.state_dict(), self.dir / "model.pt")
+
+    # ---- the loop -----------------------------------------------------------------------
+    def _loop(self, state: dict | None) -> torch.Tensor:
+        """Run (or continue) the schedule; return the final global model."""
         cfg = self.cfg
-        versions = {0: self.exp.initial_flat()}
-        refs = Counter({0: 1})  # version -> jobs (and the current model) that still need it
-        version, now, last_eval = 0, 0.0, self._evaluate(0, 0.0, versions[0], None)
-        target = cfg.run.target_accuracy
         self.lookahead = self.exp.schedule()
+        if state is None:
+            versions = {0: self.exp.initial_flat()}
+            refs = Counter({0: 1})  # version -> jobs (and the current model) that still need it
+            version, now = 0, 0.0
+            self._evaluate(0, 0.0, versions[0], None)
+            for st in self.lookahead.take_while(_is_start):
+                self._dispatch(st, versions, refs)
+                self._record(st)
+        else:
+            versions, refs, version, now = self._restore(state)
+            for st in checkpoint.replay(self.lookahead, version):  # the jobs in flight at the checkpoint
+                self._submit(st, versions)
+            print(f"seafl: resumed {self.dir} after aggregation {version} (virtual time {now:.1f}s)", file=sys.stderr)
+        self._consistent(version, now, versions, refs)
+        target = cfg.run.target_accuracy
         for ev in self.lookahead:
-            if ev["event"] == "start":  # only the initial jobs; later ones are taken with their aggregation
-                self._dispatch(ev, versions, refs)
-                self._record(ev)
-                continue
-            if ev["event"] != "aggregate":
+            if ev["event"] != "aggregate":  # start events come with their aggregation, below
                 self._record(ev)
                 continue
             now, new = ev["time"], self._aggregate(ev, version, versions)
@@ -136,17 +230,20 @@ class Server:
                 cb.on_aggregate(ev)
             # the jobs this aggregation starts go out before we evaluate, so workers never wait on
             # an evaluation; their start events follow the eval event in the trace, as in time order
-            starts = self.lookahead.take_while(lambda e: e["event"] == "start")
+            starts = self.lookahead.take_while(_is_start)
             for st in starts:
                 self._dispatch(st, versions, refs)
+            self.fault.hit("during_aggregate", version, self.writer)
             if version % cfg.run.eval_every == 0:
-                last_eval = self._evaluate(version, now, new, ev)
-                if target is not None and last_eval["accuracy"] >= target:
-                    return
+                row = self._evaluate(version, now, new, ev)
+                if target is not None and row["accuracy"] >= target:
+                    return new
             for st in starts:
                 self._record(st)
-        if last_eval["version"] != version:
+            self._consistent(version, now, versions, refs)
+        if self.rows[-1]["version"] != version:
             self._evaluate(version, now, versions[version], None)
+        return versions[version]
 
     # ---- summary ------------------------------------------------------------------------
     def summary(self, status: str, error: str | None, wall: float) -> dict:

@@ -19,7 +19,7 @@ from seafl_dist.cli import main as seafl_main
 pytestmark = pytest.mark.dist
 
 WORLD = {"seafl": 3, "seafl2": 3, "fedbuff": 2, "fedasync": 2, "fedavg": 4}
-RUN_FILES = {"config.yaml", "events.jsonl", "metrics.csv", "partition.json", "summary.json"}
+RUN_FILES = {"config.yaml", "events.jsonl", "metrics.csv", "partition.json", "summary.json", "model.pt"}
 
 _INPROCESS: dict = {}
 
@@ -81,6 +81,7 @@ def test_distributed_run_matches_inprocess(name, inprocess, tmp_path):
 
     # The same schedule, the same aggregations, the same models.
     assert (got / "events.jsonl").read_bytes() == (ref / "events.jsonl").read_bytes()
+    assert (got / "model.pt").read_bytes() == (ref / "model.pt").read_bytes()  # the final model, bit for bit
     assert_same_metrics(ref / "metrics.csv", got / "metrics.csv")
     assert (got / "config.yaml").read_text() == (ref / "config.yaml").read_text()
     assert (got / "partition.json").read_text() == (ref / "partition.json").read_text()

@@ -71,6 +71,9 @@ def test_the_python_api_runs_a_path_a_dict_or_a_config_with_overrides(tmp_path, 
     b = seafl_dist.run(cfg.to_dict(), out=tmp_path / "b")
     c = seafl_dist.run(cfg, out=tmp_path / "c", algorithm__name="fedbuff")
     assert a["status"] == b["status"] == c["status"] == "completed"
+    mtime = (tmp_path / "b" / "events.jsonl").stat().st_mtime_ns
+    assert seafl_dist.run(cfg, out=tmp_path / "b") == b  # completed with this config: returned, not rerun
+    assert (tmp_path / "b" / "events.jsonl").stat().st_mtime_ns == mtime
     assert (tmp_path / "a" / "events.jsonl").read_bytes() == (tmp_path / "b" / "events.jsonl").read_bytes()
     assert c["algorithm"] == "fedbuff" and seafl_dist.load_run(tmp_path / "c").config["algorithm"]["staleness_limit"] is None
     runs = [seafl_dist.load_run(tmp_path / d) for d in "ab"]

@@ -1,0 +1,91 @@
+"""Bad input for resume (issue 9): one clear line, exit 2 (0 for a completed run), the run dir untouched.
+
+Each case hands ``seafl run`` a run dir it must refuse or leave alone; the CLI's ``main`` runs in
+this process (nothing is trained), and the dir's files are compared byte for byte before and after.
+"""
+import shutil
+
+import pytest
+
+from resuming import QUICKSTART, SMALL, checkpoint_versions, cli, dir_bytes, reference, run_args
+from seafl_dist.cli import main as seafl_main
+from seafl_dist.config import load_config
+from seafl_dist.runtime import checkpoint
+
+ARGS = [*SMALL, "run.checkpoint_every=2"]
+
+
+@pytest.fixture(scope="module")
+def dirs(tmp_path_factory):
+    """(a run SIGKILLed right after aggregation 2, with checkpoint-00000002.pt; a completed run)."""
+    base = tmp_path_factory.mktemp("bad-input")
+    proc = cli(*run_args(ARGS, base / "killed"), fault="after_aggregate:2")
+    assert proc.returncode != 0 and checkpoint_versions(base / "killed") == [2], proc.stderr[-2000:]
+    return base / "killed", reference(base / "done", ARGS)
+
+
+@pytest.fixture
+def killed(dirs, tmp_path):
+    shutil.copytree(dirs[0], tmp_path / "run")
+    return tmp_path / "run"
+
+
+def refused(capsys, argv, run_dir, *, code=2) -> str:
+    before = dir_bytes(run_dir) if run_dir.exists() else None
+    assert seafl_main(argv) == code
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    if before is not None:
+        assert dir_bytes(run_dir) == before, "a refused resume changed the run dir"
+    return err
+
+
+def test_resume_of_a_dir_without_checkpoint(capsys, killed, tmp_path):
+    for p in killed.glob("checkpoint-*.pt"):
+        p.unlink()
+    err = refused(capsys, ["run", "--resume", str(killed)], killed)
+    assert "holds no checkpoint" in err and f"--out {killed}" in err
+    (tmp_path / "empty").mkdir()
+    assert "holds no config.yaml" in refused(capsys, ["run", "--resume", str(tmp_path / "empty")], tmp_path / "empty")
+    assert "no config.yaml" in refused(capsys, ["run", "--resume", str(tmp_path / "nowhere")], tmp_path / "nowhere")
+
+
+def test_a_checkpoint_of_another_config_is_refused_naming_the_keys(capsys, killed):
+    err = refused(capsys, ["run", str(QUICKSTART), *ARGS, "train.lr=0.2", "run.seed=5", "--out", str(killed)], killed)
+    assert err.startswith("seafl: error: checkpoint") and "another config" in err
+    assert "train.lr (0.05 there, 0.2 now)" in err and "run.seed (0 there, 5 now)" in err
+    err = refused(capsys, ["run", "--resume", str(killed), "algorithm.name=fedbuff"], killed)
+    assert "algorithm.name ('seafl' there, 'fedbuff' now)" in err
+
+
+def test_where_and_how_it_runs_may_change_on_resume(killed):
+    cfg = load_config(killed / "config.yaml", ["runtime.threads=2", "run.checkpoint_every=7", "logging.progress=bar"])
+    assert checkpoint.plan(cfg, killed, explicit=True) == checkpoint.Plan("resume", killed / "checkpoint-00000002.pt")
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbage"])
+def test_a_truncated_or_corrupt_checkpoint_is_refused(capsys, killed, damage):
+    ck = killed / "checkpoint-00000002.pt"
+    data = ck.read_bytes()
+    ck.write_bytes(data[: len(data) // 2] if damage == "truncated" else data[:100] + b"\0" * 64 + data[164:])
+    err = refused(capsys, ["run", "--resume", str(killed)], killed)
+    assert f"checkpoint {ck} is corrupt or truncated" in err and "delete it" in err
+
+
+def test_run_files_shorter_than_the_checkpoint_recorded_are_refused(capsys, killed):
+    events = killed / "events.jsonl"
+    events.write_bytes(events.read_bytes()[:200])
+    assert "shorter than the" in refused(capsys, ["run", "--resume", str(killed)], killed)
+
+
+def test_resume_and_out_naming_different_dirs(capsys, killed, tmp_path):
+    err = refused(capsys, ["run", "--resume", str(killed), "--out", str(tmp_path / "other")], killed)
+    assert "name different run dirs" in err and not (tmp_path / "other").exists()
+
+
+def test_a_completed_run_is_left_alone_with_exit_0(capsys, dirs):
+    done = dirs[1]
+    assert "already holds a completed run" in refused(capsys, ["run", "--resume", str(done)], done, code=0)
+    assert "already holds a completed run" in refused(
+        capsys, ["run", str(QUICKSTART), *ARGS, "--out", str(done)], done, code=0)
+    assert (done / "model.pt").exists() and not checkpoint_versions(done)

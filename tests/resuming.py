@@ -1,0 +1,80 @@
+"""Helpers of the checkpoint/resume tests: reference runs, killed runs, and what "identical" means.
+
+A reference run is made in this pytest process (the CLI's ``main``, one torch thread, the
+thread count restored after): no interpreter start, so the suite pays for the killed and
+resumed runs only. Killed runs are real ``python -m seafl_dist run`` processes; the
+``SEAFL_FAULT`` hook (runtime/signals.py) stops them at an exact point of an exact aggregation.
+"""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+from seafl_dist.cli import main as seafl_main
+from small_runs import QUICKSTART, SMALL
+
+ROOT = Path(__file__).resolve().parents[1]
+SAME_BYTES = ("events.jsonl", "metrics.csv", "model.pt")
+
+
+def reference(out: Path, overrides) -> Path:
+    """An uninterrupted run of ``QUICKSTART + overrides`` into ``out``, in this process."""
+    threads = torch.get_num_threads()
+    try:
+        with torch.random.fork_rng(devices=[]):
+            assert seafl_main(["run", str(QUICKSTART), *overrides, "--out", str(out)]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    return out
+
+
+def cli(*args, fault=None, cwd=None, timeout=300, background=False):
+    """``python -m seafl_dist ARGS`` in a child process; ``fault`` sets SEAFL_FAULT."""
+    env = {k: v for k, v in os.environ.items() if k != "SEAFL_FAULT"}
+    env["OMP_NUM_THREADS"] = "1"
+    if fault:
+        env["SEAFL_FAULT"] = fault
+    cmd = [sys.executable, "-m", "seafl_dist", *map(str, args)]
+    if background:
+        return subprocess.Popen(cmd, cwd=cwd or ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
+    return subprocess.run(cmd, cwd=cwd or ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def run_args(overrides, out):
+    return ["run", QUICKSTART, *overrides, "--out", out]
+
+
+def summary(run_dir: Path) -> dict:
+    return json.loads((Path(run_dir) / "summary.json").read_text())
+
+
+def checkpoint_versions(run_dir: Path) -> list[int]:
+    return sorted(int(p.stem.split("-")[1]) for p in Path(run_dir).glob("checkpoint-*.pt"))
+
+
+def aggregations_in(run_dir: Path) -> int:
+    path = Path(run_dir) / "events.jsonl"
+    return path.read_text().count('"event": "aggregate"') if path.exists() else 0
+
+
+def assert_same_run(ref: Path, got: Path) -> None:
+    """events.jsonl, metrics.csv and model.pt byte-identical; the same summary but for wall time."""
+    for name in SAME_BYTES:
+        assert (got / name).read_bytes() == (ref / name).read_bytes(), f"{name} differs from the uninterrupted run"
+    s_ref, s_got = summary(ref), summary(got)
+    assert s_got["status"] == "completed"
+    s_ref.pop("wall_time_s"), s_got.pop("wall_time_s")
+    assert s_got == s_ref
+    assert not list(got.glob("checkpoint-*")), "a completed run keeps no checkpoints"
+
+
+def dir_bytes(run_dir: Path) -> dict:
+    """Every file of a run dir with its bytes (to show that a refused resume touched nothing)."""
+    return {p.name: p.read_bytes() for p in sorted(Path(run_dir).iterdir()) if p.is_file()}
+
+
+__all__ = ["SMALL", "QUICKSTART"]
