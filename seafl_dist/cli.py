@@ -18,6 +18,9 @@
 
     seafl report RUN_OR_SWEEP_DIR... [--target 0.5,0.7] [--baseline fedbuff] [--out DIR]
         report.md/.csv, runs.csv, accuracy_vs_time.png and (for one run) timeline.png.
+
+    seafl configs
+        The configs shipped with the package; CONFIG may be one of these names (``quickstart``).
 """
 from __future__ import annotations
 
@@ -46,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run one experiment from a YAML config",
                          description="Run one experiment from a YAML config with optional dotted overrides.",
                          epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    run.add_argument("config", nargs="?", help="YAML config file (e.g. configs/quickstart.yaml)")
+    run.add_argument("config", nargs="?", help="YAML config file, or a packaged config's name (e.g. quickstart)")
     run.add_argument("overrides", nargs="*", metavar="key.sub=value", help="config overrides, applied in order")
     run.add_argument("--out", metavar="DIR", help="run directory (default: runs/<config-name>-<timestamp>); "
                      "if it holds a checkpoint of the same config, the run continues from it")
@@ -54,6 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
                      "(config: RUN_DIR/config.yaml unless CONFIG is given)")
     add_sweep_parser(sub)
     add_report_parser(sub)
+    sub.add_parser("configs", help="list the packaged configs (usable by name: seafl run quickstart)")
     return parser
 
 
@@ -171,6 +175,17 @@ def cmd_report(args) -> int:
     return 0
 
 
+def cmd_configs(args) -> int:
+    from seafl_dist.config_files import describe, packaged, packaged_dir
+    shipped = packaged()
+    width = max(map(len, shipped), default=0)
+    for name, path in shipped.items():
+        print(f"{name:<{width}}  {describe(path)}")
+    print(f"({len(shipped)} configs in {packaged_dir()}; run one with `seafl run NAME` or `seafl sweep NAME`)",
+          file=sys.stderr)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
@@ -184,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return {"run": cmd_run, "sweep": cmd_sweep, "report": cmd_report}[args.command](args)
+        return {"run": cmd_run, "sweep": cmd_sweep, "report": cmd_report, "configs": cmd_configs}[args.command](args)
     except ConfigError as err:
         if os.environ.get("RANK", "0") == "0":  # under torchrun every rank finds the same mistake
             print(f"seafl: error: {err}", file=sys.stderr)

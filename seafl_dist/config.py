@@ -19,10 +19,17 @@ from typing import Any
 
 import yaml
 
-from seafl_dist.config_sections import (  # noqa: F401  (re-exported: the public config API)
+from seafl_dist.config_files import find_config
+from seafl_dist.config_sections import (  # noqa: F401  (re-exported: the public config API, see __all__)
     ALGORITHMS, SIMILARITY_MODES, AlgorithmConfig, ClockConfig, ConfigError, DataConfig, DevicesConfig,
-    IdleConfig, LoggingConfig, ModelConfig, RunConfig, RuntimeConfig, TrainConfig, WandbConfig, _fail,
+    IdleConfig, LoggingConfig, ModelConfig, RunConfig, RuntimeConfig, TrainConfig, WandbConfig,
 )
+from seafl_dist.config_sections import _fail  # this module's own checks word their errors the same way
+
+__all__ = ["ALGORITHMS", "SIMILARITY_MODES", "AlgorithmConfig", "ClockConfig", "Config", "ConfigError", "DataConfig",
+           "DevicesConfig", "IdleConfig", "LoggingConfig", "ModelConfig", "RunConfig", "RuntimeConfig",
+           "TrainConfig", "WandbConfig", "config_from_dict", "dump_config", "find_config", "load_config",
+           "load_yaml", "parse_override"]
 
 
 @dataclass(kw_only=True)
@@ -159,9 +166,8 @@ def _deep_copy(d: Any) -> Any:
 
 
 def load_yaml(path: str | Path) -> dict:
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"config file '{path}' does not exist; pass the path of a YAML file such as configs/quickstart.yaml")
+    """The mapping in a YAML file; ``path`` may also name a packaged config (``quickstart``)."""
+    path = find_config(path)
     try:
         data = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as err:
@@ -174,7 +180,7 @@ def load_yaml(path: str | Path) -> dict:
 def load_config(path: str | Path, overrides: list[str] | tuple = ()) -> Config:
     """Load a YAML file, apply dotted overrides, validate. The run name defaults to the file stem."""
     data = load_yaml(path)
-    data.setdefault("name", Path(path).stem)
+    data.setdefault("name", find_config(path).stem)
     return config_from_dict(data, overrides)
 
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from seafl_dist import plugins
+
 ALGORITHMS = ("seafl", "seafl2", "fedbuff", "fedasync", "fedavg")
 SIMILARITY_MODES = ("delta_vs_global", "model_vs_global", "delta_vs_movement")
 
@@ -36,7 +38,7 @@ def _at_least(key: str, value: Any, low: float, *, strict: bool = False) -> None
 class AlgorithmConfig:
     """Which rule aggregates the buffer and when (SPEC "The server loop", "Aggregation rules")."""
 
-    name: str = "seafl"  # seafl, seafl2, fedbuff, fedasync, fedavg
+    name: str = "seafl"  # seafl, seafl2, fedbuff, fedasync, fedavg, or pkg.module:rule (seafl_dist.plugins)
     buffer_size: int = 10  # K; fedavg forces K = M, fedasync K = 1
     staleness_limit: Optional[int] = 10  # beta; None = infinity (forced for fedbuff/fedasync; fedavg: 0)
     alpha: float = 3.0  # SEAFL staleness weight alpha (Eq. 4)
@@ -50,9 +52,10 @@ class AlgorithmConfig:
     poly_a: float = 0.5  # FedAsync polynomial exponent
     hinge_a: float = 10.0  # FedAsync hinge slope
     hinge_b: float = 4.0  # FedAsync hinge threshold
+    partial: Optional[bool] = None  # notify blocking devices to upload early; None: only for seafl2
 
     def __post_init__(self) -> None:
-        _choice("algorithm.name", self.name, ALGORITHMS)
+        plugins.check("algorithm.name", self.name, ALGORITHMS)
         _at_least("algorithm.buffer_size", self.buffer_size, 1)
         _at_least("algorithm.staleness_limit", self.staleness_limit, 0)
         _at_least("algorithm.alpha", self.alpha, 0)
@@ -70,11 +73,15 @@ class AlgorithmConfig:
         _at_least("algorithm.hinge_b", self.hinge_b, 0)
         if self.name == "seafl" and self.alpha == 0 and self.mu == 0:
             _fail("algorithm.alpha", self.alpha, "alpha > 0 or mu > 0 (both 0 gives every update weight 0)")
+        if self.name == "seafl2" and self.partial is False:
+            _fail("algorithm.partial", self.partial, "true or null for seafl2 (SEAFL² is SEAFL with partial "
+                  "training; algorithm.name=seafl has none)")
 
     @property
     def partial_training(self) -> bool:
-        """SEAFL² notifies blocking devices to upload early (SPEC server loop step 4)."""
-        return self.name == "seafl2"
+        """SEAFL² notifies blocking devices to upload early (SPEC server loop step 4); ``partial``
+        turns the same on for another rule (a custom one, say)."""
+        return self.name == "seafl2" or bool(self.partial)
 
     @property
     def rule(self) -> str:
@@ -142,10 +149,11 @@ class ClockConfig:
 
 @dataclass(kw_only=True)
 class DataConfig:
-    name: str = "digits"  # digits (bundled), mnist, emnist, cifar10, cinic10
+    name: str = "digits"  # digits (bundled), mnist, emnist, cifar10, cinic10, or pkg.module:loader
     root: str = "data"  # where on-disk datasets live
     download: bool = False  # fetch missing datasets (needs internet)
-    partition: str = "dirichlet"  # dirichlet or iid
+    partition: str = "dirichlet"  # dirichlet, iid, or pkg.module:split
+    shards_overlap: bool = False  # a custom partition may give devices shared samples
     concentration: float = 0.3  # Dirichlet concentration over labels
     samples_per_device: Optional[int] = None  # fixed shard size, drawn without replacement
     test_fraction: float = 0.2  # digits only: seeded held-out share
@@ -153,8 +161,8 @@ class DataConfig:
     augment: bool = False  # CIFAR-style random crop + flip at train time
 
     def __post_init__(self) -> None:
-        _choice("data.name", self.name, ("digits", "mnist", "emnist", "cifar10", "cinic10"))
-        _choice("data.partition", self.partition, ("dirichlet", "iid"))
+        plugins.check("data.name", self.name, ("digits", "mnist", "emnist", "cifar10", "cinic10"))
+        plugins.check("data.partition", self.partition, ("dirichlet", "iid"))
         _at_least("data.concentration", self.concentration, 0, strict=True)
         _at_least("data.samples_per_device", self.samples_per_device, 1)
         if not 0 < self.test_fraction < 1:
@@ -163,11 +171,11 @@ class DataConfig:
 
 @dataclass(kw_only=True)
 class ModelConfig:
-    name: str = "lenet5"  # lenet5, resnet18, vgg16
+    name: str = "lenet5"  # lenet5, resnet18, vgg16, or pkg.module:builder
     width: float = 1.0  # channel multiplier (tests use small widths)
 
     def __post_init__(self) -> None:
-        _choice("model.name", self.name, ("lenet5", "resnet18", "vgg16"))
+        plugins.check("model.name", self.name, ("lenet5", "resnet18", "vgg16"))
         _at_least("model.width", self.width, 0, strict=True)
 
 

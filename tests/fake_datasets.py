@@ -46,11 +46,11 @@ def write_cifar(root, per_batch=2):
     return written
 
 
-def write_cinic(root, split, per_class=2, seed=0):
+def write_cinic(root, split, per_class=2, seed=0, folder="cinic10"):
     rng = np.random.default_rng(seed)
     out = []
     for k, cls in enumerate(CINIC_CLASSES):
-        d = root / "cinic10" / split / cls
+        d = root / folder / split / cls
         d.mkdir(parents=True)
         for j in range(per_class):
             if k == 3 and j == 0:  # CINIC-10 has a few greyscale PNGs among the ImageNet images

@@ -6,8 +6,10 @@ back w_{t+1} and one info dict per update (weights, rejections, SEAFL's γ, s, c
 
 - FedAvg: :mod:`.fedavg`; FedBuff: :mod:`.fedbuff`; FedAsync: :mod:`.fedasync`;
   SEAFL / SEAFL² (paper Eq. 4–8): :mod:`.seafl`.
+- Your own: a function with their signature, named ``algorithm.name: pkg.module:fn``;
+  :func:`screen` gives it the same rejection of NaN / wrongly sized updates.
 """
-from .common import check_update, cosine
+from .common import check_update, cosine, screen
 from .dispatch import aggregate
 from .fedasync import staleness_factor_fedasync
 from .seafl import seafl_gamma
@@ -19,6 +21,7 @@ __all__ = [
     "aggregate",
     "check_update",
     "cosine",
+    "screen",
     "seafl_gamma",
     "staleness_factor_fedasync",
 ]

@@ -1,4 +1,5 @@
-"""``aggregate``: run the rule that ``cfg.rule`` names (SEAFL² uses SEAFL's)."""
+"""``aggregate``: run the rule that ``cfg.rule`` names (SEAFL² uses SEAFL's), or a user's rule named by
+import path (``algorithm.name: myrules:median``; :mod:`seafl_dist.plugins`), whose result is checked."""
 from __future__ import annotations
 
 from typing import Callable
@@ -6,6 +7,7 @@ from typing import Callable
 import torch
 
 from ..config import AlgorithmConfig
+from ..plugins import is_import_path, plugin_error, resolve
 from .fedasync import fedasync
 from .fedavg import fedavg
 from .fedbuff import fedbuff
@@ -25,8 +27,38 @@ def aggregate(cfg: AlgorithmConfig, version: int, global_flat: torch.Tensor,
     rejected with weight 0 and a reason, and the rest aggregated as if they were absent;
     with none left, w_{t+1} = w_t (a copy). Inputs are never mutated.
     """
+    if is_import_path(cfg.rule):
+        result = resolve("algorithm.name", cfg.rule)(cfg, version, global_flat, list(updates), base_model)
+        return checked(cfg.rule, result, global_flat, updates, version)
     try:
         rule = RULES[cfg.rule]
     except KeyError:
         raise ValueError(f"unknown algorithm {cfg.name!r}; allowed: {', '.join(sorted(RULES))}") from None
     return rule(cfg, version, global_flat, list(updates), base_model)
+
+
+def checked(path: str, result, global_flat: torch.Tensor, updates: list[BufferedUpdate],
+            version: int) -> AggregationResult:
+    """A user rule's result, refused (one line naming ``algorithm.name``) unless it is an
+    AggregationResult with a finite w_{t+1} of w_t's size and one info dict (with a numeric
+    ``weight``) per update. ``rejected``, ``reason`` and ``staleness`` are filled in where missing."""
+    if not isinstance(result, AggregationResult):
+        raise plugin_error("algorithm.name", path, f"it returned {type(result).__name__}")
+    new = result.new_global
+    if not isinstance(new, torch.Tensor) or new.dim() != 1 or new.numel() != global_flat.numel() \
+            or not new.is_floating_point():
+        got = f"{new.dtype} {tuple(new.shape)}" if isinstance(new, torch.Tensor) else type(new).__name__
+        raise plugin_error("algorithm.name", path, f"its new_global is {got}, not a 1-D float tensor of "
+                                                   f"{global_flat.numel()} entries like w_t")
+    if not bool(torch.isfinite(new).all()):
+        raise plugin_error("algorithm.name", path, f"its new_global at version {version + 1} holds NaN or inf")
+    info = result.info
+    if not isinstance(info, list) or len(info) != len(updates):
+        raise plugin_error("algorithm.name", path, f"its info is not a list of {len(updates)} dicts, one per update")
+    for i, (d, u) in enumerate(zip(info, updates)):
+        if not isinstance(d, dict) or isinstance(d.get("weight"), bool) or not isinstance(d.get("weight"), (int, float)):
+            raise plugin_error("algorithm.name", path, f"its info[{i}] has no numeric 'weight'")
+        d.setdefault("rejected", False)
+        d.setdefault("reason", None)
+        d.setdefault("staleness", version - u.base_version)
+    return AggregationResult(new.to(global_flat.dtype), info)

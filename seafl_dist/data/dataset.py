@@ -35,7 +35,8 @@ NORMALIZATION: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
 
 @dataclass(eq=False)
 class ArrayDataset:
-    """Images ``(N, C, H, W)`` uint8 and labels ``(N,)`` int64, with their normalisation.
+    """Images ``(N, C, H, W)`` uint8 (or float32, used as they are) and labels ``(N,)`` int64, with
+    their normalisation.
 
     Attributes: ``images``, ``labels``, ``num_classes``, ``in_channels``, ``image_size``,
     ``name`` (e.g. ``"cifar10"``, ``"emnist-balanced"``), ``mean`` / ``std`` (per channel, for
@@ -51,8 +52,9 @@ class ArrayDataset:
     classes: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        if self.images.dtype != torch.uint8 or self.images.dim() != 4:
-            raise ValueError(f"images must be a uint8 (N, C, H, W) tensor, got {self.images.dtype} {tuple(self.images.shape)}")
+        if self.images.dtype not in (torch.uint8, torch.float32) or self.images.dim() != 4:
+            raise ValueError(f"images must be a uint8 or float32 (N, C, H, W) tensor, got {self.images.dtype} "
+                             f"{tuple(self.images.shape)}")
         if self.labels.shape != (self.images.shape[0],):
             raise ValueError(f"labels must have shape ({self.images.shape[0]},), got {tuple(self.labels.shape)}")
         self.labels = self.labels.to(torch.int64)
@@ -123,7 +125,7 @@ class ArrayDataset:
         if augment:
             dy, dx, flip = draws if draws is not None else self.augment_draws(idx.numel(), generator)
         src = self.images.index_select(0, idx.to(self.device)).to(device, non_blocking=True)
-        x = src.to(torch.float32).div_(255.0)
+        x = src.to(torch.float32).div_(255.0) if src.dtype == torch.uint8 else src  # src is a fresh copy
         if augment:
             x = _crop_flip(x, dy.to(device), dx.to(device), flip.to(device))
         mean, std = self._norm(device)

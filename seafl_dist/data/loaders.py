@@ -14,7 +14,8 @@ mnist      root/MNIST/raw/{train,t10k}-{images-idx3,labels-idx1}-ubyte          
 emnist     root/EMNIST/raw/emnist-<split>-{train,test}-{images-idx3,labels-     torchvision EMNIST
            idx1}-ubyte
 cifar10    root/cifar-10-batches-py/{data_batch_1..5, test_batch, batches.meta} own pickle reader
-cinic10    root/cinic10/{train,test}/<class>/*.png (``valid/`` is not used)     own PNG reader
+cinic10    root/{cinic10,CINIC-10,.}/{train,test}/<class>/*.png (``valid/``     own PNG reader
+           is not used); the first of the three that holds the split
 =========  ==================================================================  =================
 
 Choices, so that they are written down:
@@ -28,7 +29,7 @@ Choices, so that they are written down:
   through torchvision and is checksummed.
 - CINIC-10 uses ``train/`` for training (90,000 images) and ``test/`` for testing; ``valid/`` is
   ignored, as in most FL papers. The first load decodes the PNGs in threads and writes
-  ``root/cinic10/.<split>.seafl-cache.npz`` (uint8 arrays, keyed by the file list), which later
+  ``<that folder>/.<split>.seafl-cache.npz`` (uint8 arrays, keyed by the file list), which later
   loads and other ranks read instead; a read-only root just skips the cache.
 - digits has no official split: a stratified hold-out of ``test_fraction``, seeded by ``seed``
   (scikit-learn ``train_test_split``); train and test for one (seed, fraction) are disjoint and
@@ -53,11 +54,14 @@ from urllib.error import URLError
 import numpy as np
 import torch
 
+from ..plugins import is_import_path
+from .custom import load_custom_dataset
 from .dataset import NORMALIZATION, ArrayDataset
 
 DATASETS = ("digits", "mnist", "emnist", "cifar10", "cinic10")
 CINIC_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
 CINIC_URL = "https://datashare.ed.ac.uk/bitstream/handle/10283/3192/CINIC-10.tar.gz"
+CINIC_DIRS = ("cinic10", "CINIC-10", "")  # under data.root, searched in this order ("" = data.root itself)
 _CACHE: dict[tuple, ArrayDataset] = {}
 
 
@@ -70,9 +74,15 @@ def load_dataset(name: str, root: str | Path = "data", train: bool = True, *, do
     """The train (``train=True``) or test split of dataset ``name`` as an :class:`ArrayDataset`,
     cached per process. ``seed`` / ``test_fraction`` matter for digits only, ``emnist_split`` for
     emnist only."""
-    if name not in DATASETS:
-        raise ValueError(f"unknown dataset {name!r}; known: {', '.join(DATASETS)}")
     root = Path(root).expanduser().resolve()
+    if is_import_path(name):  # a user's loader (seafl_dist.data.custom); the test split's labels use train's classes
+        key = (name, bool(train), str(root))
+        if key not in _CACHE:
+            classes = None if train else load_dataset(name, root, train=True).num_classes
+            _CACHE[key] = load_custom_dataset(name, root, train, classes)
+        return _CACHE[key]
+    if name not in DATASETS:
+        raise ValueError(f"unknown dataset {name!r}; known: {', '.join(DATASETS)}, or an import path pkg.module:fn")
     key: tuple = (name, bool(train))
     if name == "digits":
         key += (int(seed), float(test_fraction))
@@ -217,15 +227,21 @@ def _load_cifar10(root: Path, train: bool, download: bool) -> ArrayDataset:
 # ---- CINIC-10 (folders of PNGs) -------------------------------------------------------------
 
 def _load_cinic10(root: Path, train: bool, download: bool) -> ArrayDataset:
-    base = root / "cinic10"
+    bases = [root / d if d else root for d in CINIC_DIRS]
     split = "train" if train else "test"
-    folder = base / split
     expected = [f"{split}/{c}/*.png" for c in CINIC_CLASSES]
-    how = f"download {CINIC_URL} and unpack it into {base} so that {base}/train, valid, test exist"
-    if not _cinic_present(folder) and download:
-        _download_cinic(base, expected, how)
-    if not _cinic_present(folder):
-        raise _not_found("cinic10", base, expected, how)
+    how = (f"download {CINIC_URL} and unpack it so that train/, valid/ and test/ sit directly in one of those "
+           f"places (e.g. mkdir -p {bases[1]} && tar xzf CINIC-10.tar.gz -C {bases[1]})")
+    base = next((b for b in bases if _cinic_present(b / split)), None)
+    if base is None and download:
+        _download_cinic(bases[0], expected, how)
+        base = bases[0] if _cinic_present(bases[0] / split) else None
+    if base is None:
+        raise DatasetNotFoundError(
+            f"dataset 'cinic10' not found: searched {', '.join(str(b) for b in bases)}; expected "
+            f"{', '.join(expected)} in one of them. To get it: set data.download=true on a machine with internet "
+            f"access, or {how}.")
+    folder = base / split
     files = [(c, sorted(e.name for e in os.scandir(folder / c) if e.name.endswith(".png"))) for c in CINIC_CLASSES]
     fingerprint = hashlib.sha1("\n".join(f"{c}/{n}" for c, names in files for n in names).encode()).hexdigest()
     cache = base / f".{split}.seafl-cache.npz"

@@ -42,7 +42,7 @@ from typing import Any
 
 import yaml
 
-from seafl_dist.config import Config, ConfigError, _set_dotted, config_from_dict, load_yaml, parse_override
+from seafl_dist.config import Config, ConfigError, _set_dotted, config_from_dict, find_config, load_yaml, parse_override
 
 SWEEP_KEYS = ("base", "name", "overrides", "grid", "points", "seeds", "targets", "baseline", "launcher")
 CONFIG_SECTIONS = tuple(Config.__dataclass_fields__)
@@ -212,7 +212,7 @@ def _check_list(key: str, value: Any, path: Path) -> list:
 def load_sweep(path: str | Path, *, grid: list[tuple[str, list]] = (), seeds: list[int] | None = None,
                overrides: list[str] = (), name: str | None = None) -> Sweep:
     """A sweep from a sweep file or a plain run config, plus command-line grid/seeds/overrides."""
-    path = Path(path)
+    path = find_config(path)  # a path, or a packaged config's name (digits/buffer_size)
     data = load_yaml(path)
     if is_sweep_file(data):
         unknown = set(data) - set(SWEEP_KEYS) - set(CONFIG_SECTIONS)

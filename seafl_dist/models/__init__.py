@@ -14,12 +14,15 @@ multiplies every channel count (at least 1 channel each), so tests can use tiny 
 (:class:`FLNet`, same steps and ``state_dict``) without importing Lightning: what the simulation's
 ranks build, since ``import lightning`` costs seconds per process and they use none of it.
 
+``name`` may also be an import path ``pkg.module:builder`` (:mod:`.custom`, :mod:`seafl_dist.plugins`).
+
 Parameters at width 1 and 10 classes: lenet5 61,706 (28x28x1) / 83,126 (32x32x3),
 resnet18 11,173,962 (3 channels), vgg16 14,728,266 (3 channels).
 """
 from __future__ import annotations
 
 from ..config import TrainConfig
+from ..plugins import is_import_path
 from .base import FLNet, lightning_class, scaled
 from .lenet import LeNet5
 from .resnet import ResNet18
@@ -31,7 +34,11 @@ MODELS = {"lenet5": LeNet5, "resnet18": ResNet18, "vgg16": VGG16}
 def build_model(name: str, num_classes: int, in_channels: int, *, width: float = 1.0, image_size: int = 28,
                 optim: TrainConfig | None = None, lightning: bool = True) -> FLNet:
     """A fresh, randomly initialised model (seed torch beforehand for reproducible weights): a
-    LightningModule, or with ``lightning=False`` the plain ``nn.Module`` (same weights for the same seed)."""
+    LightningModule, or with ``lightning=False`` the plain ``nn.Module`` (same weights for the same seed).
+    A model named by import path is built by :func:`.custom.build_custom` (it imports Lightning)."""
+    if is_import_path(name):
+        from .custom import build_custom
+        return build_custom(name, num_classes, in_channels, width=width, image_size=image_size, optim=optim)
     if name not in MODELS:
         raise ValueError(f"unknown model {name!r}; known: {', '.join(MODELS)}")
     cls = lightning_class(MODELS[name]) if lightning else MODELS[name]

@@ -54,15 +54,6 @@ class FLNet(nn.Module):
             self.log("train_loss", loss, batch_size=len(y))
         return loss
 
-    def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
-        x, y = batch
-        logits = self(x)
-        loss = F.cross_entropy(logits, y)
-        if self._attached():
-            self.log("val_loss", loss, batch_size=len(y))
-            self.log("val_acc", (logits.argmax(1) == y).float().mean(), batch_size=len(y))
-        return loss
-
     def configure_optimizers(self) -> torch.optim.Optimizer:
         t = self.train_config
         return torch.optim.SGD(self.parameters(), lr=t.lr, momentum=t.momentum, weight_decay=t.weight_decay)

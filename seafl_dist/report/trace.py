@@ -67,7 +67,7 @@ def check_run(run_dir: str | Path, **overrides) -> list[str]:
     cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
     alg = cfg["algorithm"]
     kw = dict(concurrency=cfg["devices"]["concurrency"], buffer_size=alg["buffer_size"],
-              staleness_limit=alg["staleness_limit"], partial=alg["name"] == "seafl2",
+              staleness_limit=alg["staleness_limit"], partial=alg["name"] == "seafl2" or bool(alg.get("partial")),
               upload_s=cfg["clock"]["upload_s"], epochs=cfg["train"]["epochs"])
     kw.update(overrides)
     return check_trace(read_events(run_dir / "events.jsonl"), **kw)

@@ -28,7 +28,7 @@ import torch
 import torch.distributed as dist
 
 from seafl_dist.runtime import signals
-from seafl_dist.runtime.liveness import POLL_S, Heartbeat, Progress, Watcher
+from seafl_dist.runtime.liveness import POLL_S, Heartbeat, StepCounter, Watcher
 from seafl_dist.runtime.server import Server, format_summary
 from seafl_dist.runtime.fetch import once_per_node
 from seafl_dist.runtime.setup import cpus_here, keep_only, oversubscription, pick_device, prepare
@@ -161,7 +161,7 @@ def run_distributed(cfg, out_dir, *, rank: int, world_size: int, local_rank: int
         if warning:
             print(warning, file=sys.stderr)
     hb_limit = max(3.0, min(30.0, cfg.runtime.timeout_s / 2))
-    progress = Progress() if rank > 0 else None
+    progress = StepCounter() if rank > 0 else None
     beat = Heartbeat(store, rank, progress=progress)
     numel = exp.initial_flat().numel()
     ok = False

@@ -20,6 +20,15 @@ def launch(cfg, out_dir, *, resume=None) -> int:
         return run_distributed(cfg, out_dir, rank=int(os.environ["RANK"]), world_size=world,
                                local_rank=int(os.environ.get("LOCAL_RANK", "0")), resume=resume)
     from seafl_dist.runtime.inprocess import run_inprocess
+    use_threads(cfg)
+    print(f"seafl: running {cfg.name} ({cfg.algorithm.name}) in one process; output in {out_dir}", file=sys.stderr)
+    summary = run_inprocess(cfg, out_dir, resume=resume)
+    print(format_summary(summary))
+    return 0
+
+
+def use_threads(cfg) -> None:
+    """One process: ``runtime.threads`` torch threads, with a warning when they outnumber the CPUs."""
     if cfg.runtime.threads:
         import torch
 
@@ -28,7 +37,3 @@ def launch(cfg, out_dir, *, resume=None) -> int:
         warning = oversubscription(cfg.runtime.threads, 1, cpus_here())
         if warning and (cfg.runtime.device == "cpu" or not torch.cuda.is_available()):
             print(warning, file=sys.stderr)
-    print(f"seafl: running {cfg.name} ({cfg.algorithm.name}) in one process; output in {out_dir}", file=sys.stderr)
-    summary = run_inprocess(cfg, out_dir, resume=resume)
-    print(format_summary(summary))
-    return 0

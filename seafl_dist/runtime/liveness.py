@@ -26,8 +26,9 @@ def _progress_key(rank: int) -> str:
     return f"seafl/progress/{rank}"
 
 
-class Progress:
-    """A counter the owning thread bumps; the heartbeat thread reads it."""
+class StepCounter:
+    """How far a worker's main thread has got (messages handled, optimiser steps): it bumps the
+    count, the heartbeat thread publishes it. (Not the progress bar: that is report.progress.)"""
 
     def __init__(self) -> None:
         self.count = 0
@@ -37,7 +38,7 @@ class Progress:
 
 
 class Heartbeat:
-    def __init__(self, store, rank: int, interval: float = 1.0, progress: Progress | None = None):
+    def __init__(self, store, rank: int, interval: float = 1.0, progress: StepCounter | None = None):
         self.store, self.key, self.interval = store, _key(rank), interval
         self.progress, self.progress_key, self._published = progress, _progress_key(rank), 0
         self._stop = threading.Event()
@@ -92,10 +93,6 @@ class Watcher:
                 continue
             self._moved(self._seen, r, beat, now)
             self._moved(self._progress, r, progress, now)
-
-    def silence(self, rank: int) -> float:
-        self._refresh()
-        return time.monotonic() - self._seen[rank][1]
 
     def stalled(self, rank: int) -> float:
         """Seconds since ``rank``'s progress counter last moved (or since watching began)."""

@@ -14,7 +14,10 @@ import torch
 
 from seafl_dist.config import Config, ConfigError
 from seafl_dist.data import clear_cache, label_histograms, load_dataset, partition
+from seafl_dist.data.custom import custom_partition
 from seafl_dist.models import build_model
+from seafl_dist.models.custom import check_logits
+from seafl_dist.plugins import is_import_path
 from seafl_dist.sim import Lookahead, Scheduler, SpeedModel, stream_seed
 from seafl_dist.train import flatten
 
@@ -140,10 +143,20 @@ def prepare(cfg: Config, *, local_rank: int = 0, need_test: bool = True, fetch=N
                 load_dataset(d.name, d.root, train=False, **common) if need_test else None)
 
     train, test = fetch(load) if fetch is not None and d.download else load(d.download)
-    try:
-        shards = partition(train.labels.numpy(), cfg.devices.num, method=d.partition, concentration=d.concentration,
-                           samples_per_device=d.samples_per_device, seed=cfg.run.seed)
-    except ValueError as err:  # an impossible request (devices.num / data.samples_per_device) is a user mistake
-        raise ConfigError(f"cannot partition {train.name} ({len(train)} training samples): {err}") from None
+    if is_import_path(d.partition):
+        shards = custom_partition(d.partition, train.labels.numpy(), cfg.devices.num, cfg.run.seed,
+                                  overlap=d.shards_overlap)
+    else:
+        try:
+            shards = partition(train.labels.numpy(), cfg.devices.num, method=d.partition,
+                               concentration=d.concentration, samples_per_device=d.samples_per_device,
+                               seed=cfg.run.seed)
+        except ValueError as err:  # an impossible request (devices.num / data.samples_per_device) is a user mistake
+            raise ConfigError(f"cannot partition {train.name} ({len(train)} training samples): {err}") from None
     shards = [np.asarray(s, dtype=np.int64) for s in shards]
-    return Experiment(cfg=cfg, train=train, test=test, shards=shards, device=pick_device(cfg.runtime.device, local_rank))
+    exp = Experiment(cfg=cfg, train=train, test=test, shards=shards, device=pick_device(cfg.runtime.device, local_rank))
+    if is_import_path(cfg.model.name):  # a user's model: check it gives logits before any job trains
+        with torch.random.fork_rng(devices=[]):  # building it must not move torch's global generator
+            check_logits(cfg.model.name, exp.new_model(), train.batch(torch.arange(min(2, len(train))))[0],
+                         train.num_classes)
+    return exp

@@ -13,7 +13,7 @@ from __future__ import annotations
 import heapq
 
 from seafl_dist.runtime.executor import GroupTrainer, JobSpec
-from seafl_dist.runtime.liveness import POLL_S, Progress
+from seafl_dist.runtime.liveness import POLL_S, StepCounter
 from seafl_dist.transport import BYE, JOB, RESULT, STOP, Channel, Header, Mailbox, Outbox
 
 
@@ -24,17 +24,17 @@ class RankZeroLost(RuntimeError):
 def run_worker(exp, rank: int, numel: int, watcher, links=(Channel(), Channel()), progress=None) -> int:
     """Serve rank 0 until it says STOP; return the number of jobs trained.
 
-    ``progress`` (a liveness.Progress) is bumped for every message handled and every optimiser
+    ``progress`` (a liveness.StepCounter) is bumped for every message handled and every optimiser
     step, so rank 0 can tell a long job from a stuck worker. A result leaves the GPU (if
     any) as it was trained: the outbox copies it to the host on a side stream while the
     next job trains."""
-    progress = progress if progress is not None else Progress()
+    progress = progress if progress is not None else StepCounter()
     trainer = GroupTrainer(exp)
     down, up = links
     mailbox, outbox = Mailbox([0], numel, down), Outbox(up)
     versions, queue, newest, trained = {}, [], -1, 0
     while True:
-        for _, h, payload in mailbox.poll(timeout=None if queue else POLL_S):
+        for _, h, payload in mailbox.poll(timeout=0 if queue else POLL_S):
             if h.kind == STOP:
                 outbox.flush()
                 outbox.send(0, Header(BYE, job=trained))

@@ -12,6 +12,8 @@ import torch
 
 @dataclass(frozen=True)
 class FlatLayout:
+    """Names, shapes and dtypes of a module's state in flat order (train/batched.py stacks and
+    slices models by it)."""
     names: tuple
     shapes: tuple
     dtypes: tuple

@@ -142,9 +142,6 @@ class Outbox:
     def close(self) -> None:
         self._items.put(None)
 
-    def __len__(self) -> int:
-        return self._items.unfinished_tasks
-
 
 def _receive_payload(rank: int, numel: int, ch: Channel, streams: dict) -> torch.Tensor:
     if ch.device.type != "cuda":
@@ -189,11 +186,13 @@ class Mailbox:
             threading.Thread(target=_receive_loop, args=(r, numel, channel, self._queue),
                              name=f"seafl-recv-{r}", daemon=True).start()
 
-    def poll(self, timeout: float | None = None) -> list[tuple[int, Header, torch.Tensor | None]]:
-        """Every message that has arrived (waiting up to ``timeout`` seconds for the first)."""
+    def poll(self, timeout: float | None = 0.0) -> list[tuple[int, Header, torch.Tensor | None]]:
+        """Every message that has arrived, waiting up to ``timeout`` seconds for the first: 0 returns
+        at once, None waits until one comes (as ``queue.Queue.get`` does)."""
         got = []
         try:
-            got.append(self._queue.get(timeout=timeout) if timeout else self._queue.get_nowait())
+            got.append(self._queue.get_nowait() if timeout is not None and timeout <= 0 else
+                       self._queue.get(timeout=timeout))
             while True:
                 got.append(self._queue.get_nowait())
         except queue.Empty:

@@ -90,6 +90,25 @@ def test_cinic10_reads_png_folders_and_caches(tmp_path):
     assert len(load_dataset("cinic10", root=tmp_path, train=True)) == 21
 
 
+@pytest.mark.parametrize("folder", ["CINIC-10", ""])
+def test_cinic10_is_found_under_the_archive_name_or_the_root_itself(tmp_path, folder):
+    expected = write_cinic(tmp_path, "train", folder=folder)
+    write_cinic(tmp_path, "test", per_class=1, folder=folder)
+    train = load_dataset("cinic10", root=tmp_path, train=True)
+    assert len(train) == 20 and len(load_dataset("cinic10", root=tmp_path, train=False)) == 10
+    assert [int(y) for y in train.labels] == [k for k, _, _ in expected]
+    assert (tmp_path / folder / ".train.seafl-cache.npz").exists()
+
+
+def test_missing_cinic10_names_every_place_searched(tmp_path):
+    write_cinic(tmp_path, "test", folder="CINIC-10")  # a test split alone does not make a training set
+    with pytest.raises(DatasetNotFoundError) as err:
+        load_dataset("cinic10", root=tmp_path, train=True)
+    msg = str(err.value)
+    assert all(f"{p}," in msg or f"{p};" in msg for p in (tmp_path / "cinic10", tmp_path / "CINIC-10", tmp_path))
+    assert "train/airplane/*.png" in msg and "\n" not in msg
+
+
 @pytest.mark.parametrize("name, where, files", [
     ("mnist", "MNIST/raw", ["train-images-idx3-ubyte", "t10k-labels-idx1-ubyte"]),
     ("emnist", "EMNIST/raw", ["emnist-balanced-train-images-idx3-ubyte"]),

@@ -4,7 +4,7 @@ import time
 import pytest
 import torch.distributed as dist
 
-from seafl_dist.runtime.liveness import Heartbeat, Progress, Watcher
+from seafl_dist.runtime.liveness import Heartbeat, StepCounter, Watcher
 
 
 def store():
@@ -17,7 +17,7 @@ def settle(watcher, seconds):
 
 
 def test_progress_that_moves_is_not_a_stall_and_progress_that_stops_is():
-    s, progress = store(), Progress()
+    s, progress = store(), StepCounter()
     beat = Heartbeat(s, 1, interval=0.05, progress=progress)
     watcher = Watcher(s, [1], limit_s=10.0, check_every_s=0.0)
     try:
@@ -58,7 +58,7 @@ def rank_zero_check(watcher, owed, timeout_s):
 
 def test_rank_zero_fails_a_worker_stuck_on_its_job_but_not_one_that_just_got_it():
     from seafl_dist.runtime.distributed import WorkerLost
-    s, progress = store(), Progress()
+    s, progress = store(), StepCounter()
     beat = Heartbeat(s, 1, interval=0.05, progress=progress)
     watcher = Watcher(s, [1], limit_s=10.0, check_every_s=0.0)
     try:

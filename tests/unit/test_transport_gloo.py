@@ -1,4 +1,5 @@
-"""Outbox/Mailbox over real gloo ranks: a JOB with its model out, a RESULT back, a wrong size refused.
+"""Outbox/Mailbox over real gloo ranks: a JOB with its model out, a RESULT back (poll(None) waits for it),
+a wrong size refused.
 
 torch.distributed needs processes, not threads, so the test spawns two. This module imports
 only torch and seafl_dist.transport, so the spawned children start quickly.
@@ -33,8 +34,10 @@ def _exchange(rank, init_file):
     mailbox, outbox = Mailbox([peer], NUMEL), Outbox()
     if rank == 0:
         job = Header(JOB, job=7, device=-2, version=3, epochs=2, has_payload=True, finish=12.25, payload_numel=NUMEL)
+        t0 = time.monotonic()  # nothing is on its way yet: poll(0) and poll() return at once
+        assert mailbox.poll(0) == [] and mailbox.poll() == [] and time.monotonic() - t0 < 1.0
         outbox.send(1, job, model)
-        [(src, h, payload)] = poll_until(mailbox, "RESULT")
+        [(src, h, payload)] = mailbox.poll(None)  # None waits for the RESULT, as queue.get(timeout=None) does
         assert (src, h.kind, h.job, h.finish) == (1, RESULT, 7, 12.25)
         assert torch.equal(payload, model + 1)
         # A payload of the wrong size is refused by the receiver, whatever its header says.

@@ -1,0 +1,212 @@
+"""Import paths as names (seafl_dist.plugins): every malformed path or callable is one ConfigError line
+naming the key and value, at config load (import, attribute, signature) or when the run is prepared
+(what the callable returns), before any job trains."""
+import numpy as np
+import pytest
+import torch
+
+from seafl_dist.algo import AggregationResult, BufferedUpdate, aggregate
+from seafl_dist.config import ConfigError, config_from_dict
+from seafl_dist.data import ArrayDataset, clear_cache, load_dataset
+from seafl_dist.runtime.setup import prepare
+from seafl_dist.train import flatten, train_job
+
+from small_runs import SMALL
+from user_extensions import EXTENDED, write
+
+BAD = '''
+import numpy as np
+import torch
+from torch import nn
+import lightning as L
+
+def a_list(num_classes, in_channels, image_size, width):
+    return [nn.Linear(2, 2)]
+
+def wrong_logits(num_classes, in_channels, image_size, width):
+    return nn.Sequential(nn.Flatten(), nn.Linear(in_channels * image_size ** 2, num_classes + 1))
+
+class NoOptimiser(L.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(64, 4)
+    def forward(self, x):
+        return self.lin(x.flatten(1))
+    def training_step(self, batch, i):
+        return self.lin(batch[0].flatten(1)).sum()
+
+def lightning_without_optimiser(num_classes, in_channels, image_size, width):
+    return NoOptimiser()
+
+def a_number(root, train):
+    return 5
+
+class Items(torch.utils.data.Dataset):
+    classes = ["a", "b", "c", "d"]
+    def __init__(self, train, odd=None):
+        self.train, self.odd = train, odd
+    def __len__(self):
+        return 6
+    def __getitem__(self, i):
+        if self.odd == "shape" and i == 3:
+            return torch.zeros(1, 8, 7), 0
+        if self.odd == "label" and i == 4 and not self.train:
+            return torch.zeros(1, 8, 8, dtype=torch.uint8), 9
+        return torch.full((8, 8), i, dtype=torch.uint8), i % 4
+
+def mixed_shapes(root, train):
+    return Items(train, "shape")
+
+def test_label_out_of_range(root, train):
+    return Items(train, "label")
+
+def good_items(root, train):
+    return Items(train)
+
+def negative_label(root, train):
+    return torch.zeros(5, 8, 8), torch.tensor([0, 1, -2, 1, 0])
+
+def overlapping(labels, num_devices, seed):
+    return [np.arange(0, 10)] + [np.arange(9 + 5 * k, 14 + 5 * k) for k in range(num_devices - 1)]
+
+def one_empty(labels, num_devices, seed):
+    return [np.arange(5 * k, 5 * k + 5) if k != 2 else [] for k in range(num_devices)]
+
+def too_few(labels, num_devices, seed):
+    return [np.arange(5)]
+
+def rule_returning_none(cfg, version, global_flat, updates, base_model):
+    return None
+
+def rule_of_wrong_size(cfg, version, global_flat, updates, base_model):
+    return AggregationResult(torch.zeros(3), [{"weight": 1.0} for _ in updates])
+
+from seafl_dist.algo import AggregationResult
+
+def takes_two(a, b):
+    return None
+'''
+BROKEN = "raise RuntimeError('this module does not import')\n"
+
+
+@pytest.fixture
+def mods(tmp_path, monkeypatch):
+    """(good, bad, broken): module names written to tmp_path, which is put on sys.path."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    clear_cache()
+    yield write(tmp_path), write(tmp_path, BAD, "bad_ext"), write(tmp_path, BROKEN, "broken_ext")
+    clear_cache()
+
+
+def config(*overrides):
+    return config_from_dict({"name": "t"}, [*SMALL, *overrides])
+
+
+def one_line_error(excinfo, key, value):
+    msg = str(excinfo.value)
+    assert "\n" not in msg and f"config key '{key}' has value {value!r}" in msg, msg
+    return msg
+
+
+@pytest.mark.parametrize("key, attr, fragment", [
+    ("model.name", "no_such_module_q:f", "module 'no_such_module_q' not found"),
+    ("model.name", "{good}:missing", "has no attribute 'missing'"),
+    ("model.name", "{good}:NUMBER", "is a int, not callable"),
+    ("data.name", "{good}:tiny_mlp", "cannot be called with the 2 arguments (root, train)"),
+    ("data.partition", "{bad}:takes_two", "cannot be called with the 3 arguments (labels, num_devices, seed)"),
+    ("algorithm.name", "{good}:bands", "cannot be called with the 5 arguments"),
+    ("algorithm.name", "{good}:1st", "not of the form package.module:callable"),
+    ("data.name", "{broken}:f", "importing broken_ext"),
+])
+def test_a_bad_import_path_is_refused_when_the_config_loads(mods, key, attr, fragment):
+    good, bad, broken = mods
+    value = attr.format(good=good, bad=bad, broken=broken)
+    with pytest.raises(ConfigError) as err:
+        config(f"{key}={value}")
+    msg = one_line_error(err, key, value)
+    assert fragment in msg and "expected package.module:callable, called as f(" in msg
+
+
+def test_a_built_in_name_that_is_neither_lists_both_forms():
+    with pytest.raises(ConfigError, match=r"one of lenet5, resnet18, vgg16, or package.module:callable"):
+        config("model.name=lenet")
+
+
+@pytest.mark.parametrize("key, attr, fragment", [
+    ("model.name", "a_list", "it returned list, not a torch.nn.Module"),
+    ("model.name", "wrong_logits", "not logits of shape (2, 4)"),
+    ("model.name", "lightning_without_optimiser", "without configure_optimizers"),
+    ("data.name", "a_number", "it returned int for the train split"),
+    ("data.name", "mixed_shapes", "item 3 of its train split is an image of shape (1, 8, 7)"),
+    ("data.name", "test_label_out_of_range", "item 4 of its test split has label 9, outside the 4 classes"),
+    ("data.name", "negative_label", "item 2 of its train split has label -2 < 0"),
+    ("data.partition", "overlapping", "index 9 is in shards 0 and 1"),
+    ("data.partition", "one_empty", "shard 2 is empty"),
+    ("data.partition", "too_few", "it returned 1 shards for devices.num=10"),
+])
+def test_what_a_callable_returns_is_checked_before_training(mods, key, attr, fragment):
+    good, bad, _ = mods
+    value = f"{bad}:{attr}"
+    extra = {"model.name": [f"data.name={good}:bands"], "data.name": [f"model.name={good}:tiny_mlp"],
+             "data.partition": [f"data.name={good}:bands"]}[key]
+    cfg = config(f"{key}={value}", *extra)  # loads: the callable exists and takes the right arguments
+    with pytest.raises(ConfigError) as err:
+        prepare(cfg)
+    assert fragment in one_line_error(err, key, value)
+
+
+def test_overlapping_shards_are_allowed_when_declared(mods):
+    good, bad, _ = mods
+    exp = prepare(config(f"data.name={good}:bands", f"data.partition={bad}:overlapping", "data.shards_overlap=true"))
+    assert np.intersect1d(exp.shards[0], exp.shards[1]).tolist() == [9]
+
+
+def test_a_rules_result_is_checked_before_it_touches_the_model(mods):
+    good, bad, _ = mods
+    w = torch.zeros(5)
+    ups = [BufferedUpdate(device=0, job=0, flat=torch.ones(5), n_samples=3, base_version=0, epochs=1)]
+    for attr, fragment in [("rule_returning_none", "it returned NoneType"),
+                           ("rule_of_wrong_size", "not a 1-D float tensor of 5 entries")]:
+        alg = config(f"algorithm.name={bad}:{attr}").algorithm
+        with pytest.raises(ConfigError) as err:
+            aggregate(alg, 0, w, ups, lambda v: w)
+        assert fragment in one_line_error(err, "algorithm.name", f"{bad}:{attr}")
+    alg = config(f"algorithm.name={good}:uniform_mean", "algorithm.buffer_size=3").algorithm
+    assert (alg.buffer_size, alg.staleness_limit, alg.partial_training) == (3, 10, False)
+    result = aggregate(alg, 2, w, ups + [BufferedUpdate(device=1, job=1, flat=torch.full((5,), 3.0), n_samples=1,
+                                                        base_version=1, epochs=1)], lambda v: w)
+    assert torch.equal(result.new_global, torch.full((5,), 2.0))
+    assert [(i["weight"], i["staleness"], i["rejected"]) for i in result.info] == [(0.5, 2, False), (0.5, 1, False)]
+
+
+def test_a_custom_rule_can_use_partial_training(mods):
+    good, _, _ = mods
+    assert config(f"algorithm.name={good}:uniform_mean", "algorithm.partial=true").algorithm.partial_training
+    with pytest.raises(ConfigError, match="algorithm.partial"):
+        config("algorithm.name=seafl2", "algorithm.partial=false")
+
+
+def test_a_user_dataset_is_held_like_the_built_ins(mods):
+    good, bad, _ = mods
+    floats = load_dataset(f"{good}:bands", root="data", train=True)
+    assert isinstance(floats, ArrayDataset) and floats.images.dtype == torch.float32
+    assert (len(floats), floats.num_classes, floats.in_channels, floats.image_size) == (400, 4, 1, 8)
+    x, y = floats.batch(torch.tensor([0, 1]))
+    assert torch.equal(x, floats.images[:2]) and torch.equal(y, floats.labels[:2])  # floats used as they are
+    items = load_dataset(f"{bad}:good_items", root="data", train=True)
+    assert items.images.dtype == torch.uint8 and items.images.shape == (6, 1, 8, 8)
+    assert items.classes == ["a", "b", "c", "d"] and items.labels.tolist() == [0, 1, 2, 3, 0, 1]
+    assert torch.allclose(items.batch(torch.tensor([5]))[0], torch.full((1, 1, 8, 8), 5 / 255))
+
+
+def test_a_plain_module_is_wrapped_and_trains(mods):
+    good, _, _ = mods
+    exp = prepare(config(*EXTENDED(good)))
+    model = exp.new_model()
+    assert hasattr(model, "configure_optimizers") and model.train_config.lr == exp.cfg.train.lr
+    start = exp.initial_flat()
+    assert torch.equal(start, exp.initial_flat())  # seeded from the run's init stream
+    trained = train_job(model, start, exp.train, exp.shard(0), epochs=1, batch_size=8, seed=0)
+    assert trained.shape == start.shape and not torch.equal(trained, start)
+    assert flatten(model).shape == start.shape
+    assert [len(s) for s in exp.shards] == [40] * 10

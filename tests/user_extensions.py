@@ -1,0 +1,59 @@
+"""A user's own model, dataset, partition and aggregation rule, as a test writes them to a file.
+
+``write(folder)`` puts ``SOURCE`` in ``folder/<name>.py`` under a fresh module name (so tests never
+share a cached import) and returns the name; ``EXTENDED(name)`` are the overrides that use all four.
+The dataset is 4 classes of 8x8 float images with a bright band per class: learnable in a few
+aggregations, made on the spot on every rank.
+"""
+import itertools
+from pathlib import Path
+
+SOURCE = '''
+import numpy as np
+import torch
+from torch import nn
+from seafl_dist.algo import AggregationResult, screen
+
+NUMBER = 3
+
+
+def tiny_mlp(num_classes, in_channels, image_size, width):
+    hidden = max(1, int(32 * width))
+    return nn.Sequential(nn.Flatten(), nn.Linear(in_channels * image_size ** 2, hidden), nn.ReLU(),
+                         nn.Linear(hidden, num_classes))
+
+
+def bands(root, train):
+    g = torch.Generator().manual_seed(0 if train else 1)
+    n = 400 if train else 120
+    labels = torch.randint(0, 4, (n,), generator=g)
+    images = torch.rand(n, 1, 8, 8, generator=g) * 0.5
+    for k in range(4):
+        images[labels == k, 0, 2 * k:2 * k + 2, :] += 1.0
+    return images, labels
+
+
+def sorted_blocks(labels, num_devices, seed):
+    return np.array_split(np.argsort(labels, kind="stable"), num_devices)
+
+
+def uniform_mean(cfg, version, global_flat, updates, base_model):
+    accepted, info = screen(version, global_flat, updates)
+    if not accepted:
+        return AggregationResult(global_flat.clone(), info)
+    for i in accepted:
+        info[i]["weight"] = 1 / len(accepted)
+    return AggregationResult(torch.stack([updates[i].flat for i in accepted]).mean(0), info)
+'''
+_names = itertools.count()
+
+
+def write(folder, source: str = SOURCE, prefix: str = "user_ext") -> str:
+    name = f"{prefix}_{next(_names)}_{abs(hash(str(folder))) % 10**8}"
+    (Path(folder) / f"{name}.py").write_text(source)
+    return name
+
+
+def EXTENDED(name: str) -> list[str]:
+    return [f"model.name={name}:tiny_mlp", f"data.name={name}:bands", f"data.partition={name}:sorted_blocks",
+            f"algorithm.name={name}:uniform_mean", "algorithm.staleness_limit=null"]
