@@ -16,7 +16,6 @@ from seafl_dist.config import Config, ConfigError
 from seafl_dist.data import clear_cache, label_histograms, load_dataset, partition
 from seafl_dist.data.custom import custom_partition
 from seafl_dist.models import build_model
-from seafl_dist.models.custom import check_logits
 from seafl_dist.plugins import is_import_path
 from seafl_dist.sim import Lookahead, Scheduler, SpeedModel, stream_seed
 from seafl_dist.train import flatten
@@ -157,6 +156,7 @@ def prepare(cfg: Config, *, local_rank: int = 0, need_test: bool = True, fetch=N
     exp = Experiment(cfg=cfg, train=train, test=test, shards=shards, device=pick_device(cfg.runtime.device, local_rank))
     if is_import_path(cfg.model.name):  # a user's model: check it gives logits before any job trains
         with torch.random.fork_rng(devices=[]):  # building it must not move torch's global generator
+            from seafl_dist.models.custom import check_logits  # imports Lightning: custom models only
             check_logits(cfg.model.name, exp.new_model(), train.batch(torch.arange(min(2, len(train))))[0],
                          train.num_classes)
     return exp
