@@ -109,13 +109,16 @@ class Experiment:
 
 
 def prepare(cfg: Config, *, local_rank: int = 0, need_test: bool = True) -> Experiment:
+    """Datasets and shards from ``data.seed`` (default ``run.seed``): the split is its own stream, so
+    holding ``data.seed`` fixed while ``run.seed`` varies changes training and the schedule only."""
     d = cfg.data
-    common = dict(download=d.download, seed=cfg.run.seed, test_fraction=d.test_fraction, emnist_split=d.emnist_split)
+    common = dict(download=d.download, seed=cfg.data_seed, test_fraction=d.test_fraction, emnist_split=d.emnist_split)
     train = load_dataset(d.name, d.root, train=True, **common)
     test = load_dataset(d.name, d.root, train=False, **common) if need_test else None
     try:
         shards = partition(train.labels.numpy(), cfg.devices.num, method=d.partition, concentration=d.concentration,
-                           samples_per_device=d.samples_per_device, seed=cfg.run.seed)
+                           samples_per_device=d.samples_per_device,
+                           seed=stream_seed(cfg.data_seed, "partition"))
     except ValueError as err:  # an impossible request (devices.num / data.samples_per_device) is a user mistake
         raise ConfigError(f"cannot partition {train.name} ({len(train)} training samples): {err}") from None
     shards = [np.asarray(s, dtype=np.int64) for s in shards]
