@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 
 from seafl_dist.config_sections import (  # noqa: F401  (re-exported: the public config API)
-    ALGORITHMS, SIMILARITY_MODES, AlgorithmConfig, ClockConfig, ConfigError, DataConfig, DevicesConfig,
+    ALGORITHMS, SIMILARITY_MODES, SIMILARITY_OVER, AlgorithmConfig, ClockConfig, ConfigError, DataConfig, DevicesConfig,
     IdleConfig, LoggingConfig, ModelConfig, RunConfig, RuntimeConfig, TrainConfig, WandbConfig, _fail,
 )
 

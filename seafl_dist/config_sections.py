@@ -10,6 +10,7 @@ from typing import Any, Optional
 
 ALGORITHMS = ("seafl", "seafl2", "fedbuff", "fedasync", "fedavg")
 SIMILARITY_MODES = ("delta_vs_global", "model_vs_global", "delta_vs_movement")
+SIMILARITY_OVER = ("parameters", "parameters_and_stats")
 
 
 class ConfigError(ValueError):
@@ -55,6 +56,7 @@ class AlgorithmConfig:
     mu: float = 1.0  # SEAFL importance weight mu (Eq. 5); 0 turns importance off
     theta: float = 0.8  # SEAFL server mixing vartheta (Eq. 8), in (0, 1]
     similarity: str = "delta_vs_global"  # which vectors Eq. 5's cosine compares
+    similarity_over: str = "parameters"  # its entries: parameters, or parameters_and_stats (never counters)
     server_lr: float = 1.0  # FedBuff server learning rate eta_g
     staleness_scaling: str = "none"  # FedBuff: none or sqrt (1/sqrt(1+S))
     mixing: float = 0.6  # FedAsync alpha_mix
@@ -74,6 +76,7 @@ class AlgorithmConfig:
         if not 0 < self.theta <= 1:
             _fail("algorithm.theta", self.theta, "a number in (0, 1]")
         _choice("algorithm.similarity", self.similarity, SIMILARITY_MODES)
+        _choice("algorithm.similarity_over", self.similarity_over, SIMILARITY_OVER)
         _at_least("algorithm.server_lr", self.server_lr, 0, strict=True)
         _choice("algorithm.staleness_scaling", self.staleness_scaling, ("none", "sqrt"))
         if not 0 < self.mixing <= 1:

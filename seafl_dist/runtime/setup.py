@@ -15,7 +15,8 @@ from seafl_dist.config import Config, ConfigError
 from seafl_dist.data import label_histograms, load_dataset, partition
 from seafl_dist.models import build_model
 from seafl_dist.sim import Lookahead, Scheduler, SpeedModel, stream_seed
-from seafl_dist.train import flatten
+from seafl_dist.algo import FlatParts
+from seafl_dist.train import FlatLayout, flatten
 
 
 def pick_device(choice: str, local_rank: int = 0) -> torch.device:
@@ -66,6 +67,11 @@ class Experiment:
         d, m = self.train, self.cfg.model
         return build_model(m.name, d.num_classes, d.in_channels, width=m.width, image_size=d.image_size,
                            optim=self.cfg.train)
+
+    def flat_parts(self) -> FlatParts:
+        """Which flat entries are trainable parameters, float statistics and integer counters."""
+        layout = FlatLayout.of(self.new_model())
+        return FlatParts(params=layout.mask("param"), stats=layout.mask("stat"), counters=layout.mask("counter"))
 
     def initial_flat(self) -> torch.Tensor:
         """w_0: the model initialised from the run's "init" stream, identical on every rank."""
