@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from seafl_dist.algo import BufferedUpdate, FlatParts, aggregate
+from seafl_dist.algo.seafl import seafl_cosine
 from seafl_dist.config import AlgorithmConfig
 from seafl_dist.models import build_model
 from seafl_dist.train import FlatLayout, flatten
@@ -57,20 +58,14 @@ def test_opposite_deltas_on_resnet18_give_opposite_cosines(resnet18):
     cos = [i["cos"] for i in res.info]
     assert cos[0] == pytest.approx(1.0, abs=1e-6) and cos[1] == pytest.approx(-1.0, abs=1e-6)
     assert [i["s"] for i in res.info] == pytest.approx([1.0, 0.0], abs=1e-6)
-    # Eq. 5 as written (x = Δ_k, y = w_t): opposite deltas, opposite cosines
-    res = aggregate(AlgorithmConfig(name="seafl"), 51, moved, ups, {50: base}.__getitem__, parts)
-    c0, c1 = (i["cos"] for i in res.info)
-    assert c0 == pytest.approx(-c1, rel=1e-3) and c0 != pytest.approx(c1)
-    # the counters in the cosine (the old behaviour) make both updates look alike
-    old = aggregate(cfg, 51, moved, ups, {50: base}.__getitem__, FlatParts.all_params(w0.numel()))
-    assert all(i["cos"] > 0.9 for i in old.info)
-
-
-def test_counters_of_the_new_model_are_the_largest_whole_count(resnet18):
-    w0, parts = resnet18
-    base, moved, ups = scenario(w0, parts)
-    res = aggregate(AlgorithmConfig(name="seafl"), 51, moved, ups, {50: base}.__getitem__, parts)
+    # counters: carried as the largest whole count, 50 versions x 19 steps + 19
     assert torch.equal(res.new_global[parts.counters], torch.full((20,), 50.0 * 19 + 19))
+    # Eq. 5 as written (x = Δ_k, y = w_t): opposite deltas, opposite cosines
+    mask = parts.similarity_mask("parameters")
+    c0, c1 = (seafl_cosine("delta_vs_global", u.flat, moved, lambda: base, mask) for u in ups)
+    assert c0 == pytest.approx(-c1, rel=1e-3) and abs(c0) > 1e-6
+    # the counters in the cosine (the old behaviour) make the two updates look alike
+    assert all(seafl_cosine("delta_vs_movement", u.flat, moved, lambda: base) > 0.9 for u in ups)
 
 
 @pytest.fixture(scope="module")

@@ -76,6 +76,7 @@ def test_data_seed_defaults_to_run_seed():
     ("algorithm.name=fedprox", "algorithm.name", "seafl, seafl2"),
     ("train.lr=-0.1", "train.lr", "> 0"),
     ("train.epochs=two", "train.epochs", "an integer"),
+    ("algorithm.similarity_over=buffers", "algorithm.similarity_over", "parameters, parameters_and_stats"),
     ("data.seed=1.5", "data.seed", "an integer"),
     ("data.seed=abc", "data.seed", "an integer"),
     ("data.seed=-1", "data.seed", "non-negative integer"),
