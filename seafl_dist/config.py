@@ -21,12 +21,12 @@ import yaml
 
 from seafl_dist.config_files import find_config
 from seafl_dist.config_sections import (  # noqa: F401  (re-exported: the public config API, see __all__)
-    ALGORITHMS, SIMILARITY_MODES, AlgorithmConfig, ClockConfig, ConfigError, DataConfig, DevicesConfig,
+    ALGORITHMS, SIMILARITY_MODES, SIMILARITY_OVER, AlgorithmConfig, ClockConfig, ConfigError, DataConfig, DevicesConfig,
     IdleConfig, LoggingConfig, ModelConfig, RunConfig, RuntimeConfig, TrainConfig, WandbConfig,
 )
 from seafl_dist.config_sections import _fail  # this module's own checks word their errors the same way
 
-__all__ = ["ALGORITHMS", "SIMILARITY_MODES", "AlgorithmConfig", "ClockConfig", "Config", "ConfigError", "DataConfig",
+__all__ = ["ALGORITHMS", "SIMILARITY_MODES", "SIMILARITY_OVER", "AlgorithmConfig", "ClockConfig", "Config", "ConfigError", "DataConfig",
            "DevicesConfig", "IdleConfig", "LoggingConfig", "ModelConfig", "RunConfig", "RuntimeConfig",
            "TrainConfig", "WandbConfig", "config_from_dict", "dump_config", "find_config", "load_config",
            "load_yaml", "parse_override"]
@@ -54,18 +54,23 @@ class Config:
             _fail("train.batch_size", self.train.batch_size,
                   f"at least 2 for model.name={self.model.name} (batch norm cannot train on one sample)")
 
+    @property
+    def data_seed(self) -> int:
+        """The seed of the data split: ``data.seed``, or ``run.seed`` when it is not set."""
+        return self.run.seed if self.data.seed is None else self.data.seed
+
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
 
 def _resolve_algorithm(alg: AlgorithmConfig, dev: DevicesConfig) -> None:
-    """Apply SPEC's special cases: FedAvg K=M, beta=0; FedAsync K=1, beta=inf; FedBuff beta=inf."""
+    """Apply SPEC's special cases: FedAvg K=M, beta=0; FedAsync K=1. FedBuff's and FedAsync's beta is
+    infinity unless given (AlgorithmConfig resolves that): a finite one makes the server wait for
+    stragglers as it does for SEAFL, the way PLATO ran the paper's baselines."""
     if alg.name == "fedavg":
         alg.buffer_size, alg.staleness_limit = dev.concurrency, 0
     elif alg.name == "fedasync":
-        alg.buffer_size, alg.staleness_limit = 1, None
-    elif alg.name == "fedbuff":
-        alg.staleness_limit = None
+        alg.buffer_size = 1
 
 
 # ---- building dataclasses from plain dicts, with type checks ----------------------------

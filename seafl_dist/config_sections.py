@@ -12,10 +12,21 @@ from seafl_dist import plugins
 
 ALGORITHMS = ("seafl", "seafl2", "fedbuff", "fedasync", "fedavg")
 SIMILARITY_MODES = ("delta_vs_global", "model_vs_global", "delta_vs_movement")
+SIMILARITY_OVER = ("parameters", "parameters_and_stats")
 
 
 class ConfigError(ValueError):
     """A user mistake in the configuration; the CLI prints it without a traceback."""
+
+
+class _Unset:
+    """The default of a key whose value depends on another key (``algorithm.staleness_limit`` on the name)."""
+
+    def __repr__(self) -> str:
+        return "unset"
+
+
+UNSET: Any = _Unset()
 
 
 def _fail(key: str, value: Any, allowed: str) -> None:
@@ -40,11 +51,14 @@ class AlgorithmConfig:
 
     name: str = "seafl"  # seafl, seafl2, fedbuff, fedasync, fedavg, or pkg.module:rule (seafl_dist.plugins)
     buffer_size: int = 10  # K; fedavg forces K = M, fedasync K = 1
-    staleness_limit: Optional[int] = 10  # beta; None = infinity (forced for fedbuff/fedasync; fedavg: 0)
+    # beta; None = infinity. Not given: 10 for seafl/seafl2, infinity for fedbuff/fedasync; a value given
+    # (file or override) is kept for them too (PLATO's staleness_bound); fedavg: forced to 0
+    staleness_limit: Optional[int] = UNSET
     alpha: float = 3.0  # SEAFL staleness weight alpha (Eq. 4)
     mu: float = 1.0  # SEAFL importance weight mu (Eq. 5); 0 turns importance off
     theta: float = 0.8  # SEAFL server mixing vartheta (Eq. 8), in (0, 1]
     similarity: str = "delta_vs_global"  # which vectors Eq. 5's cosine compares
+    similarity_over: str = "parameters"  # its entries: parameters, or parameters_and_stats (never counters)
     server_lr: float = 1.0  # FedBuff server learning rate eta_g
     staleness_scaling: str = "none"  # FedBuff: none or sqrt (1/sqrt(1+S))
     mixing: float = 0.6  # FedAsync alpha_mix
@@ -56,6 +70,8 @@ class AlgorithmConfig:
 
     def __post_init__(self) -> None:
         plugins.check("algorithm.name", self.name, ALGORITHMS)
+        if self.staleness_limit is UNSET:
+            self.staleness_limit = None if self.name in ("fedbuff", "fedasync") else 10
         _at_least("algorithm.buffer_size", self.buffer_size, 1)
         _at_least("algorithm.staleness_limit", self.staleness_limit, 0)
         _at_least("algorithm.alpha", self.alpha, 0)
@@ -63,6 +79,7 @@ class AlgorithmConfig:
         if not 0 < self.theta <= 1:
             _fail("algorithm.theta", self.theta, "a number in (0, 1]")
         _choice("algorithm.similarity", self.similarity, SIMILARITY_MODES)
+        _choice("algorithm.similarity_over", self.similarity_over, SIMILARITY_OVER)
         _at_least("algorithm.server_lr", self.server_lr, 0, strict=True)
         _choice("algorithm.staleness_scaling", self.staleness_scaling, ("none", "sqrt"))
         if not 0 < self.mixing <= 1:
@@ -159,12 +176,15 @@ class DataConfig:
     test_fraction: float = 0.2  # digits only: seeded held-out share
     emnist_split: str = "balanced"
     augment: bool = False  # CIFAR-style random crop + flip at train time
+    seed: Optional[int] = None  # seed of the split (partition; digits' hold-out); None = run.seed
 
     def __post_init__(self) -> None:
         plugins.check("data.name", self.name, ("digits", "mnist", "emnist", "cifar10", "cinic10"))
         plugins.check("data.partition", self.partition, ("dirichlet", "iid"))
         _at_least("data.concentration", self.concentration, 0, strict=True)
         _at_least("data.samples_per_device", self.samples_per_device, 1)
+        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0):
+            _fail("data.seed", self.seed, "a non-negative integer, or null for run.seed")
         if not 0 < self.test_fraction < 1:
             _fail("data.test_fraction", self.test_fraction, "a number in (0, 1)")
 

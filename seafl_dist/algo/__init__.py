@@ -13,11 +13,12 @@ from .common import check_update, cosine, screen
 from .dispatch import aggregate
 from .fedasync import staleness_factor_fedasync
 from .seafl import seafl_gamma
-from .types import AggregationResult, BufferedUpdate
+from .types import AggregationResult, BufferedUpdate, FlatParts
 
 __all__ = [
     "AggregationResult",
     "BufferedUpdate",
+    "FlatParts",
     "aggregate",
     "check_update",
     "cosine",

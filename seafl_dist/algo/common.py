@@ -12,7 +12,7 @@ from typing import Callable, Optional
 
 import torch
 
-from .types import BufferedUpdate
+from .types import BufferedUpdate, FlatParts
 
 _CHUNK = 1 << 20  # elements per float64 chunk in cosine(): bounds the extra memory
 
@@ -54,6 +54,38 @@ def cosine(x: torch.Tensor, y: torch.Tensor) -> float:
     if xx == 0.0 or yy == 0.0:
         return 0.0
     return max(-1.0, min(1.0, dot / (math.sqrt(xx) * math.sqrt(yy))))
+
+
+def flat_parts(parts: Optional[FlatParts], global_flat: torch.Tensor) -> FlatParts:
+    """``parts`` checked against w_t's size; None means every entry is a trainable parameter."""
+    if parts is None:
+        return FlatParts.all_params(global_flat.numel())
+    if parts.numel != global_flat.numel():
+        raise ValueError(f"the flat layout has {parts.numel} entries, w_t has {global_flat.numel()}")
+    return parts
+
+
+def masked(x: torch.Tensor, mask: Optional[torch.Tensor]) -> torch.Tensor:
+    """``x`` restricted to ``mask`` (no copy when the mask is None, i.e. everything)."""
+    return x if mask is None else x[mask.to(x.device)]
+
+
+def carry_counters(out: torch.Tensor, global_flat: torch.Tensor, models: list[torch.Tensor],
+                   parts: FlatParts) -> torch.Tensor:
+    """Set ``out``'s integer-counter entries to the largest of w_t's and the accepted models'.
+
+    Every rule computes params and stats its own way; counters (batch norm's
+    ``num_batches_tracked``) are not quantities to average, so every rule gives them the same
+    value: max(w_t, w_k over the accepted updates), a whole number that never decreases.
+    """
+    if not bool(parts.counters.any()):
+        return out
+    idx = parts.counters.to(out.device)
+    value = global_flat[idx]
+    for w_k in models:
+        value = torch.maximum(value, as_global(w_k, global_flat)[idx])
+    out[idx] = value.round()
+    return out
 
 
 def staleness_of(version: int, update: BufferedUpdate) -> int:

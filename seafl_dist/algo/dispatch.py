@@ -2,7 +2,9 @@
 import path (``algorithm.name: myrules:median``; :mod:`seafl_dist.plugins`), whose result is checked."""
 from __future__ import annotations
 
-from typing import Callable
+import inspect
+
+from typing import Callable, Optional
 
 import torch
 
@@ -12,29 +14,34 @@ from .fedasync import fedasync
 from .fedavg import fedavg
 from .fedbuff import fedbuff
 from .seafl import seafl
-from .types import AggregationResult, BufferedUpdate
+from .types import AggregationResult, BufferedUpdate, FlatParts
 
 RULES = {"seafl": seafl, "fedbuff": fedbuff, "fedasync": fedasync, "fedavg": fedavg}
 
 
 def aggregate(cfg: AlgorithmConfig, version: int, global_flat: torch.Tensor,
-              updates: list[BufferedUpdate], base_model: Callable[[int], torch.Tensor]) -> AggregationResult:
+              updates: list[BufferedUpdate], base_model: Callable[[int], torch.Tensor],
+              parts: Optional[FlatParts] = None) -> AggregationResult:
     """Aggregate a buffer into w_{t+1}.
 
     ``version`` is the current t (before the bump): S_k = t − t_k. ``base_model(v)``
     returns the flat global model w_v; it is called only by rules that need Δ_k or
     w_t − w_{t_k}, at most once per version. Bad updates (wrong size, non-finite) are
     rejected with weight 0 and a reason, and the rest aggregated as if they were absent;
-    with none left, w_{t+1} = w_t (a copy). Inputs are never mutated.
+    with none left, w_{t+1} = w_t (a copy). Inputs are never mutated. ``parts`` says which
+    entries are trainable parameters, float statistics and integer counters (from the model's
+    layout); None means all are parameters.
     """
     if is_import_path(cfg.rule):
-        result = resolve("algorithm.name", cfg.rule)(cfg, version, global_flat, list(updates), base_model)
+        rule = resolve("algorithm.name", cfg.rule)
+        extra = {"parts": parts} if "parts" in inspect.signature(rule).parameters else {}  # optional, as for the built-ins
+        result = rule(cfg, version, global_flat, list(updates), base_model, **extra)
         return checked(cfg.rule, result, global_flat, updates, version)
     try:
         rule = RULES[cfg.rule]
     except KeyError:
         raise ValueError(f"unknown algorithm {cfg.name!r}; allowed: {', '.join(sorted(RULES))}") from None
-    return rule(cfg, version, global_flat, list(updates), base_model)
+    return rule(cfg, version, global_flat, list(updates), base_model, parts)
 
 
 def checked(path: str, result, global_flat: torch.Tensor, updates: list[BufferedUpdate],

@@ -10,17 +10,18 @@ are mixed in one after another, in buffer order, each with its own a_k; every S_
 measured against the same t (the version is bumped once, after the whole buffer).
 The reported weight of update k is then its effective coefficient in w_{t+1},
 a_k · Π_{j>k} (1 − a_j); with one update that is just a. ``info["a"]`` holds a_k
-(None when rejected).
+(None when rejected). Integer counters (batch norm's ``num_batches_tracked``) are not mixed:
+they become the largest of w_t's and the accepted models' (:func:`.common.carry_counters`).
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Optional
 
 import torch
 
 from ..config import AlgorithmConfig
-from .common import as_global, screen
-from .types import AggregationResult, BufferedUpdate
+from .common import as_global, carry_counters, flat_parts, screen
+from .types import AggregationResult, BufferedUpdate, FlatParts
 
 
 def staleness_factor_fedasync(S: int, cfg: AlgorithmConfig) -> float:
@@ -40,9 +41,11 @@ def staleness_factor_fedasync(S: int, cfg: AlgorithmConfig) -> float:
 
 @torch.no_grad()
 def fedasync(cfg: AlgorithmConfig, version: int, global_flat: torch.Tensor,
-             updates: list[BufferedUpdate], base_model: Callable[[int], torch.Tensor]) -> AggregationResult:
+             updates: list[BufferedUpdate], base_model: Callable[[int], torch.Tensor],
+             parts: Optional[FlatParts] = None) -> AggregationResult:
     """Mix each accepted update into w_t in order (``base_model`` is not called)."""
     accepted, info = screen(version, global_flat, updates)
+    parts = flat_parts(parts, global_flat)
     for entry in info:
         entry["a"] = None
     out = global_flat.clone()
@@ -55,4 +58,4 @@ def fedasync(cfg: AlgorithmConfig, version: int, global_flat: torch.Tensor,
             info[j]["weight"] *= 1.0 - a
         info[i]["weight"] = a
         info[i]["a"] = a
-    return AggregationResult(out, info)
+    return AggregationResult(carry_counters(out, global_flat, [updates[i].flat for i in accepted], parts), info)

@@ -5,17 +5,19 @@
 with η_g = ``server_lr`` and c_k = 1 (``staleness_scaling: none``) or
 c_k = 1/√(1 + S_k) (``sqrt``). |B| counts the accepted updates only. The reported
 weight of update k is its coefficient on Δ_k, η_g · c_k / |B| (these need not sum to 1).
+Integer counters (batch norm's ``num_batches_tracked``) take no step: they become the largest
+of w_t's and the accepted models' (:func:`.common.carry_counters`, the same in every rule).
 """
 from __future__ import annotations
 
 import math
-from typing import Callable
+from typing import Callable, Optional
 
 import torch
 
 from ..config import AlgorithmConfig
-from .common import BaseModels, as_global, screen
-from .types import AggregationResult, BufferedUpdate
+from .common import BaseModels, as_global, carry_counters, flat_parts, screen
+from .types import AggregationResult, BufferedUpdate, FlatParts
 
 
 def fedbuff_scale(staleness: int, scaling: str) -> float:
@@ -29,9 +31,11 @@ def fedbuff_scale(staleness: int, scaling: str) -> float:
 
 @torch.no_grad()
 def fedbuff(cfg: AlgorithmConfig, version: int, global_flat: torch.Tensor,
-            updates: list[BufferedUpdate], base_model: Callable[[int], torch.Tensor]) -> AggregationResult:
+            updates: list[BufferedUpdate], base_model: Callable[[int], torch.Tensor],
+            parts: Optional[FlatParts] = None) -> AggregationResult:
     """w_t plus η_g times the (optionally staleness-scaled) mean of the accepted deltas."""
     accepted, info = screen(version, global_flat, updates)
+    parts = flat_parts(parts, global_flat)
     out = global_flat.clone()
     if not accepted:
         return AggregationResult(out, info)
@@ -42,4 +46,4 @@ def fedbuff(cfg: AlgorithmConfig, version: int, global_flat: torch.Tensor,
         delta = as_global(u.flat, global_flat) - bases(u.base_version)
         out.add_(delta, alpha=coef)
         info[i]["weight"] = coef
-    return AggregationResult(out, info)
+    return AggregationResult(carry_counters(out, global_flat, [updates[i].flat for i in accepted], parts), info)

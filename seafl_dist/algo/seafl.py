@@ -15,6 +15,12 @@ Choices the paper leaves open, fixed here:
 - ``similarity`` picks (x_k, y): ``delta_vs_global`` x = Δ_k = w_k − w_{t_k}, y = w_t
   (Eq. 5 as written); ``model_vs_global`` x = w_k, y = w_t; ``delta_vs_movement``
   x = Δ_k, y = w_t − w_{t_k}.
+- Θ runs over the trainable parameters (``similarity_over: parameters``, the default) or the
+  parameters and the floating-point statistics such as batch norm's running mean and variance
+  (``parameters_and_stats``); never over integer counters (``num_batches_tracked``). With the
+  counters in, they dominate ResNet-18's vector: two updates with opposite weight deltas both
+  scored cos ≈ 0.96-0.9999, so s_k was the same for every update. Counters are carried, not
+  averaged: w_{t+1}'s are the largest of w_t's and the accepted models' (as in every rule).
 - Σ_B n and the normalisation run over the accepted updates only. If Σ p_k is 0 (say
   α = 0 and every cosine is −1, or every n_k = 0) there is nothing to normalise:
   w_{t+1} = w_t and every weight is 0 (γ, s, cos are still reported).
@@ -30,8 +36,8 @@ from typing import Callable, Optional, Sequence
 import torch
 
 from ..config import AlgorithmConfig
-from .common import BaseModels, as_global, cosine, screen
-from .types import AggregationResult, BufferedUpdate
+from .common import BaseModels, as_global, carry_counters, cosine, flat_parts, masked, screen
+from .types import AggregationResult, BufferedUpdate, FlatParts
 
 
 def seafl_gamma(S: int, alpha: float, beta: Optional[float]) -> float:
@@ -63,14 +69,17 @@ def seafl_raw_weights(n_samples: Sequence[int], staleness: Sequence[int], cosine
     return out
 
 
-def seafl_cosine(similarity: str, w_k: torch.Tensor, w_t: torch.Tensor, w_base: Callable[[], torch.Tensor]) -> float:
-    """Θ(x_k, y) of Eq. 5 for a ``similarity`` mode; ``w_base()`` gives w_{t_k} when needed."""
+def seafl_cosine(similarity: str, w_k: torch.Tensor, w_t: torch.Tensor, w_base: Callable[[], torch.Tensor],
+                 mask: Optional[torch.Tensor] = None) -> float:
+    """Θ(x_k, y) of Eq. 5 for a ``similarity`` mode over the entries ``mask`` selects (None: all);
+    ``w_base()`` gives w_{t_k} when needed."""
+    w_k, w_t = masked(w_k, mask), masked(w_t, mask)
     if similarity == "model_vs_global":
         return cosine(w_k, w_t)
     if similarity == "delta_vs_global":
-        return cosine(w_k - w_base(), w_t)
+        return cosine(w_k - masked(w_base(), mask), w_t)
     if similarity == "delta_vs_movement":
-        base = w_base()
+        base = masked(w_base(), mask)
         return cosine(w_k - base, w_t - base)
     raise ValueError(f"unknown similarity {similarity!r}; allowed: delta_vs_global, "
                      "model_vs_global, delta_vs_movement")
@@ -78,16 +87,19 @@ def seafl_cosine(similarity: str, w_k: torch.Tensor, w_t: torch.Tensor, w_base: 
 
 @torch.no_grad()
 def seafl(cfg: AlgorithmConfig, version: int, global_flat: torch.Tensor,
-          updates: list[BufferedUpdate], base_model: Callable[[int], torch.Tensor]) -> AggregationResult:
+          updates: list[BufferedUpdate], base_model: Callable[[int], torch.Tensor],
+          parts: Optional[FlatParts] = None) -> AggregationResult:
     """SEAFL's Eq. 4–8 over the accepted updates (also SEAFL²'s rule)."""
     accepted, info = screen(version, global_flat, updates)
+    parts = flat_parts(parts, global_flat)
+    mask = parts.similarity_mask(cfg.similarity_over)
     for entry in info:
         entry.update(gamma=None, s=None, cos=None)
     if not accepted:
         return AggregationResult(global_flat.clone(), info)
     bases = BaseModels(base_model, global_flat)
     models = [as_global(updates[i].flat, global_flat) for i in accepted]
-    cosines = [seafl_cosine(cfg.similarity, w_k, global_flat, lambda v=updates[i].base_version: bases(v))
+    cosines = [seafl_cosine(cfg.similarity, w_k, global_flat, lambda v=updates[i].base_version: bases(v), mask)
                for i, w_k in zip(accepted, models)]
     raw = seafl_raw_weights([updates[i].n_samples for i in accepted],
                             [info[i]["staleness"] for i in accepted],
@@ -101,4 +113,5 @@ def seafl(cfg: AlgorithmConfig, version: int, global_flat: torch.Tensor,
     for i, w_k, (_, _, p) in zip(accepted, models, raw):
         info[i]["weight"] = p / total
         w_new.add_(w_k, alpha=p / total)  # Eq. 7
-    return AggregationResult(w_new.mul_(cfg.theta).add_(global_flat, alpha=1.0 - cfg.theta), info)  # Eq. 8
+    out = w_new.mul_(cfg.theta).add_(global_flat, alpha=1.0 - cfg.theta)  # Eq. 8
+    return AggregationResult(carry_counters(out, global_flat, models, parts), info)

@@ -1,9 +1,47 @@
-"""The two records the aggregation rules exchange with the server loop."""
+"""The records the aggregation rules exchange with the server loop."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Optional
 
 import torch
+
+
+@dataclass(frozen=True, eq=False)
+class FlatParts:
+    """Which entries of a flat model vector are what, from the model's layout (``train.flat``).
+
+    Three disjoint boolean masks over the vector: ``params`` (trainable parameters), ``stats``
+    (floating-point buffers such as batch norm's running mean and variance) and ``counters``
+    (integer buffers such as ``num_batches_tracked``, carried as float32). The rules average
+    params and stats; counters are never averaged as floats and never enter a cosine: the
+    new global model's counters are the largest among w_t's and the accepted local models'
+    (each local counter is the base model's plus the steps it trained).
+    """
+
+    params: torch.Tensor
+    stats: torch.Tensor
+    counters: torch.Tensor
+
+    @classmethod
+    def all_params(cls, numel: int) -> "FlatParts":
+        """Every entry a trainable parameter (e.g. LeNet-5, which has no buffers)."""
+        no = torch.zeros(numel, dtype=torch.bool)
+        return cls(torch.ones(numel, dtype=torch.bool), no, no.clone())
+
+    @property
+    def numel(self) -> int:
+        return self.params.numel()
+
+    def similarity_mask(self, over: str) -> Optional[torch.Tensor]:
+        """Entries Eq. 5's cosine runs over (``parameters`` or ``parameters_and_stats``); None = all."""
+        if over == "parameters":
+            mask = self.params
+        elif over == "parameters_and_stats":
+            mask = self.params | self.stats
+        else:
+            raise ValueError(f"unknown similarity_over {over!r}; allowed: parameters, parameters_and_stats")
+        return None if bool(mask.all()) else mask
 
 
 @dataclass(frozen=True, eq=False)

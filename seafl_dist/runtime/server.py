@@ -54,6 +54,7 @@ class Server:
         lc = self.cfg.logging
         self.progress = progress or Progress(lc.progress, total=self.cfg.run.max_aggregations, every_s=lc.progress_every_s)
         self.eval_model = exp.new_model()
+        self.parts = exp.flat_parts()  # params / float stats / integer counters of the flat vector
         self.rows: list[dict] = []
         self.counts: Counter = Counter()
         self.staleness: list[int] = []
@@ -80,7 +81,8 @@ class Server:
         updates = [BufferedUpdate(device=u["device"], job=u["job"], flat=self.executor.result(u["job"]),
                                   n_samples=u["n_samples"], base_version=u["base_version"], epochs=u["epochs"])
                    for u in ev["updates"]]
-        result = aggregate(self.cfg.algorithm, version, versions[version], updates, versions.__getitem__)
+        result = aggregate(self.cfg.algorithm, version, versions[version], updates, versions.__getitem__,
+                           self.parts)
         for u, info in zip(ev["updates"], result.info):
             u.update(info)
             self.counts["rejected"] += bool(info.get("rejected"))

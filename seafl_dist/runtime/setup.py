@@ -18,7 +18,8 @@ from seafl_dist.data.custom import custom_partition
 from seafl_dist.models import build_model
 from seafl_dist.plugins import is_import_path
 from seafl_dist.sim import Lookahead, Scheduler, SpeedModel, stream_seed
-from seafl_dist.train import flatten
+from seafl_dist.algo import FlatParts
+from seafl_dist.train import FlatLayout, flatten
 
 
 def pick_device(choice: str, local_rank: int = 0) -> torch.device:
@@ -79,6 +80,11 @@ class Experiment:
         return build_model(m.name, d.num_classes, d.in_channels, width=m.width, image_size=d.image_size,
                            optim=self.cfg.train, lightning=False)
 
+    def flat_parts(self) -> FlatParts:
+        """Which flat entries are trainable parameters, float statistics and integer counters."""
+        layout = FlatLayout.of(self.new_model())
+        return FlatParts(params=layout.mask("param"), stats=layout.mask("stat"), counters=layout.mask("counter"))
+
     def initial_flat(self) -> torch.Tensor:
         """w_0: the model initialised from the run's "init" stream, identical on every rank."""
         with torch.random.fork_rng(devices=[]):
@@ -133,23 +139,25 @@ def keep_only(exp: Experiment, devices) -> Experiment:
 
 def prepare(cfg: Config, *, local_rank: int = 0, need_test: bool = True, fetch=None) -> Experiment:
     """The run's experiment on this rank. ``fetch(load)``, if given, decides who downloads when
-    ``data.download`` is set (distributed runs: :func:`seafl_dist.runtime.fetch.once_per_node`)."""
+    ``data.download`` is set (distributed runs: :func:`seafl_dist.runtime.fetch.once_per_node`).
+    Datasets and shards come from ``data.seed`` (default ``run.seed``): the split is its own stream,
+    so holding ``data.seed`` fixed while ``run.seed`` varies changes training and the schedule only."""
     d = cfg.data
 
     def load(download: bool):
-        common = dict(download=download, seed=cfg.run.seed, test_fraction=d.test_fraction, emnist_split=d.emnist_split)
+        common = dict(download=download, seed=cfg.data_seed, test_fraction=d.test_fraction, emnist_split=d.emnist_split)
         return (load_dataset(d.name, d.root, train=True, **common),
                 load_dataset(d.name, d.root, train=False, **common) if need_test else None)
 
     train, test = fetch(load) if fetch is not None and d.download else load(d.download)
     if is_import_path(d.partition):
-        shards = custom_partition(d.partition, train.labels.numpy(), cfg.devices.num, cfg.run.seed,
+        shards = custom_partition(d.partition, train.labels.numpy(), cfg.devices.num, cfg.data_seed,
                                   overlap=d.shards_overlap)
     else:
         try:
             shards = partition(train.labels.numpy(), cfg.devices.num, method=d.partition,
                                concentration=d.concentration, samples_per_device=d.samples_per_device,
-                               seed=cfg.run.seed)
+                               seed=stream_seed(cfg.data_seed, "partition"))
         except ValueError as err:  # an impossible request (devices.num / data.samples_per_device) is a user mistake
             raise ConfigError(f"cannot partition {train.name} ({len(train)} training samples): {err}") from None
     shards = [np.asarray(s, dtype=np.int64) for s in shards]

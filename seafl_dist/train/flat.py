@@ -2,9 +2,13 @@
 
 Batch-norm running statistics travel with the weights and take part in every aggregation
 (integer buffers such as ``num_batches_tracked`` are carried as float32 and rounded back).
+:meth:`FlatLayout.mask` tells the entries apart -- ``param`` (trainable parameters), ``stat``
+(floating-point buffers) and ``counter`` (integer buffers) -- so that the aggregation rules can
+keep counters out of averages and cosines (``algo.FlatParts``).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -18,13 +22,24 @@ class FlatLayout:
     shapes: tuple
     dtypes: tuple
     numel: int
+    kinds: tuple = ()  # per state_dict entry: "param", "stat" or "counter"
 
     @classmethod
     def of(cls, module: torch.nn.Module) -> "FlatLayout":
         sd = module.state_dict()
         shapes = tuple(tuple(t.shape) for t in sd.values())
+        trainable = {name for name, p in module.named_parameters() if p.requires_grad}
+        kinds = tuple("param" if name in trainable else "stat" if t.dtype.is_floating_point else "counter"
+                      for name, t in sd.items())
         return cls(tuple(sd.keys()), shapes, tuple(t.dtype for t in sd.values()),
-                   sum(t.numel() for t in sd.values()))
+                   sum(t.numel() for t in sd.values()), kinds)
+
+    def mask(self, kind: str) -> torch.Tensor:
+        """A bool vector over the flat entries: True where the entry is of ``kind``."""
+        if kind not in ("param", "stat", "counter"):
+            raise ValueError(f"unknown kind {kind!r}; allowed: param, stat, counter")
+        return torch.cat([torch.full((math.prod(shape),), k == kind, dtype=torch.bool)
+                          for k, shape in zip(self.kinds, self.shapes)]) if self.kinds else torch.zeros(0, dtype=torch.bool)
 
 
 def flatten(module: torch.nn.Module, device: torch.device | str = "cpu") -> torch.Tensor:

@@ -95,6 +95,22 @@ def test_each_algorithm_writes_a_valid_run_dir(run_dir, name):
         assert all(sum(u["weight"] for u in a["updates"]) == pytest.approx(1.0) for a in aggs)
 
 
+@pytest.mark.parametrize("name", ["fedbuff", "fedasync"])
+def test_baselines_with_a_finite_staleness_limit_wait_like_seafl(tmp_path, name):
+    """PLATO's setup: FedBuff / FedAsync with beta = 1 block on stragglers (never notify them)."""
+    proc = seafl("run", QUICKSTART, *SMALL, f"algorithm.name={name}", "algorithm.staleness_limit=1",
+                 "run.max_aggregations=12", "--out", tmp_path / "r")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    cfg = yaml.safe_load((tmp_path / "r" / "config.yaml").read_text())
+    assert cfg["algorithm"]["staleness_limit"] == 1
+    evs = events(tmp_path / "r")
+    assert check_run(tmp_path / "r") == [] and not of(evs, "notify")
+    stale = [u["staleness"] for a in of(evs, "aggregate") for u in a["updates"]]
+    assert max(stale) == 1  # waited for the straggler at exactly beta
+    K = 1 if name == "fedasync" else 2
+    assert any(len(a["updates"]) > K for a in of(evs, "aggregate"))  # a blocked aggregation took more than K
+
+
 def test_seafl2_notified_jobs_upload_early(run_dir):
     out, _ = run_dir("seafl2")
     evs = events(out)

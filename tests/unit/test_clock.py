@@ -74,6 +74,15 @@ def test_adding_devices_does_not_change_anyone_elses_draws(resample):
             assert small.plan(d, j, 7.0) == large.plan(d, j, 7.0)
 
 
+def test_keys_of_different_lengths_never_collide():
+    """numpy's SeedSequence pads short entropy with zeros: the key count must be part of the entropy."""
+    assert not np.array_equal(stream(1, "idle", 3).random(4), stream(1, "idle", 3, 0).random(4))
+    assert not np.array_equal(stream(1, "idle").random(4), stream(1, "idle", 0).random(4))
+    assert not np.array_equal(stream(1, "train", 2, 0).random(4), stream(1, "train", 2, 0, 0).random(4))
+    assert stream_seed(0, "init") != stream_seed(0, "init", 0)
+    assert stream_seed(5, "select", 0) != stream_seed(5, "select", 0, 0)
+
+
 def test_streams_are_named_and_seeded():
     a = stream(1, "idle", 0).random(4)
     assert np.array_equal(a, stream(1, "idle", 0).random(4))

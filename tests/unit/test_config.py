@@ -47,6 +47,24 @@ def test_special_cases_of_the_server_loop():
     fedasync = config_from_dict({"algorithm": {"name": "fedasync"}})
     assert (fedasync.algorithm.buffer_size, fedasync.algorithm.staleness_limit) == (1, None)
     assert config_from_dict({"algorithm": {"name": "fedbuff"}}).algorithm.staleness_limit is None
+    assert config_from_dict({"algorithm": {"name": "seafl"}}).algorithm.staleness_limit == 10
+
+
+def test_fedbuff_and_fedasync_keep_a_staleness_limit_that_is_given():
+    """PLATO's setup: a finite beta given in the file or an override is kept (the server then waits)."""
+    fb = config_from_dict({"algorithm": {"name": "fedbuff", "staleness_limit": 10}})
+    assert fb.algorithm.staleness_limit == 10
+    fa = config_from_dict({"algorithm": {"name": "fedasync", "buffer_size": 5}}, ["algorithm.staleness_limit=3"])
+    assert (fa.algorithm.buffer_size, fa.algorithm.staleness_limit) == (1, 3)
+    assert config_from_dict({"algorithm": {"name": "fedbuff", "staleness_limit": None}}).algorithm.staleness_limit is None
+    # the resolved value survives a dump and reload
+    again = config_from_dict(yaml.safe_load(dump_config(fb)))
+    assert again.algorithm.staleness_limit == 10 and "unset" not in dump_config(fb)
+
+
+def test_data_seed_defaults_to_run_seed():
+    assert config_from_dict({"run": {"seed": 4}}).data_seed == 4
+    assert config_from_dict({"run": {"seed": 4}, "data": {"seed": 9}}).data_seed == 9
 
 
 @pytest.mark.parametrize("override, key, allowed", [
@@ -58,6 +76,10 @@ def test_special_cases_of_the_server_loop():
     ("algorithm.name=fedprox", "algorithm.name", "seafl, seafl2"),
     ("train.lr=-0.1", "train.lr", "> 0"),
     ("train.epochs=two", "train.epochs", "an integer"),
+    ("algorithm.similarity_over=buffers", "algorithm.similarity_over", "parameters, parameters_and_stats"),
+    ("data.seed=1.5", "data.seed", "an integer"),
+    ("data.seed=abc", "data.seed", "an integer"),
+    ("data.seed=-1", "data.seed", "non-negative integer"),
     ("devices.concurrency=200", "devices.concurrency", "at most devices.num"),
     ("algorithm.buffer_size=30", "algorithm.buffer_size", "at most devices.concurrency"),
     ("clock.idle.distribution=lognormal", "clock.idle.distribution", "zipf"),
