@@ -82,7 +82,10 @@ def run(config, *, out: str | Path | None = None, **overrides) -> dict | None:
     from seafl_dist.runtime.inprocess import run_inprocess
     from seafl_dist.runtime.launch import use_threads
     use_threads(cfg)
-    return run_inprocess(cfg, out_dir, resume=decided.checkpoint)
+    run_inprocess(cfg, out_dir, resume=decided.checkpoint)
+    # what summary.json holds (a never-reached target is null there, not inf), so a rerun that finds the
+    # run completed returns the same dict
+    return _read_json(out_dir / "summary.json")
 
 
 def sweep(config, *, grid: dict | None = None, seeds: list[int] | None = None, out: str | Path | None = None,

@@ -75,7 +75,8 @@ def test_the_python_api_runs_a_path_a_dict_or_a_config_with_overrides(tmp_path, 
     assert seafl_dist.run(cfg, out=tmp_path / "b") == b  # completed with this config: returned, not rerun
     assert (tmp_path / "b" / "events.jsonl").stat().st_mtime_ns == mtime
     assert (tmp_path / "a" / "events.jsonl").read_bytes() == (tmp_path / "b" / "events.jsonl").read_bytes()
-    assert c["algorithm"] == "fedbuff" and seafl_dist.load_run(tmp_path / "c").config["algorithm"]["staleness_limit"] is None
+    # a resolved Config carries SEAFL's beta = 10 as a given value, which FedBuff keeps (PLATO's staleness bound)
+    assert c["algorithm"] == "fedbuff" and seafl_dist.load_run(tmp_path / "c").config["algorithm"]["staleness_limit"] == 10
     runs = [seafl_dist.load_run(tmp_path / d) for d in "ab"]
     assert runs[0].metrics == runs[1].metrics and len(runs[0].metrics) == 7 and runs[0].summary == a
     with pytest.raises(seafl_dist.api.ConfigError, match="config key 'train.lr' has value -1"):
