@@ -146,9 +146,19 @@ def write_report(paths, out: str | Path, *, targets: list[float] | None = None, 
     md = markdown(grows, rrows, targets, baseline)
     (out / "report.md").write_text(md)
     write_csvs(out, grows, rrows, targets)
-    title = ", ".join(dict.fromkeys(p.name for p in paths))
+    title = plot_title([p.name for p in paths])
     files = {"report.md": out / "report.md", "report.csv": out / "report.csv", "runs.csv": out / "runs.csv",
              "accuracy_vs_time.png": plot_accuracy_vs_time(groups, targets, out / "accuracy_vs_time.png", title=title)}
     if len(runs) == 1 and (runs[0].dir / "events.jsonl").exists():
         files["timeline.png"] = plot_timeline(runs[0].dir / "events.jsonl", out / "timeline.png", until=until)
     return {"markdown": md, "files": files, "groups": grows, "runs": rrows, "targets": targets, "baseline": baseline}
+
+
+def plot_title(names: list[str], width: int = 70) -> str:
+    """The dirs a plot shows, named while they fit on one line, else counted (a title listing 15
+    run dirs ran off both edges of the figure)."""
+    names = list(dict.fromkeys(names))
+    joined = ", ".join(names)
+    if len(joined) <= width:
+        return joined
+    return f"{names[0]} and {len(names) - 1} more run dirs" if len(names) > 1 else joined[:width - 1] + "…"
