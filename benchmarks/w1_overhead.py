@@ -130,14 +130,18 @@ def bare_worker(args) -> None:
 
 # ---- the driver -----------------------------------------------------------------------------
 
-def run_torchrun(data_root: Path, out: Path, world: int, extra: list[str]) -> tuple[float, dict]:
+def run_torchrun(data_root: Path, out: Path, world: int, extra: list[str],
+                 src: str | None = None) -> tuple[float, dict]:
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT")}
     env["OMP_NUM_THREADS"] = "1"
+    if src:  # another checkout's seafl_dist (--baseline-src), for a before/after in one run; ``-m`` puts
+        # the working directory first on sys.path, so the ranks run there too
+        env["PYTHONPATH"] = os.pathsep.join([src, *[p for p in [env.get("PYTHONPATH")] if p]])
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={world}", "-m",
            "seafl_dist", "run", str(ROOT / "configs" / "mnist_prelim.yaml"), f"data.root={data_root}", *W1, *extra,
            "--out", str(out)]
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+    proc = subprocess.run(cmd, cwd=src or ROOT, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
         sys.exit(f"torchrun failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
@@ -207,6 +211,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=2, help="interleaved rounds; medians are printed")
     ap.add_argument("--world", type=int, default=3, help="torchrun ranks: one server and world-1 workers")
     ap.add_argument("--data-root", default=str(ROOT / "data"), help="holds MNIST/raw/ (IDX files, gzipped or not)")
+    ap.add_argument("--baseline-src", help="also time (a) with the seafl_dist of this checkout, interleaved")
     ap.add_argument("overrides", nargs="*", help="extra dotted config overrides for (a), e.g. runtime.batch_jobs=2")
     ap.add_argument("--bare-worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--index", type=int, default=0, help=argparse.SUPPRESS)
@@ -227,10 +232,12 @@ def main() -> None:
             write_synthetic(data_root)
             source = f"synthetic MNIST-format IDX files in {data_root} (no MNIST under {args.data_root})"
         load_before = os.getloadavg()[0]
-        walls = {"torchrun": [], "bare": []}
+        walls = {"torchrun": [], "bare": []} | ({"baseline": []} if args.baseline_src else {})
         loops, bare_reports, jobs_files = [], [], None
         for rnd in range(args.repeat):
-            order = ["torchrun", "bare"] if rnd % 2 == 0 or jobs_files is None else ["bare", "torchrun"]
+            order = [k for k in walls if k != "bare"] + ["bare"]
+            if rnd % 2:
+                order.reverse()
             for kind in order:
                 print(f"round {rnd + 1}/{args.repeat}: {kind} ...", file=sys.stderr, flush=True)
                 if kind == "torchrun":
@@ -244,6 +251,10 @@ def main() -> None:
                             jobs_files[-1].write_text(json.dumps(jobs[i::args.world - 1]))
                         events = summ["events"]
                     print(f"  {wall:.1f}s command, {summ['wall_time_s']:.1f}s server loop", file=sys.stderr)
+                elif kind == "baseline":
+                    wall, _ = run_torchrun(data_root, tmp / f"base-{rnd}", args.world, args.overrides,
+                                           args.baseline_src)
+                    print(f"  {wall:.1f}s command (baseline {args.baseline_src})", file=sys.stderr)
                 else:
                     wall, reports = run_bare(data_root, jobs_files, args)
                     bare_reports.append(reports)
@@ -267,6 +278,10 @@ def main() -> None:
     print(f"(b) {args.world - 1} bare processes, {'/'.join(map(str, steps))} SGD steps : {med['bare']:7.1f} s  "
           f"(runs: {', '.join(f'{w:.1f}' for w in walls['bare'])})")
     print(f"ratio (a)/(b) = {med['torchrun'] / med['bare']:.3f}   (goal <= 1.05)")
+    if args.baseline_src:
+        print(f"(a) with the seafl_dist of {args.baseline_src}              : {med['baseline']:7.1f} s  "
+              f"(runs: {', '.join(f'{w:.1f}' for w in walls['baseline'])}); ratio to (b) "
+              f"{med['baseline'] / med['bare']:.3f}")
     print("where (a)'s extra time goes:")
     print(f"  start-up: (a) command minus server loop {med['torchrun'] - loop:.1f} s (launcher, imports, rendezvous, "
           f"data, teardown); (b) time to first SGD step {first:.1f} s")
