@@ -125,7 +125,8 @@ def bare_worker(args) -> None:
                 if first_step is None:
                     first_step = time.time()
         _ = torch.cat([p.detach().reshape(-1) for p in model.parameters()])  # what a worker sends back
-    print(json.dumps({"first_step": first_step, "end": time.time(), "steps": steps, "jobs": len(jobs)}))
+    print(json.dumps({"first_step": first_step, "end": time.time(), "steps": steps, "jobs": len(jobs),
+                      "cpu": time.process_time()}))
 
 
 # ---- the driver -----------------------------------------------------------------------------
@@ -141,11 +142,39 @@ def run_torchrun(data_root: Path, out: Path, world: int, extra: list[str],
            "seafl_dist", "run", str(ROOT / "configs" / "mnist_prelim.yaml"), f"data.root={data_root}", *W1, *extra,
            "--out", str(out)]
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=src or ROOT, env=env, capture_output=True, text=True)
-    wall = time.perf_counter() - t0
-    if proc.returncode != 0:
-        sys.exit(f"torchrun failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
-    return wall, json.loads((out / "summary.json").read_text())
+    with tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(cmd, cwd=src or ROOT, env=env, stdout=subprocess.DEVNULL, stderr=err, text=True)
+        cpu = {}
+        while proc.poll() is None:
+            cpu.update(rank_cpu(proc.pid))
+            time.sleep(0.2)
+        wall = time.perf_counter() - t0
+        if proc.returncode != 0:
+            err.seek(0)
+            sys.exit(f"torchrun failed ({proc.returncode}):\n{err.read()[-3000:]}")
+    summary = json.loads((out / "summary.json").read_text())
+    summary["cpu"] = cpu
+    return wall, summary
+
+
+def rank_cpu(launcher: int) -> dict[str, float]:
+    """CPU seconds so far of the launcher and of each rank (its children, named by RANK), from /proc;
+    sampled, so the last fraction of a second of each is missed. Empty where there is no /proc."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {}
+    for d in Path("/proc").glob("[0-9]*"):
+        try:
+            fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
+            pid, ppid = int(d.name), int(fields[1])
+            if pid == launcher:
+                out["launcher"] = (int(fields[11]) + int(fields[12])) / tick
+            elif ppid == launcher:
+                env = (d / "environ").read_bytes().split(b"\0")
+                rank = next((e[5:].decode() for e in env if e.startswith(b"RANK=")), "?")
+                out[f"rank {rank}"] = (int(fields[11]) + int(fields[12])) / tick
+        except (OSError, IndexError, ValueError):
+            continue
+    return out
 
 
 def trace_jobs(run: Path, world: int) -> tuple[list[list[int]], int, list[int]]:
@@ -233,7 +262,7 @@ def main() -> None:
             source = f"synthetic MNIST-format IDX files in {data_root} (no MNIST under {args.data_root})"
         load_before = os.getloadavg()[0]
         walls = {"torchrun": [], "bare": []} | ({"baseline": []} if args.baseline_src else {})
-        loops, bare_reports, jobs_files = [], [], None
+        loops, bare_reports, jobs_files, cpus = [], [], None, {}
         for rnd in range(args.repeat):
             order = [k for k in walls if k != "bare"] + ["bare"]
             if rnd % 2:
@@ -243,6 +272,8 @@ def main() -> None:
                 if kind == "torchrun":
                     wall, summ = run_torchrun(data_root, tmp / f"run-{rnd}", args.world, args.overrides)
                     loops.append(summ["wall_time_s"])
+                    for k, v in summ["cpu"].items():
+                        cpus.setdefault(k, []).append(v)
                     if jobs_files is None:
                         jobs, critical, per_worker = trace_jobs(tmp / "run-0", args.world)
                         jobs_files = []
@@ -283,6 +314,11 @@ def main() -> None:
               f"(runs: {', '.join(f'{w:.1f}' for w in walls['baseline'])}); ratio to (b) "
               f"{med['baseline'] / med['bare']:.3f}")
     print("where (a)'s extra time goes:")
+    if cpus:
+        print("  CPU seconds (median): (a) " + ", ".join(f"{k} {statistics.median(v):.1f}" for k, v in
+                                                       sorted(cpus.items())) + "; (b) "
+              + ", ".join(f"{statistics.median(r[i]['cpu'] for r in bare_reports):.1f}"
+                          for i in range(len(bare_reports[0]))))
     print(f"  start-up: (a) command minus server loop {med['torchrun'] - loop:.1f} s (launcher, imports, rendezvous, "
           f"data, teardown); (b) time to first SGD step {first:.1f} s")
     print(f"  rank 0's evaluation: {events['eval']} x {ev_s:.2f} s (1 thread, measured here) = "
