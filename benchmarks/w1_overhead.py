@@ -170,8 +170,9 @@ def rank_cpu(launcher: int) -> dict[str, float]:
                 out["launcher"] = (int(fields[11]) + int(fields[12])) / tick
             elif ppid == launcher:
                 env = (d / "environ").read_bytes().split(b"\0")
-                rank = next((e[5:].decode() for e in env if e.startswith(b"RANK=")), "?")
-                out[f"rank {rank}"] = (int(fields[11]) + int(fields[12])) / tick
+                rank = next((e[5:].decode() for e in env if e.startswith(b"RANK=")), None)
+                if rank is not None:  # the launcher's other helpers use next to nothing
+                    out[f"rank {rank}"] = (int(fields[11]) + int(fields[12])) / tick
         except (OSError, IndexError, ValueError):
             continue
     return out
