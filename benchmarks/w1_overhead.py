@@ -263,7 +263,7 @@ def main() -> None:
             source = f"synthetic MNIST-format IDX files in {data_root} (no MNIST under {args.data_root})"
         load_before = os.getloadavg()[0]
         walls = {"torchrun": [], "bare": []} | ({"baseline": []} if args.baseline_src else {})
-        loops, bare_reports, jobs_files, cpus = [], [], None, {}
+        loops, bare_reports, jobs_files, cpus, base_cpus = [], [], None, {}, {}
         for rnd in range(args.repeat):
             order = [k for k in walls if k != "bare"] + ["bare"]
             if rnd % 2:
@@ -284,8 +284,10 @@ def main() -> None:
                         events = summ["events"]
                     print(f"  {wall:.1f}s command, {summ['wall_time_s']:.1f}s server loop", file=sys.stderr)
                 elif kind == "baseline":
-                    wall, _ = run_torchrun(data_root, tmp / f"base-{rnd}", args.world, args.overrides,
-                                           args.baseline_src)
+                    wall, base = run_torchrun(data_root, tmp / f"base-{rnd}", args.world, args.overrides,
+                                              args.baseline_src)
+                    for k, v in base["cpu"].items():
+                        base_cpus.setdefault(k, []).append(v)
                     print(f"  {wall:.1f}s command (baseline {args.baseline_src})", file=sys.stderr)
                 else:
                     wall, reports = run_bare(data_root, jobs_files, args)
@@ -313,7 +315,8 @@ def main() -> None:
     if args.baseline_src:
         print(f"(a) with the seafl_dist of {args.baseline_src}              : {med['baseline']:7.1f} s  "
               f"(runs: {', '.join(f'{w:.1f}' for w in walls['baseline'])}); ratio to (b) "
-              f"{med['baseline'] / med['bare']:.3f}")
+              f"{med['baseline'] / med['bare']:.3f}; CPU seconds: "
+              + ", ".join(f"{k} {statistics.median(v):.1f}" for k, v in sorted(base_cpus.items())))
     print("where (a)'s extra time goes:")
     if cpus:
         print("  CPU seconds (median): (a) " + ", ".join(f"{k} {statistics.median(v):.1f}" for k, v in
