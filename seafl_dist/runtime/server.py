@@ -203,9 +203,12 @@ class Server:
             versions = {0: self.exp.initial_flat()}
             refs = Counter({0: 1})  # version -> jobs (and the current model) that still need it
             version, now = 0, 0.0
-            self._evaluate(0, 0.0, versions[0], None)
-            for st in self.lookahead.take_while(_is_start):
+            # the first jobs go out before the initial model's evaluation, so workers start at once
+            starts = self.lookahead.take_while(_is_start)
+            for st in starts:
                 self._dispatch(st, versions, refs)
+            self._evaluate(0, 0.0, versions[0], None)
+            for st in starts:
                 self._record(st)
         else:
             versions, refs, version, now = self._restore(state)

@@ -40,6 +40,26 @@ def test_mnist_reads_idx_files(tmp_path):
     assert load_dataset("mnist", root=tmp_path, train=True) is train  # one copy per process
 
 
+def test_mnist_loads_without_torchvision_and_rejects_a_bad_idx_file(tmp_path):
+    """MNIST's IDX files are read directly: a rank that loads MNIST does not pay torchvision's import."""
+    import subprocess
+    import sys
+
+    raw = tmp_path / "MNIST" / "raw"
+    raw.mkdir(parents=True)
+    for split, n in (("train", 4), ("t10k", 2)):
+        write_idx(raw / f"{split}-images-idx3-ubyte", random_images(n, 28, 28, seed=n))
+        write_idx(raw / f"{split}-labels-idx1-ubyte", np.arange(n))
+    code = ("import sys; from seafl_dist.data import load_dataset; "
+            f"ds = load_dataset('mnist', root={str(tmp_path)!r}); "
+            "print(len(ds), 'torchvision' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["4", "False"]
+    (raw / "train-images-idx3-ubyte").write_bytes((raw / "train-images-idx3-ubyte").read_bytes()[:-5])
+    with pytest.raises(ValueError, match="train-images-idx3-ubyte: .* bytes do not hold the"):
+        load_dataset("mnist", root=tmp_path, train=True)
+
+
 def test_emnist_fixes_transposed_images(tmp_path):
     raw = tmp_path / "EMNIST" / "raw"
     raw.mkdir(parents=True)
