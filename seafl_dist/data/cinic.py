@@ -1,0 +1,93 @@
+"""CINIC-10 from its folders of PNGs (see loaders.py for where it is looked for and the cache)."""
+from __future__ import annotations
+
+import hashlib
+import os
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from urllib.error import URLError
+
+import numpy as np
+import torch
+
+from .dataset import NORMALIZATION, ArrayDataset
+from .missing import DatasetNotFoundError, not_found as _not_found
+
+CINIC_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
+CINIC_URL = "https://datashare.ed.ac.uk/bitstream/handle/10283/3192/CINIC-10.tar.gz"
+CINIC_DIRS = ("cinic10", "CINIC-10", "")  # under data.root, searched in this order ("" = data.root itself)
+
+
+# ---- CINIC-10 (folders of PNGs) -------------------------------------------------------------
+
+def load_cinic10(root: Path, train: bool, download: bool) -> ArrayDataset:
+    bases = [root / d if d else root for d in CINIC_DIRS]
+    split = "train" if train else "test"
+    expected = [f"{split}/{c}/*.png" for c in CINIC_CLASSES]
+    how = (f"download {CINIC_URL} and unpack it so that train/, valid/ and test/ sit directly in one of those "
+           f"places (e.g. mkdir -p {bases[1]} && tar xzf CINIC-10.tar.gz -C {bases[1]})")
+    base = next((b for b in bases if _cinic_present(b / split)), None)
+    if base is None and download:
+        _download_cinic(bases[0], expected, how)
+        base = bases[0] if _cinic_present(bases[0] / split) else None
+    if base is None:
+        raise DatasetNotFoundError(
+            f"dataset 'cinic10' not found: searched {', '.join(str(b) for b in bases)}; expected "
+            f"{', '.join(expected)} in one of them. To get it: set data.download=true on a machine with internet "
+            f"access, or {how}.")
+    folder = base / split
+    files = [(c, sorted(e.name for e in os.scandir(folder / c) if e.name.endswith(".png"))) for c in CINIC_CLASSES]
+    fingerprint = hashlib.sha1("\n".join(f"{c}/{n}" for c, names in files for n in names).encode()).hexdigest()
+    cache = base / f".{split}.seafl-cache.npz"
+    images = labels = None
+    if cache.exists():
+        try:
+            with np.load(cache) as z:
+                if str(z["fingerprint"]) == fingerprint:
+                    images, labels = z["images"], z["labels"]
+        except (OSError, ValueError, KeyError):
+            pass  # unreadable cache: decode again
+    if images is None:
+        paths = [folder / c / n for c, names in files for n in names]
+        labels = np.array([k for k, (_, names) in enumerate(files) for _ in names], dtype=np.int64)
+        with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
+            images = np.stack(list(pool.map(_read_png, paths)))
+        _write_cache(cache, images, labels, fingerprint)
+    return ArrayDataset(torch.from_numpy(images), torch.from_numpy(labels), 10, "cinic10",
+                        *NORMALIZATION["cinic10"], list(CINIC_CLASSES))
+
+
+def _cinic_present(folder: Path) -> bool:
+    return all((folder / c).is_dir() and any(p.suffix == ".png" for p in (folder / c).iterdir()) for c in CINIC_CLASSES)
+
+
+def _read_png(path: Path) -> np.ndarray:
+    from PIL import Image
+
+    with Image.open(path) as im:
+        arr = np.asarray(im.convert("RGB"), dtype=np.uint8)  # a few CINIC images are greyscale
+    if arr.shape != (32, 32, 3):
+        raise ValueError(f"CINIC-10 image {path} is {arr.shape[1]}x{arr.shape[0]}, expected 32x32")
+    return arr.transpose(2, 0, 1)
+
+
+def _write_cache(path: Path, images: np.ndarray, labels: np.ndarray, fingerprint: str) -> None:
+    tmp = path.with_name(path.name + f".{os.getpid()}.tmp.npz")
+    try:
+        np.savez(tmp, images=images, labels=labels, fingerprint=np.array(fingerprint))
+        os.replace(tmp, path)  # atomic: ranks racing to write leave one whole file
+    except OSError:
+        tmp.unlink(missing_ok=True)  # read-only data root: no cache, no error
+
+
+def _download_cinic(base: Path, expected: list[str], how: str) -> None:
+    from torchvision.datasets.utils import download_and_extract_archive
+
+    try:
+        download_and_extract_archive(CINIC_URL, download_root=str(base))
+    except (RuntimeError, OSError, URLError) as err:
+        raise _not_found("cinic10", base, expected, how, cause=str(err)) from err
+    nested = base / "CINIC-10"  # if the archive holds a top folder, lift its splits up
+    for split in ("train", "valid", "test"):
+        if (nested / split).is_dir() and not (base / split).exists():
+            os.replace(nested / split, base / split)
