@@ -5,7 +5,9 @@
 Writes (once) synthetic CIFAR-10 in the real format, ``cifar-10-batches-py/`` with five
 pickled training batches of 10,000 x 3x32x32 uint8 images and a test batch of 10,000 (the
 real sizes: 150 MB + 30 MB of pixels), then runs a short distributed run on it (LeNet-5,
-10 devices of 500 samples, 4 aggregations) and samples every rank's ``VmRSS`` from
+100 devices of 500 samples, so the shards cover the whole training set, 4 aggregations), once
+per ``runtime.placement`` (``balanced``: every worker holds the training set; ``device``: a worker
+holds only its devices' rows), and samples every rank's ``VmRSS`` from
 ``/proc/PID/status`` ten times a second. It prints, per rank, the largest ``VmRSS`` and
 ``RssAnon`` seen while the run trained (after the first job was handed out; ``RssAnon``
 leaves out the shared library pages torch maps, about 0.7 GB of every rank's ``VmRSS``) and
@@ -67,13 +69,13 @@ def rank_of(pid: int) -> int | None:
     return None
 
 
-def measure(data_root: Path, world: int) -> dict[int, dict[str, int]]:
+def measure(data_root: Path, world: int, placement: str) -> dict[int, dict[str, int]]:
     out = Path(tempfile.mkdtemp(prefix="seafl-mem-"))
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={world}",
            "-m", "seafl_dist", "run", str(ROOT / "configs" / "quickstart.yaml"), "data.name=cifar10",
-           f"data.root={data_root}", "devices.num=10", "devices.concurrency=4", "algorithm.buffer_size=2",
+           f"data.root={data_root}", "devices.num=100", "devices.concurrency=4", "algorithm.buffer_size=2",
            "data.samples_per_device=500", "train.epochs=1", "run.max_aggregations=4", "runtime.threads=1",
-           "logging.progress=none", "--out", str(out / "run")]
+           "logging.progress=none", f"runtime.placement={placement}", "--out", str(out / "run")]
     # cwd: a fresh folder, so `-m seafl_dist` imports the code on PYTHONPATH, not a checkout in cwd
     proc = subprocess.Popen(cmd, cwd=out, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     ranks: dict[int, dict[str, int]] = {}
@@ -103,16 +105,20 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--data", default=str(ROOT / "data" / "bench-cifar10"), help="where the synthetic CIFAR-10 goes")
     p.add_argument("--world", type=int, default=3, help="torchrun ranks (rank 0 + workers)")
+    p.add_argument("--placement", nargs="+", default=["balanced", "device"], choices=["balanced", "device"],
+                   help="the runtime.placement values to measure, one run each")
     args = p.parse_args()
     write_cifar10(Path(args.data))
     import seafl_dist
-    ranks = measure(Path(args.data).resolve(), args.world)
     print(f"code: {Path(seafl_dist.__file__).parent}; CIFAR-10-sized data (50,000 + 10,000 images), W = {args.world}")
-    print("rank  role    VmRSS training (MB)  RssAnon training (MB)  peak VmHWM (MB)")
-    for r in sorted(ranks):
-        s = ranks[r]
-        print(f"{r:>4}  {'server' if r == 0 else 'worker':<6}  {s['rss_training_kb'] / 1024:>19.0f}  "
-              f"{s['anon_training_kb'] / 1024:>21.0f}  {s['hwm_kb'] / 1024:>15.0f}")
+    for placement in args.placement:
+        ranks = measure(Path(args.data).resolve(), args.world, placement)
+        print(f"runtime.placement={placement}")
+        print("rank  role    VmRSS training (MB)  RssAnon training (MB)  peak VmHWM (MB)")
+        for r in sorted(ranks):
+            s = ranks[r]
+            print(f"{r:>4}  {'server' if r == 0 else 'worker':<6}  {s['rss_training_kb'] / 1024:>19.0f}  "
+                  f"{s['anon_training_kb'] / 1024:>21.0f}  {s['hwm_kb'] / 1024:>15.0f}")
 
 
 if __name__ == "__main__":

@@ -20,9 +20,11 @@ Ratio (a)/(b); the goal is <= 1.05. Where the difference goes, from what can be 
 outside the runtime: start-up (the bare processes report their time to first step; for (a) the
 command's wall time minus the server loop's ``wall_time_s``), rank 0's evaluation (one
 evaluation of the 10,000 test images, timed here in this process on 1 thread, times the
-evaluations the run did), and the FedAvg round barrier: device k lives on worker 1 + k mod 2,
-so a round's 20 jobs rarely split 10/10 and the worker with fewer waits; the trace gives the
-jobs on each round's busier worker, summed (the critical path) against the even half of (b).
+evaluations the run did), and the FedAvg round barrier: with ``runtime.placement=device`` (device
+k on worker 1 + k mod 2) a round's 20 jobs rarely split 10/10 and the worker with fewer waits;
+the default ``balanced`` placement splits them evenly. The trace, with the runtime's placement
+replayed, gives the jobs on each round's busier worker, summed (the critical path), against the
+even half of (b).
 
 Real MNIST is read from ``--data-root``/MNIST/raw (default ./data); when those files are absent,
 synthetic images in the same IDX format (60,000 + 10,000, random pixels) are written to a
@@ -178,17 +180,23 @@ def rank_cpu(launcher: int) -> dict[str, float]:
     return out
 
 
-def trace_jobs(run: Path, world: int) -> tuple[list[list[int]], int, list[int]]:
+def trace_jobs(run: Path, world: int, placement: str) -> tuple[list[list[int]], int, list[int]]:
     """The aggregated jobs' [n_samples, epochs]; the sum over rounds of the busiest worker's jobs;
-    jobs per worker."""
+    jobs per worker. Which worker trained a job is replayed with the runtime's own Placement: in a
+    FedAvg round every job goes out at once, after the last round's results came back."""
+    from seafl_dist.runtime.distributed import Placement
+
     jobs, critical, per_worker = [], 0, [0] * (world - 1)
     for line in (run / "events.jsonl").read_text().splitlines():
         ev = json.loads(line)
         if ev["event"] == "aggregate":
+            updates = sorted(ev["updates"], key=lambda u: u["job"])  # dispatch order
+            n = {u["device"]: u["n_samples"] for u in updates}
+            place = Placement(placement, world, [n.get(d, 0) for d in range(max(n) + 1)], 32)
             count = [0] * (world - 1)
-            for u in ev["updates"]:
+            for u in updates:
                 jobs.append([u["n_samples"], u["epochs"]])
-                count[u["device"] % (world - 1)] += 1
+                count[place.pick(u["job"], u["device"], u["epochs"]) - 1] += 1
             critical += max(count)
             per_worker = [a + b for a, b in zip(per_worker, count)]
     return jobs, critical, per_worker
@@ -276,7 +284,9 @@ def main() -> None:
                     for k, v in summ["cpu"].items():
                         cpus.setdefault(k, []).append(v)
                     if jobs_files is None:
-                        jobs, critical, per_worker = trace_jobs(tmp / "run-0", args.world)
+                        placement = next((o.split("=", 1)[1] for o in args.overrides
+                                          if o.startswith("runtime.placement=")), "balanced")
+                        jobs, critical, per_worker = trace_jobs(tmp / "run-0", args.world, placement)
                         jobs_files = []
                         for i in range(args.world - 1):  # job j to process j mod (W-1): equal halves
                             jobs_files.append(tmp / f"jobs-{i}.json")
@@ -327,7 +337,7 @@ def main() -> None:
           f"data, teardown); (b) time to first SGD step {first:.1f} s")
     print(f"  rank 0's evaluation: {events['eval']} x {ev_s:.2f} s (1 thread, measured here) = "
           f"{events['eval'] * ev_s:.1f} s of CPU, on the same 2 cores as the workers")
-    print(f"  round barrier: jobs per worker {per_worker} (device k on worker 1 + k mod {args.world - 1}); the busier "
+    print(f"  round barrier: jobs per worker {per_worker} (runtime.placement={placement}); the busier "
           f"worker's jobs summed over rounds = {critical} vs {half:.0f} per bare process: "
           f"{critical / half:.2f}x the training on the critical path, ~{(critical - half) * per_job:.1f} s at "
           f"(b)'s {per_job:.2f} s per job")

@@ -238,10 +238,13 @@ class RuntimeConfig:
     precision: str = "32"  # 32 or bf16 (autocast on GPU)
     threads: Optional[int] = None  # torch intra-op threads per process (None: torch's default)
     batch_jobs: int = 1  # G: pending jobs a rank trains together (torch.func); 1 = one at a time, today's bits
+    placement: str = "balanced"  # which worker trains a job: balanced (least queued work; every worker holds the
+    # training set) or device (device k on worker 1 + k mod (W-1); a worker holds only its devices' rows)
 
     def __post_init__(self) -> None:
         _choice("runtime.device", self.device, ("auto", "cpu", "cuda"))
         _choice("runtime.backend", self.backend, ("auto", "gloo", "nccl"))
+        _choice("runtime.placement", self.placement, ("balanced", "device"))
         _at_least("runtime.timeout_s", self.timeout_s, 0, strict=True)
         _choice("runtime.precision", self.precision, ("32", "bf16"))
         _at_least("runtime.threads", self.threads, 1)

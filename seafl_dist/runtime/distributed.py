@@ -1,9 +1,9 @@
 """The distributed runtime: ``torchrun --nproc_per_node=W -m seafl_dist run CONFIG``.
 
 Rank 0 is the server (scheduler, aggregation, evaluation, the run dir); ranks 1..W-1 are
-workers. Device k lives on worker ``1 + k mod (W-1)``. Rank 0 hands a job to its worker as
-soon as the schedule starts it (with the exact epoch count, SEAFL² included, from the
-scheduler's lookahead), keeps an ``irecv`` posted for every worker, and parks results that
+workers. Rank 0 hands a job to a worker (``runtime.placement``: the least loaded one, or
+device k's fixed worker ``1 + k mod (W-1)``; see :class:`Placement`) as soon as the schedule
+starts it (with the exact epoch count, SEAFL² included, from the scheduler's lookahead), keeps an ``irecv`` posted for every worker, and parks results that
 arrive early until the virtual clock reaches them. The schedule and every aggregation are
 the same as in one process, so the run dir is too.
 
@@ -41,8 +41,52 @@ class WorkerLost(RuntimeError):
 
 
 def owner_rank(device: int, world_size: int) -> int:
-    """The worker rank that hosts simulated device ``device`` (fixed, documented mapping)."""
+    """The worker rank that hosts simulated device ``device`` under ``runtime.placement=device``."""
     return 1 + device % (world_size - 1)
+
+
+def job_steps(n: int, epochs: int, batch_size: int) -> int:
+    """Optimiser steps of a job on ``n`` samples (train_job skips a trailing batch of one)."""
+    per_epoch = -(-n // batch_size) - (1 if n > 1 and batch_size > 1 and n % batch_size == 1 else 0)
+    return epochs * per_epoch
+
+
+class Placement:
+    """Which worker trains a job (``runtime.placement``).
+
+    ``device``: device k on worker ``1 + k mod (W-1)``; a worker holds only its devices' rows, but a
+    round's jobs rarely split evenly (20 jobs on 2 workers: 13/7 ... 10/10), and the busier worker
+    sets the pace. ``balanced`` (default): the worker with the fewest optimiser steps queued or in
+    training (ties: the lowest rank); every worker holds the training set. A job's result does not
+    depend on the worker that trains it (its batches and seeds are its own), so the run dir is the
+    same either way."""
+
+    def __init__(self, kind: str, world_size: int, n_samples: list[int], batch_size: int):
+        self.kind, self.world = kind, world_size
+        self.n_samples, self.batch_size = list(n_samples), batch_size
+        self.queued = {r: 0 for r in range(1, world_size)}  # worker -> steps sent and not yet returned
+        self.cost: dict[int, tuple[int, int]] = {}  # job -> (worker, steps)
+
+    def pick(self, job: int, device: int, epochs: int) -> int:
+        if self.kind == "device":
+            r = owner_rank(device, self.world)
+        else:
+            r = min(self.queued, key=lambda w: (self.queued[w], w))
+        steps = job_steps(self.n_samples[device], epochs, self.batch_size)
+        self.queued[r] += steps
+        self.cost[job] = (r, steps)
+        return r
+
+    def done(self, job: int) -> None:
+        r, steps = self.cost.pop(job, (None, 0))
+        if r is not None:
+            self.queued[r] -= steps
+
+    def devices_of(self, rank: int, num_devices: int) -> list[int]:
+        """The devices whose training rows worker ``rank`` must hold."""
+        if self.kind == "device":
+            return [d for d in range(num_devices) if owner_rank(d, self.world) == rank]
+        return list(range(num_devices))
 
 
 class DistributedExecutor:
@@ -51,9 +95,10 @@ class DistributedExecutor:
     # Progress is published once a second: a stall limit under this would see publication delay.
     stall_floor_s = 3.0
 
-    def __init__(self, world_size: int, numel: int, watcher: Watcher, timeout_s: float,
+    def __init__(self, world_size: int, numel: int, watcher: Watcher, timeout_s: float, placement: Placement,
                  links=(Channel(), Channel())):
         self.world, self.numel = world_size, numel
+        self.placement = placement
         self.watcher, self.timeout = watcher, timeout_s
         self.workers = list(range(1, world_size))
         down, up = links
@@ -64,7 +109,9 @@ class DistributedExecutor:
         self.failed = False
 
     def submit(self, spec, start: torch.Tensor) -> None:
-        r = owner_rank(spec.device, self.world)
+        if self.placement.kind == "balanced":
+            self._pump()  # results that came in while rank 0 was busy lower their worker's queue
+        r = self.placement.pick(spec.job, spec.device, spec.epochs)
         payload = start if self.last_sent[r] != spec.version else None
         self.last_sent[r] = spec.version
         self.owed[spec.job] = (r, time.monotonic())
@@ -78,6 +125,7 @@ class DistributedExecutor:
             if h.kind == RESULT:
                 self.results[h.job] = payload
                 self.owed.pop(h.job, None)
+                self.placement.done(h.job)
         return bool(got)
 
     def _check_alive(self, job: int) -> None:
@@ -164,6 +212,7 @@ def run_distributed(cfg, out_dir, *, rank: int, world_size: int, local_rank: int
     progress = StepCounter() if rank > 0 else None
     beat = Heartbeat(store, rank, progress=progress)
     numel = exp.initial_flat().numel()
+    placement = Placement(cfg.runtime.placement, world_size, exp.n_samples, cfg.train.batch_size)
     ok = False
     try:
         if rank == 0:
@@ -173,13 +222,13 @@ def run_distributed(cfg, out_dir, *, rank: int, world_size: int, local_rank: int
             print(f"seafl: running {cfg.name} ({cfg.algorithm.name}) on {world_size} ranks ({backend}): rank 0 "
                   f"aggregates, {world_size - 1} workers train; output in {out_dir}", file=sys.stderr)
             from seafl_dist.report.wandb_sink import make_callbacks
-            executor = DistributedExecutor(world_size, numel, watcher, cfg.runtime.timeout_s, links)
+            executor = DistributedExecutor(world_size, numel, watcher, cfg.runtime.timeout_s, placement, links)
             summary = Server(exp, executor, out_dir, callbacks=make_callbacks(cfg, out_dir),
                              partition_report=report, resume=resume).run()
             print(format_summary(summary))
         else:
             watcher = Watcher(store, [0], hb_limit)
-            exp = keep_only(exp, [d for d in range(cfg.devices.num) if owner_rank(d, world_size) == rank])
+            exp = keep_only(exp, placement.devices_of(rank, cfg.devices.num))
             run_worker(exp, rank, numel, watcher, links, progress)
         ok = True
     except KeyboardInterrupt as err:

@@ -103,15 +103,15 @@ class Experiment:
     def restrict(self, devices) -> "Experiment":
         """This experiment with only the training rows ``devices`` use (a worker's own shards)."""
         from seafl_dist.data import ArrayDataset
-        keep = [np.asarray(self.shards[d], dtype=np.int64) for d in devices]
-        rows = torch.as_tensor(np.concatenate(keep) if keep else np.zeros(0, dtype=np.int64))
-        t = self.train
-        sub = ArrayDataset(t.images.index_select(0, rows), t.labels.index_select(0, rows), t.num_classes, t.name,
+        keep = {d: np.asarray(self.shards[d], dtype=np.int64) for d in devices}
+        # each row once, even where shards overlap (data.shards_overlap); shards become positions in it
+        rows = np.unique(np.concatenate(list(keep.values()))) if keep else np.zeros(0, dtype=np.int64)
+        t, where = self.train, torch.as_tensor(rows)
+        sub = ArrayDataset(t.images.index_select(0, where), t.labels.index_select(0, where), t.num_classes, t.name,
                            t.mean, t.std, list(t.classes))
-        shards, offset = [np.zeros(0, dtype=np.int64)] * len(self.shards), 0
-        for d, idx in zip(devices, keep):
-            shards[d] = np.arange(offset, offset + len(idx), dtype=np.int64)
-            offset += len(idx)
+        shards = [np.zeros(0, dtype=np.int64)] * len(self.shards)
+        for d, idx in keep.items():
+            shards[d] = np.searchsorted(rows, idx).astype(np.int64)
         return Experiment(cfg=self.cfg, train=sub, test=self.test, shards=shards, device=self.device,
                           _n_samples=self.n_samples)
 

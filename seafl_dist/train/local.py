@@ -63,11 +63,16 @@ def evaluate(module, flat: torch.Tensor, data, *, batch_size: int = 1024, device
     """Accuracy and mean cross-entropy of the flat model on the whole dataset."""
     device = torch.device(device)
     load_flat(module, flat)
-    module.to(device).eval()
+    # channels-last on a CPU: LeNet-5 evaluates 10,000 MNIST images in 0.29 s instead of 0.66 s
+    # (1 thread; ResNet-18 and VGG-16 gain 1.3-1.5x). Not used on GPUs, where it has not been measured.
+    fmt = torch.channels_last if device.type == "cpu" and getattr(module, "channels_last_eval", False) \
+        else torch.contiguous_format
+    module.to(device, memory_format=fmt).eval()
     correct, loss_sum, n = 0, 0.0, len(data)
     for lo in range(0, n, batch_size):
         idx = torch.arange(lo, min(lo + batch_size, n))
         x, y = data.batch(idx, device=device)
+        x = x.contiguous(memory_format=fmt)
         with _autocast(device, precision):
             logits = module(x)
         loss_sum += float(torch.nn.functional.cross_entropy(logits.float(), y, reduction="sum"))

@@ -99,3 +99,15 @@ def test_distributed_run_matches_inprocess(name, inprocess, tmp_path):
         assert short, "notified jobs should upload after fewer epochs than planned"
         aggregated = {u["job"] for e in events if e["event"] == "aggregate" for u in e["updates"]}
         assert notified & aggregated, "a partially trained update should take part in an aggregation"
+
+
+def test_fixed_device_placement_matches_inprocess(inprocess, tmp_path):
+    """runtime.placement=device (device k on worker 1 + k mod (W-1), each worker holding only its
+    devices' rows) gives the same run as the default balanced placement and as one process."""
+    ref = inprocess("seafl2")
+    proc = run_torchrun(3, *overrides("seafl2"), "runtime.placement=device", "--out", "run", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = tmp_path / "run"
+    assert (got / "events.jsonl").read_bytes() == (ref / "events.jsonl").read_bytes()
+    assert (got / "model.pt").read_bytes() == (ref / "model.pt").read_bytes()
+    assert_same_metrics(ref / "metrics.csv", got / "metrics.csv")

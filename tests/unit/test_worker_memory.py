@@ -27,3 +27,16 @@ def test_keep_only_holds_just_the_workers_rows_and_frees_the_full_set():
     assert [len(s) for d, s in enumerate(small.shards) if d not in (1, 4)] == [0] * 4
     server = keep_only(small, [])  # rank 0 trains nothing
     assert len(server.train) == 0 and server.train.num_classes == 10
+
+
+def test_overlapping_shards_keep_each_row_once():
+    """data.shards_overlap: a worker holding every device keeps each training row once, not once per shard."""
+    import numpy as np
+    exp = prepare(load_config(QUICKSTART, ["devices.num=4", "devices.concurrency=2", "algorithm.buffer_size=2"]), need_test=False)
+    rows = np.arange(0, 40)
+    exp.shards = [rows, rows[10:30], rows[::-1].copy(), rows[5:6]]  # overlapping, one reversed
+    expected = {d: exp.train.images[torch.as_tensor(s)].clone() for d, s in enumerate(exp.shards)}
+    small = keep_only(exp, range(4))
+    assert len(small.train) == 40
+    for d in range(4):
+        assert torch.equal(small.train.images[small.shard(d)], expected[d])  # same rows, same order
