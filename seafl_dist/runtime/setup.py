@@ -107,8 +107,11 @@ class Experiment:
         # each row once, even where shards overlap (data.shards_overlap); shards become positions in it
         rows = np.unique(np.concatenate(list(keep.values()))) if keep else np.zeros(0, dtype=np.int64)
         t, where = self.train, torch.as_tensor(rows)
-        sub = ArrayDataset(t.images.index_select(0, where), t.labels.index_select(0, where), t.num_classes, t.name,
-                           t.mean, t.std, list(t.classes))
+        if len(rows) == len(t):  # every row (balanced placement, shards covering the set): no copy
+            sub = t
+        else:
+            sub = ArrayDataset(t.images.index_select(0, where), t.labels.index_select(0, where), t.num_classes,
+                               t.name, t.mean, t.std, list(t.classes))
         shards = [np.zeros(0, dtype=np.int64)] * len(self.shards)
         for d, idx in keep.items():
             shards[d] = np.searchsorted(rows, idx).astype(np.int64)

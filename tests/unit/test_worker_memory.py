@@ -1,8 +1,9 @@
-"""A worker keeps only its devices' rows of the training set (rank 0: none); the whole set is freed.
+"""A worker keeps only the training rows its devices use (rank 0: none); the whole set is freed.
 
 benchmarks/memory.py measures what this saves on CIFAR-10-sized data (README, Performance)."""
 import weakref
 
+import numpy as np
 import torch
 
 from seafl_dist.config import load_config
@@ -31,7 +32,6 @@ def test_keep_only_holds_just_the_workers_rows_and_frees_the_full_set():
 
 def test_overlapping_shards_keep_each_row_once():
     """data.shards_overlap: a worker holding every device keeps each training row once, not once per shard."""
-    import numpy as np
     exp = prepare(load_config(QUICKSTART, ["devices.num=4", "devices.concurrency=2", "algorithm.buffer_size=2"]), need_test=False)
     rows = np.arange(0, 40)
     exp.shards = [rows, rows[10:30], rows[::-1].copy(), rows[5:6]]  # overlapping, one reversed
@@ -40,3 +40,15 @@ def test_overlapping_shards_keep_each_row_once():
     assert len(small.train) == 40
     for d in range(4):
         assert torch.equal(small.train.images[small.shard(d)], expected[d])  # same rows, same order
+
+
+def test_a_worker_that_needs_every_row_keeps_the_set_without_a_copy():
+    """Balanced placement on shards that cover the training set: no second copy, not even briefly."""
+    exp = prepare(load_config(QUICKSTART, ["devices.num=4", "devices.concurrency=2", "algorithm.buffer_size=2",
+                                           "data.partition=iid"]), need_test=False)
+    n = len(exp.train)
+    exp.shards = [np.arange(d, n, 4) for d in range(4)]  # every row in some shard
+    images, shards = exp.train.images, [s.copy() for s in exp.shards]
+    small = keep_only(exp, range(4))
+    assert small.train.images is images
+    assert all(np.array_equal(a, b) for a, b in zip(small.shards, shards))
