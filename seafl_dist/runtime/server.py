@@ -28,7 +28,6 @@ from seafl_dist.config import dump_config
 from seafl_dist.report import Progress, RunWriter, time_to_target, write_json
 from seafl_dist.runtime import checkpoint
 from seafl_dist.runtime.executor import JobSpec
-from seafl_dist.runtime.lowprio import LowPriority
 from seafl_dist.runtime.signals import Fault
 from seafl_dist.train import evaluate, load_flat
 
@@ -55,7 +54,6 @@ class Server:
         lc = self.cfg.logging
         self.progress = progress or Progress(lc.progress, total=self.cfg.run.max_aggregations, every_s=lc.progress_every_s)
         self.eval_model = exp.new_model()
-        self._low_priority = LowPriority()
         self.parts = exp.flat_parts()  # params / float stats / integer counters of the flat vector
         self.rows: list[dict] = []
         self.counts: Counter = Counter()
@@ -63,10 +61,8 @@ class Server:
 
     # ---- evaluation and metrics ---------------------------------------------------------
     def _evaluate(self, version: int, now: float, flat: torch.Tensor, agg: dict | None) -> dict:
-        # on a CPU at the lowest priority, on cores the workers leave idle (runtime/lowprio.py)
-        run = self._low_priority if self.exp.device.type == "cpu" else (lambda fn, *a, **k: fn(*a, **k))
-        acc, loss = run(evaluate, self.eval_model, flat, self.exp.test.to(self.exp.device), device=self.exp.device,
-                        precision=self.cfg.runtime.precision)
+        acc, loss = evaluate(self.eval_model, flat, self.exp.test.to(self.exp.device), device=self.exp.device,
+                             precision=self.cfg.runtime.precision)
         self.writer.event({"event": "eval", "time": now, "version": version, "accuracy": acc, "loss": loss})
         self.counts["eval"] += 1
         st = [u["staleness"] for u in agg["updates"]] if agg else []
