@@ -3,8 +3,9 @@
 Rank 0 is the server (scheduler, aggregation, evaluation, the run dir); ranks 1..W-1 are
 workers. Rank 0 hands a job to a worker (``runtime.placement``: the least loaded one, or
 device k's fixed worker ``1 + k mod (W-1)``; see :class:`Placement`) as soon as the schedule
-starts it (with the exact epoch count, SEAFL² included, from the scheduler's lookahead), keeps an ``irecv`` posted for every worker, and parks results that
-arrive early until the virtual clock reaches them. The schedule and every aggregation are
+starts it (with the exact epoch count, SEAFL² included, from the scheduler's lookahead),
+keeps an ``irecv`` posted for every worker, and parks results that arrive early until the
+virtual clock reaches them. The schedule and every aggregation are
 the same as in one process, so the run dir is too.
 
 Failures: every rank beats a heartbeat into the c10d store, and a worker's beat carries its
@@ -33,6 +34,7 @@ from seafl_dist.runtime.server import Server, format_summary
 from seafl_dist.runtime.fetch import once_per_node
 from seafl_dist.runtime.setup import cpus_here, keep_only, oversubscription, pick_device, prepare
 from seafl_dist.runtime.worker import run_worker
+from seafl_dist.train.batched import epoch_sizes
 from seafl_dist.transport import JOB, RESULT, STOP, Channel, Header, Mailbox, Outbox, make_links
 
 
@@ -46,9 +48,8 @@ def owner_rank(device: int, world_size: int) -> int:
 
 
 def job_steps(n: int, epochs: int, batch_size: int) -> int:
-    """Optimiser steps of a job on ``n`` samples (train_job skips a trailing batch of one)."""
-    per_epoch = -(-n // batch_size) - (1 if n > 1 and batch_size > 1 and n % batch_size == 1 else 0)
-    return epochs * per_epoch
+    """Optimiser steps of a job on ``n`` samples (train_job's trailing-batch rule included)."""
+    return epochs * len(epoch_sizes(n, batch_size))
 
 
 class Placement:
@@ -109,8 +110,7 @@ class DistributedExecutor:
         self.failed = False
 
     def submit(self, spec, start: torch.Tensor) -> None:
-        if self.placement.kind == "balanced":
-            self._pump()  # results that came in while rank 0 was busy lower their worker's queue
+        self._pump()  # results that came in while rank 0 was busy lower their worker's queue
         r = self.placement.pick(spec.job, spec.device, spec.epochs)
         payload = start if self.last_sent[r] != spec.version else None
         self.last_sent[r] = spec.version
