@@ -14,7 +14,7 @@ rounds (the order alternates; a shared VM drifts), medians printed:
     the jobs the run aggregated (their sample counts and epochs read from the run's trace;
     plain ``nn.Module`` LeNet-5, SGD, cross-entropy, the same batch sizes and the same dropped
     last batch of one as ``train_job``), each loading the IDX training images itself: the wall
-    time until the later one exits.
+    time until the later one exits (benchmarks/w1_bare.py).
 
 Ratio (a)/(b); the goal is <= 1.05. Where the difference goes, from what can be measured
 outside the runtime: start-up (the bare processes report their time to first step; for (a) the
@@ -36,99 +36,18 @@ import argparse
 import json
 import os
 import statistics
-import struct
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from w1_bare import has_mnist, write_synthetic  # beside this script
+
 ROOT = Path(__file__).resolve().parents[1]
-FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
 W1 = ["algorithm.name=fedavg", "devices.num=100", "devices.concurrency=20", "data.samples_per_device=600",
       "train.epochs=5", "train.batch_size=32", "train.lr=0.01", "run.max_aggregations=10", "run.eval_every=1",
       "run.target_accuracy=null", "runtime.threads=1", "runtime.device=cpu", "logging.progress=none"]
-
-
-# ---- data ---------------------------------------------------------------------------------
-
-def has_mnist(root: Path) -> bool:
-    raw = root / "MNIST" / "raw"
-    return all((raw / f).exists() or (raw / (f + ".gz")).exists() for f in FILES)
-
-
-def write_synthetic(root: Path) -> None:
-    """MNIST's four IDX files (big-endian header, uint8 payload), random pixels and labels."""
-    import numpy as np
-
-    raw = root / "MNIST" / "raw"
-    raw.mkdir(parents=True)
-    rng = np.random.default_rng(0)
-    for split, n in (("train", 60000), ("t10k", 10000)):
-        for kind, shape in (("images-idx3", (n, 28, 28)), ("labels-idx1", (n,))):
-            hi = 256 if kind.startswith("images") else 10
-            arr = rng.integers(0, hi, size=shape, dtype=np.uint8)
-            header = struct.pack(">I", 0x0800 | arr.ndim) + b"".join(struct.pack(">I", d) for d in shape)
-            (raw / f"{split}-{kind}-ubyte").write_bytes(header + arr.tobytes())
-
-
-def read_idx_images(root: Path):
-    """The training images as a uint8 tensor (n, 1, 28, 28), read as a bare script would."""
-    import gzip
-
-    import numpy as np
-    import torch
-
-    path = root / "MNIST" / "raw" / "train-images-idx3-ubyte"
-    data = path.read_bytes() if path.exists() else gzip.open(str(path) + ".gz").read()
-    n, h, w = struct.unpack(">III", data[4:16])
-    return torch.from_numpy(np.frombuffer(data, dtype=np.uint8, offset=16).reshape(n, 1, h, w).copy())
-
-
-# ---- (b) one bare process -------------------------------------------------------------------
-
-def bare_worker(args) -> None:
-    """Train the jobs in ``args.jobs`` (a JSON list of [n_samples, epochs]) with plain PyTorch."""
-    import torch
-    import torch.nn.functional as F
-    from torch import nn
-
-    torch.set_num_threads(1)
-    jobs = json.loads(Path(args.jobs).read_text())
-    images = read_idx_images(Path(args.data_root))
-    labels = torch.randint(0, 10, (len(images),), generator=torch.Generator().manual_seed(args.index))
-    torch.manual_seed(0)
-    model = nn.Sequential(
-        nn.Conv2d(1, 6, 5, padding=2), nn.ReLU(inplace=True), nn.MaxPool2d(2),
-        nn.Conv2d(6, 16, 5), nn.ReLU(inplace=True), nn.MaxPool2d(2),
-        nn.Flatten(), nn.Linear(16 * 5 * 5, 120), nn.ReLU(inplace=True),
-        nn.Linear(120, 84), nn.ReLU(inplace=True), nn.Linear(84, 10))
-    start = {k: v.clone() for k, v in model.state_dict().items()}
-    gen = torch.Generator().manual_seed(100 + args.index)
-    first_step = None
-    steps = 0
-    for n, epochs in jobs:
-        shard = torch.randperm(len(images), generator=gen)[:n]
-        model.load_state_dict(start)
-        model.train()
-        opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
-        for _ in range(epochs):
-            order = shard[torch.randperm(n, generator=gen)]
-            for lo in range(0, n, args.batch_size):
-                idx = order[lo:lo + args.batch_size]
-                if len(idx) == 1 and n > 1:  # train_job drops a last batch of one
-                    continue
-                x = images.index_select(0, idx).to(torch.float32).div_(255.0).sub_(0.1307).div_(0.3081)
-                loss = F.cross_entropy(model(x), labels[idx])
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                opt.step()
-                steps += 1
-                if first_step is None:
-                    first_step = time.time()
-        _ = torch.cat([p.detach().reshape(-1) for p in model.parameters()])  # what a worker sends back
-    print(json.dumps({"first_step": first_step, "end": time.time(), "steps": steps, "jobs": len(jobs),
-                      "cpu": time.process_time()}))
 
 
 # ---- the driver -----------------------------------------------------------------------------
@@ -205,7 +124,8 @@ def trace_jobs(run: Path, world: int, placement: str) -> tuple[list[list[int]], 
 def run_bare(data_root: Path, jobs_files: list[Path], args) -> tuple[float, list[dict]]:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     t0_epoch, t0 = time.time(), time.perf_counter()
-    procs = [subprocess.Popen([sys.executable, __file__, "--bare-worker", "--index", str(i), "--jobs", str(f),
+    bare = str(Path(__file__).with_name("w1_bare.py"))
+    procs = [subprocess.Popen([sys.executable, bare, "--index", str(i), "--jobs", str(f),
                                "--data-root", str(data_root), "--lr", "0.01", "--momentum", "0.9"],
                               env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for i, f in enumerate(jobs_files)]
@@ -251,15 +171,7 @@ def main() -> None:
     ap.add_argument("--data-root", default=str(ROOT / "data"), help="holds MNIST/raw/ (IDX files, gzipped or not)")
     ap.add_argument("--baseline-src", help="also time (a) with the seafl_dist of this checkout, interleaved")
     ap.add_argument("overrides", nargs="*", help="extra dotted config overrides for (a), e.g. runtime.batch_jobs=2")
-    ap.add_argument("--bare-worker", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--index", type=int, default=0, help=argparse.SUPPRESS)
-    ap.add_argument("--jobs", help=argparse.SUPPRESS)
-    ap.add_argument("--lr", type=float, default=0.01, help=argparse.SUPPRESS)
-    ap.add_argument("--momentum", type=float, default=0.9, help=argparse.SUPPRESS)
-    ap.add_argument("--batch-size", type=int, default=32, help=argparse.SUPPRESS)
     args = ap.parse_args()
-    if args.bare_worker:
-        return bare_worker(args)
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
