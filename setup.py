@@ -2,7 +2,7 @@
 
 Everything else is in pyproject.toml. The configs stay at the top of the repository, where the
 README, the tests and sweep files refer to them; a build copies the tree into the package so an
-installed ``seafl run quickstart`` finds them (seafl_dist/config_files.py). An editable install
+installed ``seafl run quickstart`` finds them (seafl_dist/settings/files.py). An editable install
 needs no copy: the package finds the checkout's ``configs/`` itself.
 """
 import shutil

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from seafl_dist.config import Config, dump_config
+from seafl_dist.settings import Config, dump_config
 from seafl_dist.models import build_model
 from seafl_dist.runtime import checkpoint
 from seafl_dist.train import flatten

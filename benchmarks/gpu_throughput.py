@@ -206,7 +206,7 @@ def write_cifar(root: Path, n_train: int, n_test: int, seed=0) -> None:
 
 def full_run(args, g: int, root: Path, device) -> tuple[float, int, float]:
     """(images/s, jobs trained, wall s) of an in-process run of the CIFAR ResNet-18 workload."""
-    from seafl_dist.config import load_config
+    from seafl_dist.settings import load_config
     from seafl_dist.runtime.executor import InProcessExecutor
     from seafl_dist.runtime.server import Server
     from seafl_dist.runtime.setup import prepare

@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from seafl_dist.config import TrainConfig
+from seafl_dist.settings import TrainConfig
 from seafl_dist.data import load_dataset
 from seafl_dist.models import build_model
 from seafl_dist.train import flatten, load_flat, train_job

@@ -146,7 +146,7 @@ def eval_seconds(data_root: Path) -> float:
     """One evaluation of the global model on the test set, as rank 0 does it, on 1 thread here."""
     import torch
 
-    from seafl_dist.config import TrainConfig
+    from seafl_dist.settings import TrainConfig
     from seafl_dist.data import load_dataset
     from seafl_dist.models import build_model
     from seafl_dist.train import evaluate, flatten

@@ -7,7 +7,7 @@
     r = seafl_dist.load_run("runs/qs")       # r.config, r.metrics, r.events, r.summary, r.partition
 
 ``config`` is a path or packaged name (as for ``seafl run``), a dict of sections, or a
-:class:`~seafl_dist.config.Config`. Overrides are keyword arguments named by dotted key, with
+:class:`~seafl_dist.settings.Config`. Overrides are keyword arguments named by dotted key, with
 ``__`` for the dot (``algorithm__buffer_size=5``), or a section's dict (``algorithm={"name":
 "fedbuff"}``); values are Python values, validated as the YAML ones are. Under ``torchrun`` every
 rank calls :func:`run` and the run is distributed (rank 0 returns the summary, the others None).
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from seafl_dist.config import Config, ConfigError, _set_dotted, config_from_dict, find_config, load_yaml
+from seafl_dist.settings.core import Config, ConfigError, _set_dotted, config_from_dict, find_config, load_yaml
 
 SECTIONS = tuple(Config.__dataclass_fields__)
 

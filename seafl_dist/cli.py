@@ -31,7 +31,7 @@ import sys
 import time
 from pathlib import Path
 
-from seafl_dist.config import ConfigError, load_config
+from seafl_dist.settings import ConfigError, load_config
 
 EPILOG = """examples:
   seafl run configs/quickstart.yaml
@@ -176,7 +176,7 @@ def cmd_report(args) -> int:
 
 
 def cmd_configs(args) -> int:
-    from seafl_dist.config_files import describe, packaged, packaged_dir
+    from seafl_dist.settings.files import describe, packaged, packaged_dir
     shipped = packaged()
     width = max(map(len, shipped), default=0)
     for name, path in shipped.items():

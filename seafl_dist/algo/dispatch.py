@@ -1,5 +1,5 @@
 """``aggregate``: run the rule that ``cfg.rule`` names (SEAFL² uses SEAFL's), or a user's rule named by
-import path (``algorithm.name: myrules:median``; :mod:`seafl_dist.plugins`), whose result is checked."""
+import path (``algorithm.name: myrules:median``; :mod:`seafl_dist.settings.plugins`), whose result is checked."""
 from __future__ import annotations
 
 import inspect
@@ -8,8 +8,8 @@ from typing import Callable, Optional
 
 import torch
 
-from ..config import AlgorithmConfig
-from ..plugins import is_import_path, plugin_error, resolve
+from ..settings import AlgorithmConfig
+from ..settings.plugins import is_import_path, plugin_error, resolve
 from .fedasync import fedasync
 from .fedavg import fedavg
 from .fedbuff import fedbuff

@@ -13,7 +13,7 @@ from typing import Callable, Optional
 
 import torch
 
-from ..config import AlgorithmConfig
+from ..settings import AlgorithmConfig
 from .common import as_global, carry_counters, flat_parts, screen
 from .types import AggregationResult, BufferedUpdate, FlatParts
 

@@ -35,7 +35,7 @@ from typing import Callable, Optional, Sequence
 
 import torch
 
-from ..config import AlgorithmConfig
+from ..settings import AlgorithmConfig
 from .common import BaseModels, as_global, carry_counters, cosine, flat_parts, masked, screen
 from .types import AggregationResult, BufferedUpdate, FlatParts
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..plugins import plugin_error, resolve
+from ..settings.plugins import plugin_error, resolve
 from .dataset import ArrayDataset
 
 

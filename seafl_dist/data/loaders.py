@@ -52,7 +52,7 @@ from urllib.error import URLError
 import numpy as np
 import torch
 
-from ..plugins import is_import_path
+from ..settings.plugins import is_import_path
 from .custom import load_custom_dataset
 from .cinic import CINIC_CLASSES, load_cinic10  # noqa: F401  (CINIC_CLASSES: re-exported)
 from .dataset import NORMALIZATION, ArrayDataset

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import yaml
 
-from seafl_dist.config import ConfigError, dump_config
+from seafl_dist.settings import ConfigError, dump_config
 from seafl_dist.experiments.sweep import Sweep, SweepRun, comparable, load_comparable
 
 

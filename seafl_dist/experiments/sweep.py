@@ -42,7 +42,7 @@ from typing import Any
 
 import yaml
 
-from seafl_dist.config import Config, ConfigError, _set_dotted, config_from_dict, find_config, load_yaml, parse_override
+from seafl_dist.settings.core import Config, ConfigError, _set_dotted, config_from_dict, find_config, load_yaml, parse_override
 
 SWEEP_KEYS = ("base", "name", "overrides", "grid", "points", "seeds", "targets", "baseline", "launcher")
 CONFIG_SECTIONS = tuple(Config.__dataclass_fields__)

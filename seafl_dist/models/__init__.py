@@ -7,22 +7,22 @@
 ``lenet5`` (:mod:`.lenet`), ``resnet18`` (CIFAR variant, :mod:`.resnet`), ``vgg16`` (with batch
 norm, CIFAR-size classifier, :mod:`.vgg`). Every model is an :class:`FLModule` (a LightningModule): ``forward(x)``
 gives logits, ``training_step`` the cross-entropy loss, ``configure_optimizers`` the SGD of
-``optim`` (a :class:`~seafl_dist.config.TrainConfig`; its defaults when ``None``). ``width``
+``optim`` (a :class:`~seafl_dist.settings.TrainConfig`; its defaults when ``None``). ``width``
 multiplies every channel count (at least 1 channel each), so tests can use tiny versions.
 
 ``build_model(..., lightning=False)`` gives the same model as a plain ``torch.nn.Module``
 (:class:`FLNet`, same steps and ``state_dict``) without importing Lightning: what the simulation's
 ranks build, since ``import lightning`` costs seconds per process and they use none of it.
 
-``name`` may also be an import path ``pkg.module:builder`` (:mod:`.custom`, :mod:`seafl_dist.plugins`).
+``name`` may also be an import path ``pkg.module:builder`` (:mod:`.custom`, :mod:`seafl_dist.settings.plugins`).
 
 Parameters at width 1 and 10 classes: lenet5 61,706 (28x28x1) / 83,126 (32x32x3),
 resnet18 11,173,962 (3 channels), vgg16 14,728,266 (3 channels).
 """
 from __future__ import annotations
 
-from ..config import TrainConfig
-from ..plugins import is_import_path
+from ..settings import TrainConfig
+from ..settings.plugins import is_import_path
 from .base import FLNet, lightning_class, scaled
 from .lenet import LeNet5
 from .resnet import ResNet18

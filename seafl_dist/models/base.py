@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..config import TrainConfig
+from ..settings import TrainConfig
 
 
 def scaled(channels: int, width: float) -> int:

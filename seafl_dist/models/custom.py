@@ -11,8 +11,8 @@ from __future__ import annotations
 import lightning as L
 import torch
 
-from ..config import TrainConfig
-from ..plugins import plugin_error, resolve
+from ..settings import TrainConfig
+from ..settings.plugins import plugin_error, resolve
 from .base import FLModule
 
 

@@ -32,7 +32,7 @@ from pathlib import Path
 import torch
 import yaml
 
-from seafl_dist.config import ConfigError, dump_config
+from seafl_dist.settings import ConfigError, dump_config
 
 FORMAT = 1
 KEEP = 2

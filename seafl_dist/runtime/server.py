@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 from seafl_dist.algo import BufferedUpdate, aggregate
-from seafl_dist.config import dump_config
+from seafl_dist.settings import dump_config
 from seafl_dist.report import Progress, RunWriter, time_to_target, write_json
 from seafl_dist.runtime import checkpoint
 from seafl_dist.runtime.executor import JobSpec

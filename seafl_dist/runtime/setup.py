@@ -12,11 +12,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from seafl_dist.config import Config, ConfigError
+from seafl_dist.settings import Config, ConfigError
 from seafl_dist.data import clear_cache, label_histograms, load_dataset, partition
 from seafl_dist.data.custom import custom_partition
 from seafl_dist.models import build_model
-from seafl_dist.plugins import is_import_path
+from seafl_dist.settings.plugins import is_import_path
 from seafl_dist.sim import Lookahead, Scheduler, SpeedModel, stream_seed
 from seafl_dist.algo import FlatParts
 from seafl_dist.train import FlatLayout, flatten

@@ -18,7 +18,7 @@ from typing import Sequence
 
 import numpy as np
 
-from seafl_dist.config import ClockConfig
+from seafl_dist.settings import ClockConfig
 from seafl_dist.sim.rng import stream
 
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from small_runs import QUICKSTART, SMALL
-from seafl_dist.config import load_config
+from seafl_dist.settings import load_config
 from seafl_dist.runtime.executor import InProcessExecutor
 from seafl_dist.runtime.server import Server
 from seafl_dist.runtime.setup import prepare

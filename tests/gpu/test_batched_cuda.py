@@ -37,7 +37,7 @@ def no_tf32():
 
 
 def jobs_setup(name, width, tmp_path):
-    from seafl_dist.config import TrainConfig
+    from seafl_dist.settings import TrainConfig
     from seafl_dist.data import load_dataset
     from seafl_dist.models import build_model
     from seafl_dist.train import flatten

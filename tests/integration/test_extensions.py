@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import seafl_dist
-from seafl_dist.config import parse_override
+from seafl_dist.settings import parse_override
 from seafl_dist.report.trace import check_run
 
 from small_runs import QUICKSTART, SMALL

@@ -8,10 +8,10 @@ import sys
 import pytest
 
 import seafl_dist
-from seafl_dist.config import parse_override
+from seafl_dist.settings import parse_override
 from seafl_dist.cli import main
-from seafl_dist.config import ConfigError, load_config
-from seafl_dist.config_files import find_config, packaged
+from seafl_dist.settings import ConfigError, load_config
+from seafl_dist.settings.files import find_config, packaged
 
 from small_runs import QUICKSTART, SMALL
 

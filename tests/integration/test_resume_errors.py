@@ -9,7 +9,7 @@ import pytest
 
 from resuming import QUICKSTART, SMALL, checkpoint_versions, cli, dir_bytes, reference, run_args
 from seafl_dist.cli import main as seafl_main
-from seafl_dist.config import load_config
+from seafl_dist.settings import load_config
 from seafl_dist.runtime import checkpoint
 
 ARGS = [*SMALL, "run.checkpoint_every=2"]

@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from seafl_dist.config import ConfigError
+from seafl_dist.settings import ConfigError
 from seafl_dist.experiments import load_sweep, parse_grid_arg
 from seafl_dist.experiments.sweep import is_sweep_file, parse_seeds, split_top_level
 

@@ -8,7 +8,7 @@ import time
 
 import yaml
 
-from seafl_dist.config import dump_config, load_config
+from seafl_dist.settings import dump_config, load_config
 from seafl_dist.experiments import load_sweep, parse_grid_arg
 from seafl_dist.experiments.sweep import comparable
 from small_runs import QUICKSTART, ROOT, SMALL

@@ -123,7 +123,7 @@ def test_config_summary_group_and_sync_note(offline_run):
 
 def test_no_callbacks_and_no_wandb_import_unless_enabled():
     code = ("import sys\n"
-            "from seafl_dist.config import config_from_dict\n"
+            "from seafl_dist.settings import config_from_dict\n"
             "from seafl_dist.runtime.inprocess import run_inprocess\n"
             "from seafl_dist.report.wandb_sink import make_callbacks\n"
             "assert make_callbacks(config_from_dict({}), '.') == []\n"

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from seafl_dist.algo import BufferedUpdate, aggregate, staleness_factor_fedasync
-from seafl_dist.config import AlgorithmConfig
+from seafl_dist.settings import AlgorithmConfig
 
 T = torch.tensor
 

@@ -10,7 +10,7 @@ import torch
 
 from seafl_dist.algo import BufferedUpdate, FlatParts, aggregate
 from seafl_dist.algo.seafl import seafl_cosine
-from seafl_dist.config import AlgorithmConfig
+from seafl_dist.settings import AlgorithmConfig
 from seafl_dist.models import build_model
 from seafl_dist.train import FlatLayout, flatten
 

@@ -12,7 +12,7 @@ import torch
 
 import seafl_dist.algo as algo
 from seafl_dist.algo import AggregationResult, BufferedUpdate, aggregate, check_update, cosine
-from seafl_dist.config import AlgorithmConfig
+from seafl_dist.settings import AlgorithmConfig
 
 T = torch.tensor
 VERSIONS = {0: T([0.0, 0.0]), 1: T([0.5, 0.5]), 2: T([1.0, 1.0])}

@@ -7,7 +7,7 @@ import torch
 
 from seafl_dist.algo import BufferedUpdate, aggregate, seafl_gamma
 from seafl_dist.algo.seafl import seafl_raw_weights
-from seafl_dist.config import AlgorithmConfig
+from seafl_dist.settings import AlgorithmConfig
 
 T = torch.tensor
 

@@ -4,7 +4,7 @@ epochs and trailing batches; the executor's grouping; the config key."""
 import pytest
 import torch
 
-from seafl_dist.config import ConfigError, TrainConfig, config_from_dict
+from seafl_dist.settings import ConfigError, TrainConfig, config_from_dict
 from seafl_dist.data import ArrayDataset
 from seafl_dist.models import build_model
 from seafl_dist.train import flatten, train_job, train_jobs

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from seafl_dist.config import ClockConfig, IdleConfig
+from seafl_dist.settings import ClockConfig, IdleConfig
 from seafl_dist.sim import Scheduler, SpeedModel, draw_idle, stream, stream_seed
 
 

@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from seafl_dist.config import Config, ConfigError, config_from_dict, dump_config, load_config
+from seafl_dist.settings import Config, ConfigError, config_from_dict, dump_config, load_config
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from seafl_dist.config import TrainConfig
+from seafl_dist.settings import TrainConfig
 from seafl_dist.models import FLModule, build_model
 
 

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from seafl_dist.config import ConfigError, load_config
+from seafl_dist.settings import ConfigError, load_config
 from seafl_dist.models import build_model
 from seafl_dist.runtime.distributed import Placement, job_steps, owner_rank
 from seafl_dist.train import flatten, train_job

@@ -1,4 +1,4 @@
-"""Import paths as names (seafl_dist.plugins): every malformed path or callable is one ConfigError line
+"""Import paths as names (seafl_dist.settings.plugins): every malformed path or callable is one ConfigError line
 naming the key and value, at config load (import, attribute, signature) or when the run is prepared
 (what the callable returns), before any job trains."""
 import numpy as np
@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from seafl_dist.algo import AggregationResult, BufferedUpdate, aggregate
-from seafl_dist.config import ConfigError, config_from_dict
+from seafl_dist.settings import ConfigError, config_from_dict
 from seafl_dist.data import ArrayDataset, clear_cache, load_dataset
 from seafl_dist.runtime.setup import prepare
 from seafl_dist.train import flatten, train_job

@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from seafl_dist.config import config_from_dict, dump_config
+from seafl_dist.settings import config_from_dict, dump_config
 from seafl_dist.report.build import fmt_ratio, fmt_ttt, write_report
 from seafl_dist.report.sinks import METRIC_COLUMNS
 from seafl_dist.report.tables import find_runs, group_rows, group_runs, run_rows

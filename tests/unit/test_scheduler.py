@@ -1,7 +1,7 @@
 """The server loop on injected, fixed durations (SPEC "The server loop")."""
 import pytest
 
-from seafl_dist.config import ClockConfig, IdleConfig
+from seafl_dist.settings import ClockConfig, IdleConfig
 from seafl_dist.report.trace import check_trace
 from seafl_dist.sim import Lookahead, Scheduler, SpeedModel
 

@@ -3,7 +3,7 @@ import pytest
 import torch
 from torch import nn
 
-from seafl_dist.config import TrainConfig
+from seafl_dist.settings import TrainConfig
 from seafl_dist.data import load_dataset
 from seafl_dist.models import build_model
 from seafl_dist.train import evaluate, flatten, load_flat, train_job

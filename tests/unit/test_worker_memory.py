@@ -6,7 +6,7 @@ import weakref
 import numpy as np
 import torch
 
-from seafl_dist.config import load_config
+from seafl_dist.settings import load_config
 from seafl_dist.data.loaders import _CACHE
 from seafl_dist.runtime.setup import keep_only, prepare
 from small_runs import QUICKSTART

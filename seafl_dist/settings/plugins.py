@@ -32,6 +32,8 @@ import re
 import sys
 from typing import Any, Callable
 
+from seafl_dist.settings.errors import ConfigError
+
 # key -> the parameters the callable is called with (positionally), and what it must return
 SIGNATURES = {
     "model.name": (("num_classes", "in_channels", "image_size", "width"),
@@ -56,7 +58,6 @@ def expected(key: str) -> str:
 
 def plugin_error(key: str, value: str, problem: str):
     """A ConfigError of one line: the key, the value, what is wrong and what was expected."""
-    from seafl_dist.config_sections import ConfigError  # config_sections imports this module
     return ConfigError(f"config key '{key}' has value {value!r}: {problem}; expected {expected(key)}")
 
 
@@ -102,6 +103,5 @@ def check(key: str, value: str, allowed: tuple) -> None:
     if is_import_path(value):
         resolve(key, value)
     elif value not in allowed:
-        from seafl_dist.config_sections import ConfigError
         raise ConfigError(f"config key '{key}' has value {value!r}; allowed: one of {', '.join(allowed)}, "
                           f"or {expected(key)}")

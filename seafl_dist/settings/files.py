@@ -11,14 +11,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from seafl_dist.config_sections import ConfigError
+from seafl_dist.settings.errors import ConfigError
 
 SUFFIXES = (".yaml", ".yml")
 
 
 def packaged_dir() -> Path | None:
     """Where the shipped configs are: inside the installed package, or a source checkout's ``configs/``."""
-    here = Path(__file__).resolve().parent
+    here = Path(__file__).resolve().parent.parent  # seafl_dist/
     if (here / "configs").is_dir():
         return here / "configs"
     checkout = here.parent

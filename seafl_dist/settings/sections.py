@@ -1,22 +1,19 @@
 """The sections of a run configuration: one kw-only dataclass each, checked in ``__post_init__``.
 
 Defaults follow the paper's setup (README, "Configuration"); every check names the key, the value and what is
-allowed (:class:`ConfigError`). :mod:`seafl_dist.config` assembles them and loads YAML.
+allowed (:class:`ConfigError`). :mod:`seafl_dist.settings.core` assembles them and loads YAML.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from seafl_dist import plugins
+from seafl_dist.settings import plugins
+from seafl_dist.settings.errors import ConfigError, _fail  # noqa: F401  (ConfigError re-exported)
 
 ALGORITHMS = ("seafl", "seafl2", "fedbuff", "fedasync", "fedavg")
 SIMILARITY_MODES = ("delta_vs_global", "model_vs_global", "delta_vs_movement")
 SIMILARITY_OVER = ("parameters", "parameters_and_stats")
-
-
-class ConfigError(ValueError):
-    """A user mistake in the configuration; the CLI prints it without a traceback."""
 
 
 class _Unset:
@@ -27,10 +24,6 @@ class _Unset:
 
 
 UNSET: Any = _Unset()
-
-
-def _fail(key: str, value: Any, allowed: str) -> None:
-    raise ConfigError(f"config key '{key}' has value {value!r}; allowed: {allowed}")
 
 
 def _choice(key: str, value: Any, choices: tuple) -> None:
@@ -49,7 +42,7 @@ def _at_least(key: str, value: Any, low: float, *, strict: bool = False) -> None
 class AlgorithmConfig:
     """Which rule aggregates the buffer and when (SPEC "The server loop", "Aggregation rules")."""
 
-    name: str = "seafl"  # seafl, seafl2, fedbuff, fedasync, fedavg, or pkg.module:rule (seafl_dist.plugins)
+    name: str = "seafl"  # seafl, seafl2, fedbuff, fedasync, fedavg, or pkg.module:rule (seafl_dist.settings.plugins)
     buffer_size: int = 10  # K; fedavg forces K = M, fedasync K = 1
     # beta; None = infinity. Not given: 10 for seafl/seafl2, infinity for fedbuff/fedasync; a value given
     # (file or override) is kept for them too (PLATO's staleness_bound); fedavg: forced to 0
