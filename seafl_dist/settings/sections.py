@@ -155,11 +155,11 @@ class IdleConfig:
 
 @dataclass(kw_only=True)
 class ClockConfig:
-    sec_per_sample: float = key(0.001, "compute time per sample per epoch, virtual seconds: c_k = n_k × this",
-                                note="A job of device k starting at time s has epoch ends b_e = s + "
-                                     "`clock.download_s` + e·(c_k + z_k), with c_k = n_k × `clock.sec_per_sample` "
-                                     "for a shard of n_k samples and z_k the device's idle time (`clock.idle.distribution`); "
-                                     "its update reaches the server at b_E + `clock.upload_s`.")
+    sec_per_sample: float = key(
+        0.001, "compute time per sample per epoch, virtual seconds: c_k = n_k × this",
+        note="A job of device k starting at time s has epoch ends b_e = s + `clock.download_s` + e·(c_k + z_k), "
+             "with c_k = n_k × `clock.sec_per_sample` for a shard of n_k samples and z_k the device's idle time "
+             "(`clock.idle.distribution`); its update reaches the server at b_E + `clock.upload_s`.")
     download_s: float = key(0.0, "time to receive the global model, before epoch 1, virtual seconds")
     upload_s: float = key(0.0, "time to send the update, after the last epoch, virtual seconds")
     idle: IdleConfig = section(IdleConfig, "each device's idle time between epochs")
