@@ -184,7 +184,7 @@ class DataConfig:
                                             "sample used once")
     test_fraction: float = key(0.2, "`digits` only: the seeded, stratified held-out share, in (0, 1)")
     emnist_split: str = key("balanced", "`emnist` only: the split (`balanced`: 47 classes)")
-    augment: bool = key(False, "random crop and flip at train time (CIFAR style)")
+    augment: bool = key(False, "random crop and horizontal flip of training batches (CIFAR style)")
     seed: Optional[int] = key(None, "seed of the data split (shards; digits' hold-out); `null`: `run.seed`",
                               note="Fix `data.seed` to vary `run.seed` over one split: runs of different "
                                    "`run.seed` then train on the same shards.")
@@ -246,7 +246,7 @@ class RunConfig:
 
 @dataclass(kw_only=True)
 class RuntimeConfig:
-    device: str = key("auto", "where training runs: `auto`, `cpu` or `cuda`")
+    device: str = key("auto", "where models train and evaluate: `auto` (a GPU when there is one), `cpu` or `cuda`")
     backend: str = key("auto", "payload transport: `auto` (= gloo), `gloo`, or `nccl` (opt-in)",
                        note="`auto` and `gloo` send payloads over gloo, through pinned host buffers on a GPU. "
                             "`nccl` needs one GPU per rank and has not yet run on ≥ 2 GPUs.")
