@@ -180,8 +180,8 @@ class DataConfig:
                          "`pkg.module:split`")
     shards_overlap: bool = key(False, "a custom `data.partition` may give devices shared samples")
     concentration: float = key(0.3, "Dirichlet concentration over labels (smaller: more skew)")
-    samples_per_device: Optional[int] = key(None, "fixed shard size, drawn without replacement; `null`: every "
-                                            "sample used once")
+    samples_per_device: Optional[int] = key(None, "fixed shard size, drawn without replacement; `null`: the "
+                                            "whole training set is shared out")
     test_fraction: float = key(0.2, "`digits` only: the seeded, stratified held-out share, in (0, 1)")
     emnist_split: str = key("balanced", "`emnist` only: the split (`balanced`: 47 classes)")
     augment: bool = key(False, "random crop and horizontal flip of training batches (CIFAR style)")
@@ -221,7 +221,7 @@ class RunConfig:
     targets: list = key([0.5, 0.7, 0.9], "accuracies whose time-to-accuracy the summary and reports give")
     checkpoint_every: Optional[int] = key(
         100, "rank 0 checkpoints after every n-th aggregation; `null`: off",
-        note="`run.checkpoint_every` and `run.checkpoint_every_s` act together (whichever comes first), and a "
+        note="Either of `run.checkpoint_every` and `run.checkpoint_every_s` triggers a checkpoint, and a "
              "signal checkpoints whatever they say. 100 aggregations and 300 s: a ResNet-18 checkpoint holds up to "
              "β + 1 versions of ~45 MB (0.5 GB at β = 10) and took 4.2 s to write and fsync on a small VM "
              "(`benchmarks/checkpoint.py`), ~1% of five minutes; LeNet-5's take 0.05 s. Both may change "
