@@ -19,8 +19,9 @@
     seafl report RUN_OR_SWEEP_DIR... [--target 0.5,0.7] [--baseline fedbuff] [--out DIR]
         report.md/.csv, runs.csv, accuracy_vs_time.png and (for one run) timeline.png.
 
-    seafl configs
+    seafl configs [--keys]
         The configs shipped with the package; CONFIG may be one of these names (``quickstart``).
+        --keys prints every config key instead: type, default and help (docs/configuration.md).
 """
 from __future__ import annotations
 
@@ -57,7 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
                      "(config: RUN_DIR/config.yaml unless CONFIG is given)")
     add_sweep_parser(sub)
     add_report_parser(sub)
-    sub.add_parser("configs", help="list the packaged configs (usable by name: seafl run quickstart)")
+    configs = sub.add_parser("configs", help="list the packaged configs (usable by name: seafl run quickstart)")
+    configs.add_argument("--keys", action="store_true", help="list every config key: type, default and help")
     return parser
 
 
@@ -176,6 +178,10 @@ def cmd_report(args) -> int:
 
 
 def cmd_configs(args) -> int:
+    if args.keys:
+        from seafl_dist.settings.reference import text
+        sys.stdout.write(text())
+        return 0
     from seafl_dist.settings.files import describe, packaged, packaged_dir
     shipped = packaged()
     width = max(map(len, shipped), default=0)
