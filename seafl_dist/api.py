@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from seafl_dist.settings.core import Config, ConfigError, _set_dotted, config_from_dict, find_config, load_yaml
+from seafl_dist.settings import Config, ConfigError, set_dotted, config_from_dict, find_config, load_yaml
 
 SECTIONS = tuple(Config.__dataclass_fields__)
 
@@ -55,7 +55,7 @@ def make_config(config, **overrides) -> Config:
     """The validated Config of ``config`` (path, name, dict or Config) with keyword overrides applied."""
     tree = _tree(config)
     for key, value in _dotted(overrides):
-        _set_dotted(tree, key, copy.deepcopy(value))
+        set_dotted(tree, key, copy.deepcopy(value))
     return config_from_dict(tree)
 
 

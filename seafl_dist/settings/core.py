@@ -148,7 +148,6 @@ def set_dotted(tree: dict, dotted: str, value: Any) -> None:
     node[parts[-1]] = value
 
 
-_set_dotted = set_dotted  # the old private name, until api.py and experiments/sweep.py import set_dotted
 
 
 def parse_override(text: str) -> tuple[str, Any]:

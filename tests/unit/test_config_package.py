@@ -10,7 +10,7 @@ SETTINGS = REPO / "seafl_dist" / "settings"
 PREFIX = "seafl_dist.settings"
 # Private imports that predate the public name; remove an entry when its module switches (set_dotted
 # has been public since the configuration reference landed).
-PENDING = {("seafl_dist/api.py", "_set_dotted"), ("seafl_dist/experiments/sweep.py", "_set_dotted")}
+PENDING: set = set()  # private imports still to be replaced (none left)
 
 
 def _from_imports(path: Path):
