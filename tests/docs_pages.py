@@ -145,8 +145,9 @@ def config_keys() -> tuple[set[str], set[str]]:
 
 
 def key_pattern(top: set[str]) -> re.Pattern:
+    """Dotted names that start with a section; not inside a longer name, not a call (``model.eval()``)."""
     names = "|".join(sorted(top, key=len, reverse=True))
-    return re.compile(rf"(?<![\w./$-])(?:{names})(?:\.(?:[A-Za-z_]\w*|\*))+")
+    return re.compile(rf"(?<![\w./$-])(?:{names})(?:\.(?:[A-Za-z_]\w*|\*))+(?![\w(])")
 
 
 def key_problem(key: str, keys: set[str], sections: set[str]) -> str | None:
@@ -155,10 +156,8 @@ def key_problem(key: str, keys: set[str], sections: set[str]) -> str | None:
         return None
     if key.endswith(".*"):
         return None if key[:-2] in sections else f"'{key}': no config section '{key[:-2]}'"
-    if key in keys:
+    if key in keys or key in sections:  # a subsection (`clock.idle`) is a name a page may use
         return None
-    if key in sections:
-        return f"'{key}' is a section, not a key (write '{key}.*' for all of its keys)"
     return f"config key '{key}' does not exist in seafl_dist.settings"
 
 
@@ -201,6 +200,8 @@ def shell_lines(block: Block) -> list[tuple[int, str]]:
     for i, line in enumerate(block.text.splitlines()):
         if not pending:
             start = block.line + i
+            if block.lang == "console" and not line.startswith("$ "):
+                continue  # a console block's output
         line = re.sub(r"^\$ ", "", line)
         if line.rstrip().endswith("\\"):
             pending += line.rstrip()[:-1] + " "
