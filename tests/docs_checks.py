@@ -147,6 +147,8 @@ def command_problems(page: Page, folder: Path, modules: list[Page] = ()) -> list
                     out.append(f"{page.where(number)}: cannot split '{line.strip()}': {err}")
                     continue
                 out += [f"{page.where(number)}: `seafl {' '.join(argv)}`: {why}" for argv in argvs if (why := check(argv))]
+                out += [f"{page.where(number)}: no script {s}" for s in re.findall(r"(?<![\w/])slurm/[\w.-]+\.sbatch\b", line)
+                        if not (ROOT / s).is_file()]
     return out
 
 

@@ -116,6 +116,7 @@ Call `model.eval()`; `clock.idle` is a section.
 ```console
 $ seafl run quickstart --outt x
 seafl: error: it's a console block's output, quotes unbalanced
+$ sbatch slurm/gone.sbatch
 ```
 """
 
@@ -143,6 +144,7 @@ def test_each_check_catches_its_mistake(tmp_path, monkeypatch):
                      "broken.md:29: the test command is 'pytest'; .ci/run runs 'python -m pytest -q'"]:
         assert expected in found, f"missing {expected!r} in:\n{found}"
     assert "broken.md:35: `seafl run quickstart --outt x`: unrecognized arguments: --outt" in found, found
+    assert "broken.md:37: no script slurm/gone.sbatch" in found, found
     for fine in ("logging.wandb.*", "run.sbatch", "model.eval", "clock.idle", "broken.md:36"):
         assert fine not in found, f"{fine!r} reported:\n{found}"
     assert "mymod:tiny" not in found  # the torchrun line imports the page's module and passes
