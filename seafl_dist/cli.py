@@ -39,7 +39,7 @@ EPILOG = """examples:
   seafl run configs/quickstart.yaml algorithm.name=fedbuff run.seed=1 --out runs/fb
   torchrun --nproc_per_node=3 -m seafl_dist run configs/quickstart.yaml
   seafl run --resume runs/fb                 # continue an interrupted run from its checkpoint
-Overrides are dotted config keys (see README "Configuration"); values are parsed as YAML
+Overrides are dotted config keys (every key: docs/configuration.md, or `seafl configs --keys`); values are parsed as YAML
 (null = none/infinity, e.g. algorithm.staleness_limit=null)."""
 
 

@@ -11,7 +11,7 @@ or from a shell (prints each violation, exits 1 if there is any):
 An empty list means the trace is consistent. Each message starts with the event's line number
 in ``events.jsonl`` (1-based) and its type and time. What is checked:
 
-- events are in virtual-time order and have the keys required for their type (README, "The command line");
+- events are in virtual-time order and have the keys required for their type (docs/running.md, "The run directory");
 - job ids are unique; a job is started on a device with no job in flight, from the current
   version, at time 0 or at the time of the aggregation just before it; ``epoch_ends`` rise;
 - M jobs are in flight after the starts at time 0 and after those of every aggregation,
