@@ -5,7 +5,6 @@ log of ``wandb_internal_pb2.Record`` protobufs, read by seafl_dist.report.wandb_
 API key and no network."""
 import csv
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +14,7 @@ import pytest
 pytest.importorskip("wandb.proto.wandb_internal_pb2")
 
 from seafl_dist.report.wandb_files import offline_files, read_offline_run  # noqa: E402
+from wandb_runs import history_across, logged_versions, offline_env  # noqa: E402
 
 TINY = """\
 algorithm: {name: seafl2, buffer_size: 2, staleness_limit: 1}
@@ -29,21 +29,11 @@ logging: {progress: none}
 """
 
 
-def offline_env(tmp: Path, fault: str | None = None) -> dict:
-    """No W&B key, no network, W&B's own folders under ``tmp``; ``fault`` sets SEAFL_FAULT."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_") and k != "SEAFL_FAULT"}
-    env.update(WANDB_CONFIG_DIR=str(tmp / "wbconfig"), WANDB_CACHE_DIR=str(tmp / "wbcache"),
-               WANDB_DATA_DIR=str(tmp / "wbdata"), NETRC=str(tmp / "no-netrc"))
-    if fault:
-        env["SEAFL_FAULT"] = fault
-    return env
-
-
 def seafl_offline(tmp: Path, out: Path, *overrides, fault=None):
     (tmp / "tiny.yaml").write_text(TINY)
     return subprocess.run([sys.executable, "-m", "seafl_dist", "run", str(tmp / "tiny.yaml"),
                            "logging.wandb.enabled=true", "logging.wandb.mode=offline", *overrides, "--out", str(out)],
-                          capture_output=True, text=True, env=offline_env(tmp, fault), timeout=600)
+                          capture_output=True, text=True, env=offline_env(tmp, fault=fault), timeout=600)
 
 
 @pytest.fixture(scope="module")
@@ -102,10 +92,6 @@ def test_no_callbacks_and_no_wandb_import_unless_enabled():
 
 # ---- W&B follows the run: one id, each version once ---------------------------------------------
 
-def history_across(files) -> list[dict]:
-    return [h for f in files for h in read_offline_run(f)["history"]]
-
-
 def test_killed_and_resumed_run_continues_the_id_and_logs_each_version_once(tmp_path):
     out = tmp_path / "run"
     killed = seafl_offline(tmp_path, out, "run.checkpoint_every=2", fault="after_aggregate:3")
@@ -122,8 +108,7 @@ def test_killed_and_resumed_run_continues_the_id_and_logs_each_version_once(tmp_
     assert read_offline_run(files[1])["run"].run_id == run_id  # (the killed one may hold no record at all)
 
     history = history_across(files)
-    versions = sorted(h["version"] for h in history if "version" in h)
-    assert versions == [0, 1, 2, 3, 4, 5]  # each once: none lost with the killed process, none twice
+    assert logged_versions(files) == [0, 1, 2, 3, 4, 5]  # each once: none lost with the killed process, none twice
     assert all(h["_step"] == h["version"] for h in history if "version" in h)
     by_version = {h["version"]: h for h in history if "version" in h}
     with open(out / "metrics.csv") as f:
@@ -182,8 +167,9 @@ def test_versions_w_and_b_already_holds_are_skipped(tmp_path, wandb_offline_env)
         again.on_aggregate(agg_event(v))
         again.on_eval(eval_row(v))
     again.close({"status": "completed"})
-    history = history_across(offline_files(out / "wandb", first.run.id))
-    assert sorted(h["version"] for h in history if "version" in h) == [0, 1, 2, 3, 4, 5]
+    files = offline_files(out / "wandb", first.run.id)
+    assert logged_versions(files) == [0, 1, 2, 3, 4, 5]
+    history = history_across(files)
     last = next(h for h in history if h.get("version") == 5)
     assert last["eval/best_accuracy"] == 0.7 and last["agg/max_staleness"] == 1
 
