@@ -27,8 +27,9 @@ Choices, so that they are written down:
   upright. ``letters`` labels are 1..26 (torchvision's class 0 is "N/A"), hence 27 classes.
 - CIFAR-10 batches are read with our own unpickler (:mod:`seafl_dist.data.safepickle`: plain data
   and numpy arrays only, so a tampered file cannot run code) in torchvision's layout, without the
-  MD5 check torchvision makes, so re-packed or subsetted copies load if pickled as the original
-  (protocol 2 to 4); a download (``download=True``) goes through torchvision and is checksummed.
+  MD5 check torchvision makes, so re-packed or subsetted copies load (pickled as the originals, by
+  Python 2, or by Python 3 at protocol 3 or later); a download (``download=True``) goes through
+  torchvision and is checksummed.
 - Every file is checked as it is read (IDX sizes against their header, image and label counts,
   label ranges, CIFAR's fields, CINIC's PNGs): a truncated or corrupt file raises
   :class:`DataError`, one line naming the file and what is wrong with it.

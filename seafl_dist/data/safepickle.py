@@ -9,11 +9,14 @@ A pickle is a small program: its GLOBAL opcodes name any importable callable (``
 and REDUCE calls it. Dicts, lists, tuples, strings, bytes, ints, floats, bools and None need no
 global, so :func:`load_pickle` refuses every global that is not in ``allow`` (a mapping from
 ``"module.name"`` to the object to hand back), and nothing outside it is ever imported.
-:data:`NUMPY_ARRAYS` is exactly what numpy arrays need in the protocol-2 pickles CIFAR-10 ships
-(``numpy.core.multiarray._reconstruct``, ``numpy.ndarray``, ``numpy.dtype``; numpy 2 writes the
-first as ``numpy._core.multiarray._reconstruct``). An array's contents come from the same
-unpickler, so an object array can hold only what it admits. Protocol-5 numpy pickles
-(``_frombuffer``) and sets in protocol < 4 (``builtins.set``) name other globals and are refused.
+:data:`NUMPY_ARRAYS` is exactly what numpy arrays need: in the protocol-2 pickles CIFAR-10 ships,
+``numpy.core.multiarray._reconstruct``, ``numpy.ndarray`` and ``numpy.dtype`` (numpy 2 spells
+the first ``numpy._core.multiarray._reconstruct``); in protocol 5, Python's default since 3.8
+(a re-packed copy, the benchmarks' synthetic sets), ``numpy._core.numeric._frombuffer``, which
+only views bytes as an array of a dtype (numpy refuses object dtypes there). An array's contents
+come from the same unpickler, so an object array can hold only what it admits. Sets in
+protocol < 4 (``builtins.set``) and bytes pickled by Python 3 at protocol 2 (``_codecs.encode``)
+name other globals and are refused.
 
 Errors (both :class:`~seafl_dist.data.missing.DataError`, one line naming the file):
 :class:`UnsafePickleError` for a refused global, ``DataError`` for a truncated or corrupt file.
@@ -38,10 +41,12 @@ class UnsafePickleError(DataError):
 def _numpy_arrays() -> Mapping[str, object]:
     try:  # numpy >= 2; importing numpy.core there warns
         from numpy._core.multiarray import _reconstruct
+        from numpy._core.numeric import _frombuffer
     except ImportError:  # numpy 1.x
         from numpy.core.multiarray import _reconstruct
-    return MappingProxyType({"numpy.core.multiarray._reconstruct": _reconstruct,
-                             "numpy._core.multiarray._reconstruct": _reconstruct,
+        from numpy.core.numeric import _frombuffer
+    return MappingProxyType({**{f"{core}.multiarray._reconstruct": _reconstruct for core in ("numpy.core", "numpy._core")},
+                             **{f"{core}.numeric._frombuffer": _frombuffer for core in ("numpy.core", "numpy._core")},
                              "numpy.ndarray": np.ndarray, "numpy.dtype": np.dtype})
 
 

@@ -69,13 +69,23 @@ def test_numpy_arrays_only_where_allowed(tmp_path):
     assert batch["data"].dtype == np.uint8 and batch["data"].shape == (3, 3072) and batch["labels"] == [1, 2, 3]
 
 
-def test_numpy_2_spelling_and_protocol_5(tmp_path):
-    arr = np.arange(12, dtype=np.uint8).reshape(3, 4)
-    p4 = write(tmp_path / "p4", pickle.dumps({"data": arr}, protocol=4))  # numpy._core.multiarray._reconstruct
-    assert np.array_equal(load_pickle(p4, allow=NUMPY_ARRAYS)["data"], arr)
-    p5 = write(tmp_path / "p5", pickle.dumps({"data": arr}, protocol=5))  # _frombuffer: not what CIFAR needs
-    with pytest.raises(UnsafePickleError, match="_frombuffer"):
-        load_pickle(p5, allow=NUMPY_ARRAYS)
+@pytest.mark.parametrize("protocol", [3, 4, 5])  # 5: numpy._core.numeric._frombuffer, Python's default
+def test_numpy_arrays_pickled_by_python_3(tmp_path, protocol):
+    arr = np.arange(24, dtype=np.uint8).reshape(4, 6)
+    path = write(tmp_path / "p", pickle.dumps({"data": arr, "t": arr.T, "f": arr.astype(np.float32)}, protocol=protocol))
+    got = load_pickle(path, allow=NUMPY_ARRAYS)
+    assert np.array_equal(got["data"], arr) and np.array_equal(got["t"], arr.T) and got["f"].dtype == np.float32
+    with pytest.raises(UnsafePickleError, match="numpy._core"):
+        load_pickle(path)
+
+
+def test_object_arrays_hold_only_admitted_objects(tmp_path):
+    marker = tmp_path / "pwned"
+    arr = np.array([RunsCommand(f"touch {marker}"), 1], dtype=object)
+    path = write(tmp_path / "obj", pickle.dumps(arr, protocol=5))
+    with pytest.raises(UnsafePickleError, match="system"):
+        load_pickle(path, allow=NUMPY_ARRAYS)
+    assert not marker.exists()
 
 
 def test_an_allow_list_of_ones_own(tmp_path):
