@@ -27,7 +27,8 @@ A run that starts over in its dir gets a new id.
 
 Offline (``mode: offline``, no API key or network needed): the run is stored under
 ``<run dir>/wandb/offline-run-*`` (one folder per process of a resumed run) and
-``<run dir>/wandb_sync.txt`` gives the ``wandb sync`` command that uploads it later. ``mode: online`` that cannot reach W&B (no key, no network)
+``<run dir>/wandb_sync.txt`` gives the ``wandb sync`` command that uploads it later (all the
+folders, oldest first, as one run). ``mode: online`` that cannot reach W&B (no key, no network)
 falls back to offline with a warning: tracking never kills a long job. A sweep puts its runs
 in one W&B group (``logging.wandb.group`` = the sweep's name unless set).
 """
@@ -42,7 +43,6 @@ from pathlib import Path
 
 from seafl_dist.report import wandb_files
 from seafl_dist.report.sinks import read_metrics, write_json
-
 
 LEDGER = "wandb_run.json"
 
