@@ -54,6 +54,7 @@ from urllib.error import URLError
 import numpy as np
 import torch
 
+from ..settings.errors import ConfigError
 from ..settings.plugins import is_import_path
 from .custom import load_custom_dataset
 from .cifar import load_cifar10
@@ -173,7 +174,7 @@ def _load_emnist(root: Path, train: bool, download: bool, split: str) -> ArrayDa
     from torchvision.datasets import EMNIST
 
     if split not in EMNIST.splits:
-        raise ValueError(f"emnist_split={split!r} is not an EMNIST split; known: {', '.join(EMNIST.splits)}")
+        raise ConfigError(f"config key 'data.emnist_split' has value {split!r}; allowed: {', '.join(EMNIST.splits)}")
     raw = root / "EMNIST" / "raw"
     prefix = f"emnist-{split}-{'train' if train else 'test'}"
     expected = [f"{prefix}-images-idx3-ubyte", f"{prefix}-labels-idx1-ubyte"]

@@ -118,11 +118,21 @@ def test_bad_dataset_file_is_one_line(tmp_path, name, writer, says):
     root = tmp_path / "data"
     root.mkdir()
     bad = writer(root)
-    proc = subprocess.run([sys.executable, "-m", "seafl_dist", "run", QUICKSTART, *TINY, f"data.name={name}",
-                           f"data.root={root}", "--out", str(tmp_path / "run")], capture_output=True, text=True,
-                          timeout=300)
+    assert_one_error_line(tmp_path, [f"data.name={name}", f"data.root={root}"], [str(bad), says])
+    assert not (root / "pwned").exists()
+
+
+def test_unknown_emnist_split_is_one_line(tmp_path):
+    write_bad_emnist(tmp_path)
+    assert_one_error_line(tmp_path, ["data.name=emnist", "data.emnist_split=nope", f"data.root={tmp_path}"],
+                          ["config key 'data.emnist_split' has value 'nope'; allowed: byclass, bymerge, balanced"])
+
+
+def assert_one_error_line(tmp_path, overrides, fragments):
+    """``seafl run`` exits 2 with exactly one ``seafl: error:`` line holding ``fragments``, no traceback."""
+    proc = subprocess.run([sys.executable, "-m", "seafl_dist", "run", QUICKSTART, *TINY, *overrides,
+                           "--out", str(tmp_path / "run")], capture_output=True, text=True, timeout=300)
     errors = [line for line in proc.stderr.splitlines() if line.startswith("seafl: error:")]
     assert proc.returncode == 2, proc.stderr
-    assert len(errors) == 1 and str(bad) in errors[0] and says in errors[0], proc.stderr
+    assert len(errors) == 1 and all(f in errors[0] for f in fragments), proc.stderr
     assert "Traceback" not in proc.stderr
-    assert not (root / "pwned").exists()
