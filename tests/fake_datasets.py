@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import os
 import pickle
 import struct
 
@@ -75,6 +76,16 @@ def write_cifar(root, per_batch=2):
     (base / "batches.meta").write_bytes(py2_pickle({b"num_cases_per_batch": per_batch, b"label_names": names,
                                                     b"num_vis": 3072}))
     return written
+
+
+class RunsCommand:
+    """What a tampered download could hold: plain ``pickle.load`` of it runs ``command`` in a shell."""
+
+    def __init__(self, command: str):
+        self.command = command
+
+    def __reduce__(self):
+        return os.system, (self.command,)
 
 
 def write_cinic(root, split, per_class=2, seed=0, folder="cinic10"):

@@ -1,5 +1,6 @@
 """`seafl run` end to end on every dataset format (tiny generated files) and every model."""
 import json
+import pickle
 import subprocess
 import sys
 from pathlib import Path
@@ -7,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fake_datasets import random_images, write_cifar, write_cinic, write_idx
+from fake_datasets import RunsCommand, random_images, write_cifar, write_cinic, write_idx
 
 QUICKSTART = str(Path(__file__).resolve().parents[2] / "configs" / "quickstart.yaml")
 
@@ -70,21 +71,9 @@ def truncate(path, keep):
     return path
 
 
-class RunsCommand:
-    """What a tampered download could hold: plain pickle.load would run the command."""
-
-    def __init__(self, command):
-        self.command = command
-
-    def __reduce__(self):
-        import os
-        return os.system, (self.command,)
-
-
 def write_tampered_cifar(root):
     write_cifar(root)
     f = root / "cifar-10-batches-py" / "data_batch_1"
-    import pickle
     f.write_bytes(pickle.dumps({"data": RunsCommand(f"touch {root / 'pwned'}"), "labels": []}, protocol=2))
     return f
 

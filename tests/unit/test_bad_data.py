@@ -13,7 +13,7 @@ from PIL import Image
 from seafl_dist.data import DataError, clear_cache, load_dataset
 from seafl_dist.data.safepickle import UnsafePickleError
 
-from fake_datasets import cifar_batch, py2_pickle, random_images, write_cifar, write_cinic, write_idx
+from fake_datasets import RunsCommand, cifar_batch, py2_pickle, random_images, write_cifar, write_cinic, write_idx
 
 
 @pytest.fixture(autouse=True)
@@ -96,14 +96,6 @@ def test_truncated_emnist(tmp_path):
 
 
 # ---- CIFAR-10 ----------------------------------------------------------------------------------
-
-class RunsCommand:
-    def __init__(self, command: str):
-        self.command = command
-
-    def __reduce__(self):
-        return os.system, (self.command,)
-
 
 def test_cifar_batch_that_runs_code_is_refused(tmp_path):
     write_cifar(tmp_path)

@@ -10,17 +10,7 @@ import pytest
 from seafl_dist.data import DataError
 from seafl_dist.data.safepickle import NUMPY_ARRAYS, UnsafePickleError, load_pickle
 
-from fake_datasets import cifar_batch, py2_pickle, random_images
-
-
-class RunsCommand:
-    """A pickle that runs a shell command when loaded with plain ``pickle.load``."""
-
-    def __init__(self, command: str):
-        self.command = command
-
-    def __reduce__(self):
-        return os.system, (self.command,)
+from fake_datasets import RunsCommand, cifar_batch, py2_pickle, random_images
 
 
 def write(path, data: bytes):
