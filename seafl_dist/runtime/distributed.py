@@ -223,7 +223,7 @@ def run_distributed(cfg, out_dir, *, rank: int, world_size: int, local_rank: int
                   f"aggregates, {world_size - 1} workers train; output in {out_dir}", file=sys.stderr)
             from seafl_dist.report.wandb_sink import make_callbacks
             executor = DistributedExecutor(world_size, numel, watcher, cfg.runtime.timeout_s, placement, links)
-            summary = Server(exp, executor, out_dir, callbacks=make_callbacks(cfg, out_dir),
+            summary = Server(exp, executor, out_dir, callbacks=make_callbacks(cfg, out_dir, resume),
                              partition_report=report, resume=resume).run()
             print(format_summary(summary))
         else:

@@ -10,5 +10,5 @@ from seafl_dist.runtime.setup import prepare
 def run_inprocess(cfg, out_dir, *, callbacks=(), resume=None) -> dict:
     """Run (or, from checkpoint ``resume``, continue) ``cfg`` into ``out_dir``; returns the summary."""
     exp = prepare(cfg)
-    callbacks = list(callbacks) + make_callbacks(cfg, out_dir)
+    callbacks = list(callbacks) + make_callbacks(cfg, out_dir, resume)
     return Server(exp, InProcessExecutor(exp), out_dir, callbacks=callbacks, resume=resume).run()
