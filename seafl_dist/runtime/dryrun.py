@@ -34,7 +34,7 @@ def dry_run(cfg: Config, out: Path, *, explicit: bool, environ=None, stream=None
     from seafl_dist.runtime.setup import make_shards
 
     found = check_dataset(cfg.data, cfg.data_seed)
-    lines = [f"config: {cfg.name}", *non_default(cfg)]
+    lines = [f"config: {cfg.name} ({cfg.algorithm.name}); keys not at their default:", *non_default(cfg)]
     lines.append(f"data: {found.name} ({found.where}): " + (
         f"{len(found.labels)} training and {found.n_test} test images of {'x'.join(map(str, found.shape))}, "
         f"{found.num_classes} classes" if found.labels is not None else "") + (f"; {found.note}" if found.note else ""))
