@@ -87,7 +87,8 @@ def add_sweep_parser(sub) -> None:
     p.add_argument("--out", metavar="DIR", help="sweep dir (default: runs/<sweep-name>, so a rerun resumes)")
     p.add_argument("--name", help="sweep name (default: the sweep file's name or stem)")
     p.add_argument("--launcher", help="command that replaces `python` for each run, e.g. 'torchrun --nproc_per_node=4'")
-    p.add_argument("--dry-run", action="store_true", help="validate every run's config, print the commands; write nothing")
+    p.add_argument("--dry-run", action="store_true",
+                   help="validate every run's config, print the commands; write nothing")
     one = p.add_mutually_exclusive_group()
     one.add_argument("--list", action="store_true", help="print each run's index, name and overrides; run nothing")
     one.add_argument("--index", type=int, metavar="I", help="run only run I of --list (no report; resumable)")

@@ -87,8 +87,9 @@ def _loaded(d, root: Path, seed: int) -> DataCheck:
 
 
 def _will_download(name: str, where: Path, missing: list[str], classes: int, shape: tuple) -> DataCheck:
-    return DataCheck(name, str(where), num_classes=classes, shape=shape, note=f"not on disk ({', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}"
-                                            f" missing); data.download=true: the run downloads it (not checked)")
+    shown = ", ".join(missing[:3]) + (" ..." if len(missing) > 3 else "")
+    return DataCheck(name, str(where), num_classes=classes, shape=shape,
+                     note=f"not on disk ({shown} missing); data.download=true: the run downloads it (not checked)")
 
 
 # ---- IDX (MNIST, EMNIST) -------------------------------------------------------------------------
@@ -207,7 +208,8 @@ def _cinic(root: Path, download: bool) -> DataCheck:
     found = {split: next((b for b in bases if _cinic_present(b / split)), None) for split in ("train", "test")}
     if None in found.values():
         if download:
-            return _will_download("cinic10", bases[0], [f"{s}/" for s, b in found.items() if b is None], 10, (3, 32, 32))
+            missing = [f"{split}/" for split, base in found.items() if base is None]
+            return _will_download("cinic10", bases[0], missing, 10, (3, 32, 32))
         load_cinic10(root, found["train"] is None, False)  # its own not-found error; nothing is written
     counts = {}
     for split, base in found.items():

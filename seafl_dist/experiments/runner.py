@@ -197,7 +197,9 @@ def _write_atomic(path: Path, text: str) -> None:
 
 def run_sweep(sweep: Sweep, out_dir: str | Path, *, jobs: int = 1, stream=None, dry_run: bool = False,
               report: bool = True, index: int | None = None) -> int:
-    """Run every run (or only run ``index``) not yet completed; 0 if all completed, 1 if any failed."""
+    """Run every run (or only run ``index``) not yet completed; 0 if all completed, 1 if any failed.
+    ``dry_run``: validate every run's config and print the commands, writing nothing; with ``index``,
+    also dry-run that run in full (:mod:`seafl_dist.runtime.dryrun`)."""
     stream = stream or sys.stderr
     out = Path(out_dir)
     jobs = 1 if index is not None else max(1, int(jobs))

@@ -154,7 +154,8 @@ def test_missing_data_file(where, capsys):
 def test_truncated_or_damaged_data(where, capsys, name):
     data = where[1]
     if name.startswith("mnist"):
-        victim = write_mnist(data, gz=name.endswith("gz")) / ("train-images-idx3-ubyte" + (".gz" if "gz" in name else ""))
+        gz = name.endswith("gz")
+        victim = write_mnist(data, gz=gz) / ("train-images-idx3-ubyte" + (".gz" if gz else ""))
     elif name == "cifar10":
         write_cifar(data)
         victim = data / "cifar-10-batches-py" / "data_batch_3"
@@ -172,8 +173,9 @@ def test_bad_plugin_path(where, capsys, tmp_path):
 
 
 def test_plugin_whose_model_does_not_fit_the_data(where, capsys):
-    name = write(where[0], source="import torch\ndef tiny(num_classes, in_channels, image_size, width):\n"
-                                  "    return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(5, num_classes))\n")
+    source = ("import torch\ndef tiny(num_classes, in_channels, image_size, width):\n"
+              "    return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(5, num_classes))\n")
+    name = write(where[0], source=source)
     line = bad(["run", *TINY, f"model.name={name}:tiny", "--out", "r"], capsys, where)
     assert f"{name}:tiny" in line and "forward failed" in line
 
