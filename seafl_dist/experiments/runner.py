@@ -226,7 +226,10 @@ def run_sweep(sweep: Sweep, out_dir: str | Path, *, jobs: int = 1, stream=None, 
               file=stream)
         if index is not None:  # one run (a job array's task): check its data, model and run dir too
             from seafl_dist.runtime.dryrun import dry_run
-            return dry_run(planned[0][0].config, planned[0][2], explicit=False)
+            from seafl_dist.runtime.setup import cpus_here
+            ranks = ranks_per_run(sweep.launcher, cpus_here())  # the launcher's ranks, for the layout line
+            return dry_run(planned[0][0].config, planned[0][2], explicit=False,
+                           environ={**os.environ, "WORLD_SIZE": str(ranks)} if ranks > 1 else None)
         return 0
     env = dict(os.environ)
     if threads:
