@@ -59,7 +59,16 @@ class DataCheck:
 def check_dataset(d, seed: int) -> DataCheck:
     """Check the dataset of the config section ``d`` (:class:`~seafl_dist.settings.DataConfig`); ``seed``
     is the data seed (digits' split depends on it)."""
-    root = Path(d.root).expanduser().resolve()
+    try:
+        return _check(d, Path(d.root).expanduser().resolve(), seed)
+    except OSError as err:
+        if isinstance(err, FileNotFoundError) and not err.filename:  # DatasetNotFoundError: its own message
+            raise
+        raise BadDataError(f"{err.filename or d.root} cannot be read: {err.strerror or err}; check the path "
+                           f"and its permissions (data.root={d.root})") from None
+
+
+def _check(d, root: Path, seed: int) -> DataCheck:
     if is_import_path(d.name) or d.name == "digits":
         return _loaded(d, root, seed)
     if d.name == "mnist":

@@ -57,3 +57,15 @@ def test_cifar_batch_whose_images_do_not_match_its_labels(tmp_path):
     batch.write_bytes(pickle.dumps(entry))
     with pytest.raises(BadDataError, match="3 labels .* 6144 bytes of images"):
         check_dataset(DataConfig(name="cifar10", root=str(tmp_path)), seed=0)
+
+
+def test_unreadable_file_is_one_error_naming_it(tmp_path):
+    raw = write_mnist(tmp_path)
+    (raw / "train-labels-idx1-ubyte").unlink()
+    (raw / "train-labels-idx1-ubyte").mkdir()  # there, but not a file
+    with pytest.raises(BadDataError, match=r"train-labels-idx1-ubyte cannot be read \(\[Errno 21\] Is a directory"):
+        check_dataset(DataConfig(name="mnist", root=str(tmp_path)), seed=0)
+    write_cinic(tmp_path, "train"), write_cinic(tmp_path, "test")
+    (tmp_path / "cinic10" / "test" / "ship" / "zz.png").mkdir()  # the last PNG of its class
+    with pytest.raises(BadDataError, match=r"ship/zz.png cannot be read: Is a directory; check the path"):
+        check_dataset(DataConfig(name="cinic10", root=str(tmp_path)), seed=0)
