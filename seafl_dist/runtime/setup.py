@@ -140,6 +140,21 @@ def keep_only(exp: Experiment, devices) -> Experiment:
     return small
 
 
+def make_shards(cfg: Config, labels: np.ndarray, dataset: str) -> list[np.ndarray]:
+    """Device k's training rows, one int64 array per device: ``data.partition`` (built-in or a
+    user's, by import path) of the training ``labels``, from the ``data.seed`` stream."""
+    d = cfg.data
+    if is_import_path(d.partition):
+        shards = custom_partition(d.partition, labels, cfg.devices.num, cfg.data_seed, overlap=d.shards_overlap)
+    else:
+        try:
+            shards = partition(labels, cfg.devices.num, method=d.partition, concentration=d.concentration,
+                               samples_per_device=d.samples_per_device, seed=stream_seed(cfg.data_seed, "partition"))
+        except ValueError as err:  # an impossible request (devices.num / data.samples_per_device) is a user mistake
+            raise ConfigError(f"cannot partition {dataset} ({len(labels)} training samples): {err}") from None
+    return [np.asarray(s, dtype=np.int64) for s in shards]
+
+
 def prepare(cfg: Config, *, local_rank: int = 0, need_test: bool = True, fetch=None) -> Experiment:
     """The run's experiment on this rank. ``fetch(load)``, if given, decides who downloads when
     ``data.download`` is set (distributed runs: :func:`seafl_dist.runtime.fetch.once_per_node`).
@@ -153,17 +168,7 @@ def prepare(cfg: Config, *, local_rank: int = 0, need_test: bool = True, fetch=N
                 load_dataset(d.name, d.root, train=False, **common) if need_test else None)
 
     train, test = fetch(load) if fetch is not None and d.download else load(d.download)
-    if is_import_path(d.partition):
-        shards = custom_partition(d.partition, train.labels.numpy(), cfg.devices.num, cfg.data_seed,
-                                  overlap=d.shards_overlap)
-    else:
-        try:
-            shards = partition(train.labels.numpy(), cfg.devices.num, method=d.partition,
-                               concentration=d.concentration, samples_per_device=d.samples_per_device,
-                               seed=stream_seed(cfg.data_seed, "partition"))
-        except ValueError as err:  # an impossible request (devices.num / data.samples_per_device) is a user mistake
-            raise ConfigError(f"cannot partition {train.name} ({len(train)} training samples): {err}") from None
-    shards = [np.asarray(s, dtype=np.int64) for s in shards]
+    shards = make_shards(cfg, train.labels.numpy(), train.name)
     exp = Experiment(cfg=cfg, train=train, test=test, shards=shards, device=pick_device(cfg.runtime.device, local_rank))
     if is_import_path(cfg.model.name):  # a user's model: check it gives logits before any job trains
         with torch.random.fork_rng(devices=[]):  # building it must not move torch's global generator
