@@ -3,9 +3,10 @@ headers and sizes only, and finds a truncated file of each format."""
 import numpy as np
 import pytest
 
-from fake_datasets import random_images, write_cifar, write_cinic, write_idx
+from fake_datasets import py2_pickle, random_images, write_cifar, write_cinic, write_idx
 from seafl_dist.data import clear_cache, load_dataset
 from seafl_dist.data.check import BadDataError, check_dataset
+from seafl_dist.data.safepickle import NUMPY_ARRAYS, load_pickle
 from seafl_dist.settings import DataConfig
 
 
@@ -49,12 +50,11 @@ def test_idx_file_with_a_wrong_magic_or_count(tmp_path):
 
 
 def test_cifar_batch_whose_images_do_not_match_its_labels(tmp_path):
-    import pickle
     write_cifar(tmp_path)
     batch = tmp_path / "cifar-10-batches-py" / "data_batch_1"
-    entry = pickle.loads(batch.read_bytes())
-    entry["labels"] = entry["labels"] + [3]
-    batch.write_bytes(pickle.dumps(entry))
+    entry = load_pickle(batch, allow=NUMPY_ARRAYS, encoding="bytes")  # as written: Python 2 strings, bytes here
+    entry[b"labels"] = entry[b"labels"] + [3]
+    batch.write_bytes(py2_pickle(entry))
     with pytest.raises(BadDataError, match="3 labels .* 6144 bytes of images"):
         check_dataset(DataConfig(name="cifar10", root=str(tmp_path)), seed=0)
 
