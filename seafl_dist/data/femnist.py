@@ -41,7 +41,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from seafl_dist.settings.errors import ConfigError
+from seafl_dist.settings import ConfigError
 from .dataset import ArrayDataset
 from .missing import DatasetNotFoundError
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from seafl_dist.settings.errors import ConfigError, _fail
+from seafl_dist.settings import ConfigError
 
 
 def has_writers(dataset) -> bool:
@@ -21,8 +21,9 @@ def has_writers(dataset) -> bool:
 def natural_partition(dataset, num_devices: int | None, seed: int) -> tuple[list[np.ndarray], list[str]]:
     """One shard per writer taken (see the module doc) and the writers' names, in device order."""
     if not has_writers(dataset):
-        _fail("data.partition", "natural", f"dirichlet, iid or an import path for data.name={dataset.name}: natural "
-                                           f"makes each writer a device and {dataset.name} has no writers (femnist has)")
+        raise ConfigError(f"config key 'data.partition' has value 'natural'; allowed: dirichlet, iid or an import "
+                          f"path for data.name={dataset.name}: natural makes each writer a device and {dataset.name} "
+                          "has no writers (femnist has)")
     total = len(dataset.writers)
     if num_devices is not None and num_devices > total:
         raise ConfigError(f"config key 'devices.num' has value {num_devices}; allowed: at most the {total} writers "
