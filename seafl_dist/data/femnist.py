@@ -55,7 +55,7 @@ class DataFormatError(ConfigError):
     """A dataset file that is there but cannot be used: the message names the file and what is wrong."""
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, repr=False)  # ArrayDataset's short repr, not every writer's name
 class WriterDataset(ArrayDataset):
     """An :class:`ArrayDataset` whose rows are grouped by writer: writer ``i`` (named ``writers[i]``)
     holds rows ``offsets[i]:offsets[i + 1]``. ``data.partition: natural`` makes each writer a device."""
@@ -179,7 +179,7 @@ def _convert(obj: dict):
 def read_leaf_file(path: Path):
     """``(writer, images (n, 784) uint8, labels (n,) int64)`` for each writer listed in ``users``."""
     try:
-        with open(path, "rb") as fh:
+        with open(path, encoding="utf-8") as fh:  # text mode: the file is held once, as str, not also as bytes
             data = json.load(fh, object_hook=_convert)
     except OSError as err:
         raise DataFormatError(f"cannot read FEMNIST file {path}: {err.strerror or err}") from None

@@ -19,10 +19,9 @@ from leaf_files import WRITERS, leaf_object, leaf_samples, write_leaf
 
 
 @pytest.fixture(autouse=True)
-def _fresh_cache():
+def _fresh_cache(request):  # every test reads its own files
     clear_cache()
-    yield
-    clear_cache()
+    request.addfinalizer(clear_cache)
 
 
 def test_reads_every_writer_as_exact_uint8(tmp_path):
