@@ -16,7 +16,8 @@ ascending), each in the smallest integer type that holds it; a per-device list o
 
 :func:`read_partition` gives back the same keys for both forms; from the compact one
 ``n_samples`` is a 1-D and ``label_histograms`` a dense ``(devices, classes)`` numpy array
-(the smallest integer type that holds the counts), ``writers`` a list.
+(the smallest integer type that holds the counts), ``writers`` a list. :func:`recorded_devices`
+is N as the run resolved it (a config's ``devices.num`` may be null: one device per writer).
 """
 from __future__ import annotations
 
@@ -75,6 +76,15 @@ def read_partition(run_dir: Path) -> dict | None:
         if "writers" in z.files:
             record["writers"] = [str(w) for w in z["writers"]]
     return record
+
+
+def recorded_devices(run_dir: Path) -> int | None:
+    """N as the run resolved it (``devices.num: null`` is the writer count), from its partition record."""
+    try:  # the header alone: the compact form's columns need not be read
+        record = json.loads((Path(run_dir) / "partition.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return int(record["devices"]) if "per_device" in record else len(record["n_samples"])
 
 
 def _small(a: np.ndarray) -> np.ndarray:

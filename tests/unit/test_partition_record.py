@@ -7,7 +7,7 @@ import numpy as np
 import seafl_dist
 from seafl_dist.data import label_histograms
 from seafl_dist.data.partition import label_counts
-from seafl_dist.report.partition import COMPACT_ABOVE, read_partition, write_partition
+from seafl_dist.report.partition import COMPACT_ABOVE, read_partition, recorded_devices, write_partition
 
 
 def _report(n_devices, seed=0, classes=10, writers=False):
@@ -37,7 +37,7 @@ def test_small_population_writes_todays_json_byte_for_byte(tmp_path):
               "label_histograms": label_histograms(labels, shards, 10)}
     assert (tmp_path / "partition.json").read_text() == json.dumps(before, indent=2) + "\n"
     assert not (tmp_path / "partition.npz").exists()
-    assert read_partition(tmp_path) == before
+    assert read_partition(tmp_path) == before and recorded_devices(tmp_path) == COMPACT_ABOVE
 
 
 def test_large_population_is_compact_and_reads_back(tmp_path):
@@ -58,4 +58,5 @@ def test_large_population_is_compact_and_reads_back(tmp_path):
     (tmp_path / "config.yaml").write_text("name: big\n")
     run = seafl_dist.load_run(tmp_path)
     assert np.array_equal(run.partition["label_histograms"], report["label_histograms"])
-    assert read_partition(tmp_path / "nothing-here") is None
+    assert recorded_devices(tmp_path) == COMPACT_ABOVE + 1
+    assert read_partition(tmp_path / "nothing-here") is None and recorded_devices(tmp_path / "nothing-here") is None
