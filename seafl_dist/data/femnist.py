@@ -121,8 +121,10 @@ def _save_cache(path: Path, **arrays: np.ndarray) -> None:
 
 def _read_split(files: list[Path]) -> tuple[np.ndarray, np.ndarray, list[str], np.ndarray]:
     """Every file's writers, in file order, as (images (n, 784) uint8, labels, writers, offsets)."""
-    chunks_x, chunks_y, writers, seen = [], [], [], {}
+    images = np.empty((0, PIXELS), dtype=np.uint8)
+    labels, writers, sizes, seen = [], [], [], {}
     for path in files:
+        xs = []
         for name, x, y in read_leaf_file(path):
             if name in seen:
                 raise DataFormatError(f"{path}: writer {name!r} is also in {seen[name]}; a writer may appear in "
@@ -130,16 +132,16 @@ def _read_split(files: list[Path]) -> tuple[np.ndarray, np.ndarray, list[str], n
             seen[name] = path.name
             if len(y):
                 writers.append(name)
-                chunks_x.append(x)
-                chunks_y.append(y)
-    sizes = np.array([len(y) for y in chunks_y], dtype=np.int64)
-    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-    images = np.empty((int(offsets[-1]), PIXELS), dtype=np.uint8)
-    for i in range(len(chunks_x)):  # copy in and let go of each chunk: the set is never held twice
-        images[offsets[i]:offsets[i + 1]] = chunks_x[i]
-        chunks_x[i] = None
-    labels = np.concatenate(chunks_y) if chunks_y else np.zeros(0, dtype=np.int64)
-    return images, labels, writers, offsets
+                sizes.append(len(y))
+                xs.append(x)
+                labels.append(y)
+        if xs:  # grown in place (realloc; on Linux a remap, not a copy): the set is never held twice
+            start = len(images)
+            chunk = np.concatenate(xs)
+            images.resize((start + len(chunk), PIXELS), refcheck=False)
+            images[start:] = chunk
+    offsets = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)]).astype(np.int64)
+    return images, np.concatenate(labels) if labels else np.zeros(0, dtype=np.int64), writers, offsets
 
 
 @dataclass

@@ -17,6 +17,7 @@ from seafl_dist.settings.keys import key, section
 ALGORITHMS = ("seafl", "seafl2", "fedbuff", "fedasync", "fedavg")
 SIMILARITY_MODES = ("delta_vs_global", "model_vs_global", "delta_vs_movement")
 SIMILARITY_OVER = ("parameters", "parameters_and_stats")
+WITHOUT_WRITERS = ("digits", "mnist", "emnist", "cifar10", "cinic10")  # built-in datasets natural cannot split
 
 
 class _Unset:
@@ -193,9 +194,9 @@ class DataConfig:
                                    "`run.seed` then train on the same shards.")
 
     def __post_init__(self) -> None:
-        plugins.check("data.name", self.name, ("digits", "mnist", "emnist", "cifar10", "cinic10", "femnist"))
+        plugins.check("data.name", self.name, WITHOUT_WRITERS + ("femnist",))
         plugins.check("data.partition", self.partition, ("dirichlet", "iid", "natural"))
-        if self.partition == "natural" and self.name in ("digits", "mnist", "emnist", "cifar10", "cinic10"):
+        if self.partition == "natural" and self.name in WITHOUT_WRITERS:
             _fail("data.partition", self.partition, f"dirichlet, iid or an import path for data.name={self.name}: "
                   f"natural makes each writer a device and {self.name} has no writers (femnist has)")
         if self.partition == "natural" and self.samples_per_device is not None:
