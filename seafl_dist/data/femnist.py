@@ -90,6 +90,8 @@ def load_femnist(root: Path, train: bool, download: bool = False) -> WriterDatas
         _save_cache(cache, fingerprint=np.array(fingerprint), images=images, labels=labels,
                     writers=np.array(writers, dtype=str), offsets=offsets)
     images, labels, writers, offsets = loaded
+    if len(labels) == 0:
+        raise DataFormatError(f"the FEMNIST {split} files in {base / split} hold no sample (every writer is empty)")
     return WriterDataset(torch.from_numpy(images).view(-1, 1, 28, 28), torch.from_numpy(labels), len(CLASSES),
                          "femnist", (0.0,), (1.0,), list(CLASSES), writers=list(writers), offsets=offsets)
 
