@@ -38,6 +38,9 @@ def test_run_with_every_writer_a_device(tmp_path):
     assert devices <= set(range(len(WRITERS))) and len(devices) >= 2
     assert check_run(out) == []
     assert seafl("report", str(out)).returncode == 0
+    before = (out / "summary.json").read_bytes()  # devices.num: null compares equal: the run is found completed
+    again = seafl("run", "quickstart", f"data.root={tmp_path}", *NATURAL, "--out", str(out))
+    assert again.returncode == 0 and (out / "summary.json").read_bytes() == before, again.stderr
 
 
 def test_bad_input_is_one_line(tmp_path):
