@@ -107,9 +107,12 @@ def _read_cache(path: Path, fingerprint: str):
         with np.load(path) as z:
             if str(z["fingerprint"]) != fingerprint:
                 return None
-            return z["images"], z["labels"], [str(w) for w in z["writers"]], z["offsets"]
-    except (OSError, ValueError, KeyError):
-        return None  # unreadable cache: parse the JSON again
+            images, labels, writers, offsets = z["images"], z["labels"], [str(w) for w in z["writers"]], z["offsets"]
+    except (OSError, ValueError, KeyError, EOFError):
+        return None  # unreadable cache (ours, derived data): parse the JSON again
+    whole = (images.dtype == np.uint8 and images.shape[1:] == (PIXELS,) and labels.shape == (len(images),)
+             and offsets.shape == (len(writers) + 1,) and offsets[-1] == len(images))
+    return (images, labels, writers, offsets) if whole else None
 
 
 def _save_cache(path: Path, **arrays: np.ndarray) -> None:

@@ -56,6 +56,13 @@ def test_cache_is_written_and_read_back(tmp_path, monkeypatch):
     assert torch.equal(again.images, first.images) and torch.equal(again.labels, first.labels)
     assert again.writers == first.writers and np.array_equal(again.offsets, first.offsets)
     clear_cache()
+    cache = tmp_path / "femnist" / ".train.seafl-cache.npz"
+    with np.load(cache) as z:
+        kept = dict(z)
+    np.savez(cache, **{**kept, "images": kept["images"][:-1]})  # a cache that does not hold what it says
+    with pytest.raises(AssertionError, match="parsed although"):
+        load_dataset("femnist", root=tmp_path, train=True)
+    np.savez(cache, **kept)
     changed = tmp_path / "femnist" / "train" / "all_data_0_niid_1_keep_0_train_9.json"
     os.utime(changed, ns=(0, changed.stat().st_mtime_ns + 10**9))  # a file changed: the cache no longer answers
     with pytest.raises(AssertionError, match="parsed although"):
