@@ -146,10 +146,11 @@ def load_run(run_dir: str | Path) -> Run:
     import yaml
 
     from seafl_dist.report.sinks import read_events, read_metrics
+    from seafl_dist.report.partition import read_partition
     d = Path(run_dir)
     if not (d / "config.yaml").is_file():
         raise FileNotFoundError(f"{d} is not a run directory: it has no config.yaml (a run writes it first)")
     metrics = read_metrics(d / "metrics.csv") if (d / "metrics.csv").is_file() else []
     events = read_events(d / "events.jsonl") if (d / "events.jsonl").is_file() else []
     return Run(d, yaml.safe_load((d / "config.yaml").read_text()), metrics, events,
-               _read_json(d / "summary.json"), _read_json(d / "partition.json"))
+               _read_json(d / "summary.json"), read_partition(d))

@@ -16,6 +16,7 @@ emnist     root/EMNIST/raw/emnist-<split>-{train,test}-{images-idx3,labels-     
 cifar10    root/cifar-10-batches-py/{data_batch_1..5, test_batch, batches.meta} own safe unpickler
 cinic10    root/{cinic10,CINIC-10,.}/{train,test}/<class>/*.png (``valid/``     own PNG reader
            is not used); the first of the three that holds the split
+femnist    root/{femnist,femnist/data}/{train,test}/*.json (LEAF's format)     own JSON reader
 =========  ==================================================================  =================
 
 Choices, so that they are written down:
@@ -60,10 +61,11 @@ from .custom import load_custom_dataset
 from .cifar import load_cifar10
 from .cinic import CINIC_CLASSES, load_cinic10  # noqa: F401  (CINIC_CLASSES: re-exported)
 from .dataset import NORMALIZATION, ArrayDataset
+from .femnist import load_femnist
 from .idx import gunzip_missing, read_pair
 from .missing import DataError, DatasetNotFoundError, not_found as _not_found  # noqa: F401  (re-exported)
 
-DATASETS = ("digits", "mnist", "emnist", "cifar10", "cinic10")
+DATASETS = ("digits", "mnist", "emnist", "cifar10", "cinic10", "femnist")
 _CACHE: dict[tuple, ArrayDataset] = {}
 
 
@@ -95,6 +97,8 @@ def load_dataset(name: str, root: str | Path = "data", train: bool = True, *, do
             _CACHE[key] = _load_emnist(root, train, download, emnist_split)
         elif name == "cifar10":
             _CACHE[key] = load_cifar10(root, train, download)
+        elif name == "femnist":  # LEAF's JSON files, by writer (data/femnist.py)
+            _CACHE[key] = load_femnist(root, train, download)
         else:
             _CACHE[key] = load_cinic10(root, train, download)
     return _CACHE[key]

@@ -228,7 +228,7 @@ def run_distributed(cfg, out_dir, *, rank: int, world_size: int, local_rank: int
             print(format_summary(summary))
         else:
             watcher = Watcher(store, [0], hb_limit)
-            exp = keep_only(exp, placement.devices_of(rank, cfg.devices.num))
+            exp = keep_only(exp, placement.devices_of(rank, exp.num_devices))  # devices.num null: the writers
             run_worker(exp, rank, numel, watcher, links, progress)
         ok = True
     except KeyboardInterrupt as err:

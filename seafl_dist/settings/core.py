@@ -52,6 +52,9 @@ class Config:
 
     def __post_init__(self) -> None:
         _resolve_algorithm(self.algorithm, self.devices)
+        if self.devices.num is None and self.data.partition != "natural":
+            _fail("devices.num", None, f"an integer >= 1; null (one device per writer) only with "
+                  f"data.partition=natural, not {self.data.partition}")
         if self.algorithm.buffer_size > self.devices.concurrency:
             _fail("algorithm.buffer_size", self.algorithm.buffer_size,
                   f"at most devices.concurrency ({self.devices.concurrency}), or the buffer never fills")

@@ -17,6 +17,7 @@ from seafl_dist.settings.keys import key, section
 ALGORITHMS = ("seafl", "seafl2", "fedbuff", "fedasync", "fedavg")
 SIMILARITY_MODES = ("delta_vs_global", "model_vs_global", "delta_vs_movement")
 SIMILARITY_OVER = ("parameters", "parameters_and_stats")
+WITHOUT_WRITERS = ("digits", "mnist", "emnist", "cifar10", "cinic10")  # built-in datasets natural cannot split
 
 
 class _Unset:
@@ -106,13 +107,13 @@ class AlgorithmConfig:
 
 @dataclass(kw_only=True)
 class DevicesConfig:
-    num: int = key(100, "N: simulated devices")
+    num: Optional[int] = key(100, "N: simulated devices; `null` (with `data.partition: natural` only): one per writer")
     concurrency: int = key(20, "M: devices training at once, at most `devices.num`")
 
     def __post_init__(self) -> None:
         _at_least("devices.num", self.num, 1)
         _at_least("devices.concurrency", self.concurrency, 1)
-        if self.concurrency > self.num:
+        if self.num is not None and self.concurrency > self.num:  # null: checked against the writers at load
             _fail("devices.concurrency", self.concurrency, f"at most devices.num ({self.num})")
 
 
@@ -172,12 +173,15 @@ class ClockConfig:
 
 @dataclass(kw_only=True)
 class DataConfig:
-    name: str = key("digits", "the dataset: `digits` (bundled), `mnist`, `emnist`, `cifar10`, `cinic10`, or "
-                    "`pkg.module:loader`")
+    name: str = key("digits", "the dataset: `digits` (bundled), `mnist`, `emnist`, `cifar10`, `cinic10`, `femnist` "
+                    "(LEAF's JSON files, by writer), or `pkg.module:loader`")
     root: str = key("data", "directory the on-disk datasets live in")
     download: bool = key(False, "fetch a missing MNIST, EMNIST or CIFAR-10 through torchvision (needs internet)")
-    partition: str = key("dirichlet", "how samples are split into shards: `dirichlet` (label skew), `iid`, or "
-                         "`pkg.module:split`")
+    partition: str = key("dirichlet", "how samples are split into shards: `dirichlet` (label skew), `iid`, "
+                         "`natural` (one device per writer: femnist), or `pkg.module:split`",
+                         note="`natural`: device k is the k-th writer of an order seeded by `data.seed`, with all "
+                              "of that writer's training samples; `devices.num: null` takes every writer, N the "
+                              "first N (docs/femnist.md).")
     shards_overlap: bool = key(False, "a custom `data.partition` may give devices shared samples")
     concentration: float = key(0.3, "Dirichlet concentration over labels (smaller: more skew)")
     samples_per_device: Optional[int] = key(None, "fixed shard size, drawn without replacement; `null`: the "
@@ -190,8 +194,14 @@ class DataConfig:
                                    "`run.seed` then train on the same shards.")
 
     def __post_init__(self) -> None:
-        plugins.check("data.name", self.name, ("digits", "mnist", "emnist", "cifar10", "cinic10"))
-        plugins.check("data.partition", self.partition, ("dirichlet", "iid"))
+        plugins.check("data.name", self.name, WITHOUT_WRITERS + ("femnist",))
+        plugins.check("data.partition", self.partition, ("dirichlet", "iid", "natural"))
+        if self.partition == "natural" and self.name in WITHOUT_WRITERS:
+            _fail("data.partition", self.partition, f"dirichlet, iid or an import path for data.name={self.name}: "
+                  f"natural makes each writer a device and {self.name} has no writers (femnist has)")
+        if self.partition == "natural" and self.samples_per_device is not None:
+            _fail("data.samples_per_device", self.samples_per_device, "null with data.partition=natural (a "
+                  "writer's shard is all of its samples)")
         _at_least("data.concentration", self.concentration, 0, strict=True)
         _at_least("data.samples_per_device", self.samples_per_device, 1)
         if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0):
