@@ -79,10 +79,12 @@ def _find_blocker(module, data, device: torch.device, precision: str) -> str | N
     optimizer = module.configure_optimizers()
     if type(optimizer) is not torch.optim.SGD or len(optimizer.param_groups) != 1:
         return f"its optimiser is {type(optimizer).__name__}, not one torch.optim.SGD parameter group"
+    if len(data) < 2:  # a rank without two training rows has only jobs of one sample (or none)
+        return None
     # anything else vmap rejects (random ops in forward, .item(), data-dependent control flow):
     # one fused step of two copies of the model on two samples, on copies of its state
     module.to(device).train()
-    x, y = data.batch(torch.arange(min(2, len(data))), device=device)
+    x, y = data.batch(torch.arange(2), device=device)
     stack = _Stack(FlatLayout.of(module), _trainable(module), [flatten(module)] * 2, device)
     try:
         FusedStep(module, stack.trainable, device, precision)(stack, x.expand(2, *x.shape), y.expand(2, *y.shape))

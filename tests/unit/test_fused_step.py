@@ -155,3 +155,35 @@ def test_a_job_draws_from_its_own_torch_seed_and_leaves_the_callers_generator_al
     assert torch.equal(torch.random.get_rng_state(), state)
     assert torch.equal(a, train_job(net, start, data, shards[0], epochs=1, batch_size=8, seed=1, torch_seed=7))
     assert not torch.equal(a, train_job(net, start, data, shards[0], epochs=1, batch_size=8, seed=1, torch_seed=8))
+
+
+def test_both_trainers_take_the_batches_of_the_step_plan(monkeypatch):
+    """train_job and the fused train_jobs feed data.batch exactly the plan's batches, in order
+    (augmentation draws included), so the plan is the one place that decides them."""
+    data, shards, starts = setup()
+    seen = []
+    orig = data.batch
+
+    def spy(idx, **kw):
+        seen.append((idx.clone(), kw.get("draws")))
+        return orig(idx, **kw)
+    monkeypatch.setattr(data, "batch", spy)
+    plans = [StepPlan(i, e, 8, seed, augment=True) for i, e, seed in zip(shards, EPOCHS, [5, 6, 7, 8])]
+    wanted = [list(p.batches(data.augment_draws)) for p in plans]
+    train_job(SmallBN(), starts[0], data, shards[0], epochs=EPOCHS[0], batch_size=8, seed=5, augment=True)
+    assert len(seen) == len(wanted[0]) == plans[0].steps
+    for (idx, draws), (_, want_idx, want_draws) in zip(seen, wanted[0]):
+        assert torch.equal(idx, want_idx) and all(torch.equal(a, b) for a, b in zip(draws, want_draws))
+    seen.clear()
+    train_jobs(SmallBN(), starts, data, shards, epochs=EPOCHS, batch_size=8, seeds=[5, 6, 7, 8], augment=True)
+    got = [[] for _ in plans]
+    assert seen[0][1] is None  # fusion_blocker's probe step (two rows, not augmented), before training
+    for idx, draws in seen[1:]:  # a fused batch is its jobs' batches one after another; a job's rows are its shard's
+        for j, shard in enumerate(shards):
+            mine = torch.isin(idx, shard)
+            if mine.any():
+                got[j].append((idx[mine], tuple(d[mine] for d in draws)))
+    for j in range(len(plans)):
+        assert len(got[j]) == plans[j].steps
+        for (idx, draws), (_, want_idx, want_draws) in zip(got[j], wanted[j]):
+            assert torch.equal(idx, want_idx) and all(torch.equal(a, b) for a, b in zip(draws, want_draws))
