@@ -5,11 +5,10 @@ import os
 import subprocess
 
 import pytest
-import torch
 
 from launching import clean_env, torchrun_cmd
-from small_runs import QUICKSTART, SMALL
-from seafl_dist.cli import main as seafl_main
+from resuming import reference
+from small_runs import SMALL
 from user_extensions import LAYERS, write
 
 pytestmark = pytest.mark.dist
@@ -21,12 +20,7 @@ def test_dropout_model_on_three_ranks_is_the_one_process_run(tmp_path, monkeypat
     name = write(mods, LAYERS, prefix="layers")
     args = [*SMALL, f"model.name={name}:dropout_mlp", "train.epochs=2"]
     monkeypatch.syspath_prepend(str(mods))
-    threads = torch.get_num_threads()
-    try:
-        with torch.random.fork_rng(devices=[]):
-            assert seafl_main(["run", str(QUICKSTART), *args, "--out", str(tmp_path / "w1")]) == 0
-    finally:
-        torch.set_num_threads(threads)
+    reference(tmp_path / "w1", args)  # one process: this one
     env = clean_env()
     env["PYTHONPATH"] = os.pathsep.join([str(mods)] + [p for p in [env.get("PYTHONPATH")] if p])
     proc = subprocess.run(torchrun_cmd(3, *args, "--out", tmp_path / "w3"), cwd=tmp_path, env=env, capture_output=True,
