@@ -109,7 +109,7 @@ class _Stack:
 
     def __init__(self, layout: FlatLayout, trainable: list[str], starts: list[torch.Tensor], device: torch.device):
         flat = torch.stack([s.reshape(-1) for s in starts]).to(device, torch.float32)
-        self.layout, self.trainable = layout, trainable
+        self.layout, self.trainable, self.device = layout, trainable, device
         self.state = {n: t.clone(memory_format=torch.contiguous_format) for n, t in layout.split(flat).items()}
         self.momenta: dict = {n: None for n in trainable}
 
@@ -119,9 +119,9 @@ class _Stack:
 
     def rows(self, rows: list[int]) -> "_Stack":
         """A new stack of the given rows (gathered copies)."""
-        sel = torch.tensor(rows, device=next(iter(self.state.values())).device)
+        sel = torch.tensor(rows, device=self.device)
         sub = object.__new__(_Stack)
-        sub.layout, sub.trainable = self.layout, self.trainable
+        sub.layout, sub.trainable, sub.device = self.layout, self.trainable, self.device
         sub.state = {n: v.index_select(0, sel) for n, v in self.state.items()}
         sub.momenta = {n: None if v is None else v.index_select(0, sel) for n, v in self.momenta.items()}
         return sub
@@ -130,7 +130,7 @@ class _Stack:
         """Copy ``sub`` (made by rows(rows) and stepped) back into those rows. Every row is in one
         group per step, so momentum buffers made by the first step cover every row once all of
         that step's groups are written."""
-        sel = torch.tensor(rows, device=next(iter(self.state.values())).device)
+        sel = torch.tensor(rows, device=self.device)
         for n, v in sub.state.items():
             self.state[n].index_copy_(0, sel, v)
         for n, v in sub.momenta.items():
