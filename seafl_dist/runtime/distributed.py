@@ -34,7 +34,7 @@ from seafl_dist.runtime.server import Server, format_summary
 from seafl_dist.runtime.fetch import once_per_node
 from seafl_dist.runtime.setup import cpus_here, keep_only, oversubscription, pick_device, prepare
 from seafl_dist.runtime.worker import run_worker
-from seafl_dist.train.batched import epoch_sizes
+from seafl_dist.train.plan import epoch_sizes
 from seafl_dist.transport import JOB, RESULT, STOP, Channel, Header, Mailbox, Outbox, make_links
 
 
