@@ -5,7 +5,7 @@ One row per profile; device k later takes one of them (sim/population.py). Colum
 - ``sec_per_sample``: compute seconds per sample per epoch (replaces ``clock.sec_per_sample``),
 - ``download_bytes_per_s``, ``upload_bytes_per_s``: bandwidth in bytes per second (``inf``
   allowed: no transfer time); the time of a transfer is the flat float32 model's bytes over it,
-- ``windows``: ``always``, or availability windows ``on:off`` in seconds separated by spaces,
+- ``windows``: ``always``, ``never``, or availability windows ``on:off`` in seconds separated by spaces,
   each the half-open interval [on, off), sorted, not overlapping,
 - ``period_s`` (optional column; empty cell = the windows happen once): the windows repeat
   every ``period_s`` seconds, so they must lie in [0, period_s],
@@ -42,7 +42,7 @@ class ProfileError(ConfigError):
 
 @dataclass(frozen=True)
 class Profile:
-    """One row. ``windows`` is None for ``always``; else sorted, merged [on, off) pairs in seconds
+    """One row. ``windows`` is None for ``always``, () for ``never``; else sorted, merged [on, off) pairs in seconds
     (a window that wraps the period's end has off > period). ``period`` None: no repetition."""
     id: str
     sec_per_sample: float
@@ -88,8 +88,10 @@ def _parse_windows(row: _Row, period: Optional[float]) -> Optional[tuple]:
     text = (row.cells.get("windows") or "").strip()
     if text.lower() == "always":
         return None
+    if text.lower() == "never":  # e.g. a traced phone never seen online: it takes no jobs
+        return ()
     if not text:
-        row.fail("windows", "empty; write 'always' or on:off pairs such as '0:3600 7200:9000'")
+        row.fail("windows", "empty; write 'always', 'never' or on:off pairs such as '0:3600 7200:9000'")
     pairs = []
     for part in text.split():
         on_off = part.split(":")

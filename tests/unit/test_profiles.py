@@ -163,3 +163,10 @@ def test_stall_reason_when_no_job_fits_a_window(tmp_path):
     pop = one(tmp_path, "0:5", period=100, model_bytes=1000)  # download 1 s + 3 epochs of 1 s + upload 2 s
     assert "no job can land" in ProfiledSpeed(pop, [100] * 4, epochs=3).stall_reason()
     assert ProfiledSpeed(pop, [50] * 4, epochs=3).stall_reason() is None  # 1 + 1.5 + 2 = 4.5 s fits
+
+
+def test_never(tmp_path):
+    pop = one(tmp_path, "never")
+    assert not pop.is_available(0, 0) and pop.next_online(0, 0) == math.inf
+    assert len(pop.eligible(0.0, np.zeros(4, dtype=bool))) == 0
+    assert pop.next_wake(0.0, np.zeros(4, dtype=bool))[0] == math.inf
