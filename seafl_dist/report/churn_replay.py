@@ -80,7 +80,7 @@ class ChurnReplay(Replay):
         self.close_starts()
 
     def check_overdue(self, time: float) -> None:
-        if self.block is not None and not _close(self.block["time"], time):
+        if self.block is not None and self.block["time"] != time:  # exact: JSON keeps every float's bits
             self.close_starts()  # a start at a later instant begins a new block
         super().check_overdue(time)
         if self.stalled:
@@ -92,7 +92,7 @@ class ChurnReplay(Replay):
                           f"offline at {rec['window_end']}")
         if self.owed > 0 and time > self.last_time and self.N is not None and self.block is None:
             wake, who = self._wake(self.last_time)
-            if wake < time and not _close(wake, time):
+            if wake < time:
                 self.fail(f"{self.owed} slot(s) waited from t={self.last_time}, but idle device {who} was online "
                           f"at {wake} and did not start")
         self.last_time = max(self.last_time, time)

@@ -20,8 +20,10 @@ or ``dropout`` is set. The rules, in the words of docs/devices.md:
 - **Order at one instant.** Finishes and drops at the same time go in increasing device id
   (a device has one job at a time); slots waiting for devices that come online at that time
   are filled after them.
-- **Stall.** With nothing in flight and no idle device ever online again, or (told by the
-  caller) no job able to land at all, the stream ends with ``{"event": "stall", "time", "reason"}``.
+- **Stall.** With nothing in flight and no idle device ever online again, after
+  max(1000, 100·M) jobs in a row dropped without one landing (K out of reach in practice: at
+  dropout 0.9 that run has probability 0.9^1000 ≈ 1e-46), or (told by the caller) no job able to
+  land at all, the stream ends with ``{"event": "stall", "time", "reason"}``.
 
 Every start event also carries the job's own ``download_s`` and ``upload_s``. The stop rules
 (``max_aggregations``, ``max_time``) are those of the plain loop.
@@ -64,6 +66,8 @@ class ChurnLoop:
         self.busy = np.zeros(sched.num_devices, dtype=bool)
         self.heap: list = []  # (time, device, job): its finish or drop
         self.buffer: list[Job] = []
+        self.dry = 0  # jobs dropped since the last one landed
+        self.dry_limit = max(1000, 100 * sched.concurrency)
 
     # ---- starting jobs ------------------------------------------------------------------
     def _comm(self, device: int) -> tuple:
@@ -139,6 +143,7 @@ class ChurnLoop:
     def _on_finish(self, job: Job) -> Iterator[dict]:
         now = job.finish
         self._leave(job)
+        self.dry = 0
         self.buffer.append(job)
         yield {"event": "finish", "time": now, "device": job.device, "job": job.job, "epochs": job.epochs}
         if len(self.buffer) >= self.s.buffer_size:
@@ -153,6 +158,7 @@ class ChurnLoop:
     def _on_drop(self, job: Job) -> Iterator[dict]:
         now = job.drop_at
         self._leave(job)
+        self.dry += 1
         self.owed += 1
         yield {"event": "drop", "time": now, "device": job.device, "job": job.job, "cause": job.drop_cause}
         if len(self.buffer) >= self.s.buffer_size and not self._blockers():
@@ -199,3 +205,8 @@ class ChurnLoop:
                 continue
             heapq.heappop(self.heap)
             yield from (self._on_drop(job) if job.drops else self._on_finish(job))
+            if self.dry >= self.dry_limit:
+                yield {"event": "stall", "time": now, "reason": (
+                    f"no job has landed in the last {self.dry} jobs (all dropped) by t={now:g}s; the windows are too "
+                    f"short for the jobs or devices.dropout too high")}
+                return

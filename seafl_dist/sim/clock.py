@@ -94,14 +94,25 @@ class ProfiledSpeed:
             ends.append(b)
         return ends
 
+    def min_idle(self) -> np.ndarray:
+        """Per device: the least idle time an epoch can have (drawn per device: that value; per epoch:
+        zipf's 1 s or pareto's 0, capped)."""
+        n = len(self.n_samples)
+        if self.idle is None:
+            return np.zeros(n)
+        if self.idle._per_device is not None:
+            return np.asarray(self.idle._per_device, dtype=np.float64)
+        idle = self.idle.clock.idle
+        return np.full(n, min(1.0, idle.max) if idle.distribution == "zipf" else 0.0)
+
     def stall_reason(self) -> str | None:
-        """Why no job could ever land, if so: every device's shortest job (download, E epochs without
-        idle, upload) is longer than its longest availability window. Vectorised over devices."""
+        """Why no job could ever land, if so: every device's shortest job (download, E epochs with
+        their least idle time, upload) is longer than its longest availability window. Vectorised."""
         pop = self.population
         prof = pop.device_profiles()
         n = np.asarray(self.n_samples, dtype=np.float64)
-        span = (pop.model_bytes / pop.down[prof] + self.epochs * n * pop.sec_per_sample[prof] * pop.compute_scale
-                + pop.model_bytes / pop.up[prof])
+        epoch = n * pop.sec_per_sample[prof] * pop.compute_scale + self.min_idle()
+        span = pop.model_bytes / pop.down[prof] + self.epochs * epoch + pop.model_bytes / pop.up[prof]
         longest = pop.longest_windows()[prof]
         if np.any(span <= longest):
             return None

@@ -4,7 +4,7 @@ import math
 import pytest
 
 from seafl_dist.report.trace import check_trace
-from seafl_dist.sim import Scheduler, stream
+from seafl_dist.sim import Lookahead, Scheduler, stream
 from seafl_dist.sim.population import Population
 from seafl_dist.sim.profiles import read_profiles
 
@@ -184,3 +184,30 @@ def test_without_churn_keys_events_carry_no_new_fields():
     assert all(set(e) == {"event", "time", "device", "job", "version", "epoch_ends"}
                for e in ev if e["event"] == "start")
     assert not math.isnan(ev[-1]["time"])
+
+
+def test_jobs_that_never_land_end_in_a_stall_not_a_hang(tmp_path):
+    pop = population(tmp_path, ["0:2", "0:2"], period=10)  # 2 s windows, 3 s jobs: every job drops
+    ev = run([1, 1], epochs=3, concurrency=1, buffer_size=1, staleness_limit=None, partial=False,
+             availability=pop, max_aggregations=None)
+    assert ev[-1]["event"] == "stall" and "no job has landed in the last 1000 jobs" in ev[-1]["reason"]
+    assert sum(e["event"] == "drop" for e in ev) == 1000 and ev[-1]["time"] == ev[-2]["time"] == 9992.0
+
+
+def test_lookahead_answers_for_a_dropped_job_without_reading_to_the_end(tmp_path):
+    pulled = []
+
+    def counted(events):
+        for e in events:
+            pulled.append(e)
+            yield e
+
+    pop = population(tmp_path, ["always", "0:2", "always"])
+    sched = Scheduler(num_devices=3, concurrency=2, buffer_size=1, staleness_limit=None, partial=False,
+                      plan=fixed_plan([1, 3, 1], 1), availability=pop, n_samples=[10] * 3, max_aggregations=500)
+    look = Lookahead(counted(sched.events()))
+    first = [next(look), next(look)]
+    dropped = next(e for e in first if e["device"] == 1)["job"]
+    assert look.final_epochs(dropped) is None and look.finish_time(dropped) is None
+    assert len(pulled) < 20  # stopped at the drop, not at the end of 500 aggregations
+    assert [e["event"] for e in look][-1] == "start"  # iteration itself is unchanged

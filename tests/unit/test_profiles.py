@@ -170,3 +170,29 @@ def test_never(tmp_path):
     assert not pop.is_available(0, 0) and pop.next_online(0, 0) == math.inf
     assert len(pop.eligible(0.0, np.zeros(4, dtype=bool))) == 0
     assert pop.next_wake(0.0, np.zeros(4, dtype=bool))[0] == math.inf
+
+
+def test_stall_reason_counts_the_least_idle_time(tmp_path):
+    from seafl_dist.settings import ClockConfig, IdleConfig
+    from seafl_dist.sim import SpeedModel
+
+    pop = one(tmp_path, "0:5", period=100, model_bytes=1000)  # fits 4.5 s jobs without idle
+    zipf = SpeedModel(ClockConfig(idle=IdleConfig(distribution="zipf", resample="per_epoch")), [50] * 4, 0, 3)
+    assert "no job can land" in ProfiledSpeed(pop, [50] * 4, epochs=3, idle=zipf).stall_reason()  # >= 1 s an epoch
+    pareto = SpeedModel(ClockConfig(idle=IdleConfig(distribution="pareto", resample="per_epoch")), [50] * 4, 0, 3)
+    assert ProfiledSpeed(pop, [50] * 4, epochs=3, idle=pareto).stall_reason() is None  # can be 0
+
+
+def test_population_settings_feed_the_scheduler(tmp_path):
+    from seafl_dist.sim import Scheduler
+    from seafl_dist.sim.devices import population_settings
+
+    base = dict(num_devices=4, data_seed=0, n_samples=[50] * 4, epochs=2, model_bytes=1000)
+    assert population_settings(profile=None, dropout=None, **base) == {}  # nothing changes without the keys
+    assert population_settings(profile=None, dropout=0.1, download_s=2.0, **base) == {"dropout": 0.1, "download_s": 2.0}
+    path = write(tmp_path, "x,0.01,1000,500,100,0:60\n")
+    extra = population_settings(profile=str(path), dropout=None, availability_scale=2.0, **base)
+    assert extra.pop("profile_sha256") == read_profiles(path).sha256 and extra["stall_reason"] is None
+    ev = list(Scheduler(concurrency=2, buffer_size=1, staleness_limit=None, partial=False, max_aggregations=3,
+                        n_samples=base["n_samples"], num_devices=4, **extra).events())
+    assert ev[0]["download_s"] == 1.0 and ev[0]["upload_s"] == 2.0 and ev[0]["epoch_ends"] == [1.5, 2.0]
