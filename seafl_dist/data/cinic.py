@@ -15,7 +15,7 @@ from urllib.error import URLError
 import numpy as np
 import torch
 
-from .dataset import NORMALIZATION, ArrayDataset
+from .dataset import NORMALIZATION, ArrayDataset, save_cache
 from .missing import DataError, DatasetNotFoundError, not_found as _not_found
 
 CINIC_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
@@ -50,7 +50,7 @@ def load_cinic10(root: Path, train: bool, download: bool) -> ArrayDataset:
         labels = np.array([k for k, (_, names) in enumerate(files) for _ in names], dtype=np.int64)
         with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
             images = np.stack(list(pool.map(read_png, paths)))
-        _write_cache(cache, images, labels, fingerprint)
+        save_cache(cache, images=images, labels=labels, fingerprint=np.array(fingerprint))
     return ArrayDataset(torch.from_numpy(images), torch.from_numpy(labels), 10, "cinic10",
                         *NORMALIZATION["cinic10"], list(CINIC_CLASSES))
 
@@ -102,15 +102,6 @@ def _read_cache(path: Path, fingerprint: str, n: int):
         print(f"seafl: warning: ignoring the unreadable CINIC-10 cache {path} ({type(err).__name__}: {err}); "
               f"decoding the PNGs again", file=sys.stderr)
         return None, None
-
-
-def _write_cache(path: Path, images: np.ndarray, labels: np.ndarray, fingerprint: str) -> None:
-    tmp = path.with_name(path.name + f".{os.getpid()}.tmp.npz")
-    try:
-        np.savez(tmp, images=images, labels=labels, fingerprint=np.array(fingerprint))
-        os.replace(tmp, path)  # atomic: ranks racing to write leave one whole file
-    except OSError:
-        tmp.unlink(missing_ok=True)  # read-only data root: no cache, no error
 
 
 def _download_cinic(base: Path, expected: list[str], how: str) -> None:

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import string
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,7 +40,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .dataset import ArrayDataset
+from .dataset import ArrayDataset, save_cache
 from .missing import DataError, DatasetNotFoundError
 
 PIXELS = 28 * 28
@@ -80,7 +79,7 @@ def load_femnist(root: Path, train: bool, download: bool = False, *, write_cache
         loaded = _read_split(files)
         images, labels, writers, offsets = loaded
         if write_cache:
-            _save_cache(cache, fingerprint=np.array(fingerprint), images=images, labels=labels,
+            save_cache(cache, fingerprint=np.array(fingerprint), images=images, labels=labels,
                         writers=np.array(writers, dtype=str), offsets=offsets)
     images, labels, writers, offsets = loaded
     if len(labels) == 0:
@@ -120,15 +119,6 @@ def _read_cache(path: Path, fingerprint: str):
     whole = (images.dtype == np.uint8 and images.shape[1:] == (PIXELS,) and labels.shape == (len(images),)
              and offsets.shape == (len(writers) + 1,) and offsets[-1] == len(images))
     return (images, labels, writers, offsets) if whole else None
-
-
-def _save_cache(path: Path, **arrays: np.ndarray) -> None:
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp.npz")
-    try:  # written whole, then renamed: ranks racing to write leave one whole file
-        np.savez(tmp, **arrays)
-        os.replace(tmp, path)
-    except OSError:  # a read-only data root: no cache, no error
-        tmp.unlink(missing_ok=True)
 
 
 def _read_split(files: list[Path]) -> tuple[np.ndarray, np.ndarray, list[str], np.ndarray]:
