@@ -5,6 +5,10 @@ the R, G, B planes of 32x32), ``labels`` (ints 0..9), ``batch_label``, ``filenam
 ``batches.meta`` holds ``label_names``. They are read with :mod:`seafl_dist.data.safepickle`
 (plain data and numpy arrays only: a tampered download cannot run code), and every field used is
 checked, so a truncated or altered file is one line naming it and what is wrong.
+
+:func:`check_batch` and :func:`check_meta` are those checks, on the unpickled object or on the
+one the dry run's opcode walk records (:func:`~seafl_dist.data.safepickle.walk_pickle`), so the
+dry run words every problem as the run does.
 """
 from __future__ import annotations
 
@@ -16,7 +20,7 @@ import torch
 
 from .dataset import NORMALIZATION, ArrayDataset
 from .missing import DataError, not_found
-from .safepickle import NUMPY_ARRAYS, load_pickle
+from .safepickle import NUMPY_ARRAYS, array_info, load_pickle
 
 BASE = "cifar-10-batches-py"
 URL = "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"
@@ -55,22 +59,30 @@ def _dict_of(path: Path, obj, wanted: str) -> dict:
 
 def read_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
     """(images as rows of 3072 uint8, labels as int64) of one batch file, each field checked."""
-    entry = _dict_of(path, load_pickle(path, allow=NUMPY_ARRAYS, encoding="latin1"), "batch")
+    return check_batch(path, load_pickle(path, allow=NUMPY_ARRAYS, encoding="latin1"))
+
+
+def check_batch(path: Path, obj) -> tuple[object, np.ndarray]:
+    """(its ``data``, its labels as int64) of a batch's pickled object ``obj``, built or walked:
+    ``data`` uint8 rows of 3072, one label in 0..9 per row."""
+    entry = _dict_of(path, obj, "batch")
     data = entry.get("data")
-    if not isinstance(data, np.ndarray) or data.dtype != np.uint8 or data.ndim != 2 or data.shape[1] != ROW:
-        what = (f"a {data.dtype} array of shape {data.shape}" if isinstance(data, np.ndarray)
+    found = array_info(data)
+    if found is None or found[0] != "uint8" or len(found[1]) != 2 or found[1][1] != ROW:
+        what = (f"a {found[0]} array of shape {found[1]}" if found is not None
                 else "missing" if data is None else f"a {type(data).__name__}")
         raise DataError(f"{path} is not a CIFAR-10 batch: its 'data' is {what}, expected uint8 rows of {ROW} "
                         f"bytes (32x32 RGB)")
+    rows = found[1][0]
     raw = entry.get("labels", entry.get("fine_labels"))
     try:
         labels = np.asarray(raw, dtype=np.int64)
     except (TypeError, ValueError, OverflowError):
         labels = None
-    if labels is None or labels.ndim != 1 or len(labels) != len(data):
-        raise DataError(f"{path} is not a CIFAR-10 batch: {len(data)} images but 'labels' is "
+    if labels is None or labels.ndim != 1 or len(labels) != rows:
+        raise DataError(f"{path} is not a CIFAR-10 batch: {rows} images but 'labels' is "
                         f"{'missing' if raw is None else f'{type(raw).__name__} of {_len(raw)} entries'}, "
-                        f"expected {len(data)} integers")
+                        f"expected {rows} integers")
     bad = labels[(labels < 0) | (labels > 9)]
     if len(bad):
         raise DataError(f"{path} is corrupt: it holds label {int(bad[0])}, outside CIFAR-10's 0..9")
@@ -79,7 +91,12 @@ def read_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
 
 def read_meta(path: Path) -> list[str]:
     """The ten class names of ``batches.meta``."""
-    names = _dict_of(path, load_pickle(path, allow=NUMPY_ARRAYS, encoding="latin1"), "batches.meta").get("label_names")
+    return check_meta(path, load_pickle(path, allow=NUMPY_ARRAYS, encoding="latin1"))
+
+
+def check_meta(path: Path, obj) -> list[str]:
+    """The ten class names of ``batches.meta``'s pickled object ``obj``, built or walked."""
+    names = _dict_of(path, obj, "batches.meta").get("label_names")
     if not isinstance(names, list) or len(names) != 10 or not all(isinstance(n, (str, bytes)) for n in names):
         raise DataError(f"{path} is not CIFAR-10's batches.meta: 'label_names' should be a list of 10 class "
                         f"names, got {names!r:.80}")

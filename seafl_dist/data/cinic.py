@@ -15,7 +15,7 @@ from urllib.error import URLError
 import numpy as np
 import torch
 
-from .dataset import NORMALIZATION, ArrayDataset
+from .dataset import NORMALIZATION, ArrayDataset, save_cache
 from .missing import DataError, DatasetNotFoundError, not_found as _not_found
 
 CINIC_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
@@ -41,10 +41,7 @@ def load_cinic10(root: Path, train: bool, download: bool) -> ArrayDataset:
             f"{', '.join(expected)} in one of them. To get it: set data.download=true on a machine with internet "
             f"access, or {how}.")
     folder = base / split
-    try:
-        files = [(c, sorted(e.name for e in os.scandir(folder / c) if e.name.endswith(".png"))) for c in CINIC_CLASSES]
-    except OSError as err:
-        raise DataError(f"cannot list CINIC-10's {split} folder {folder}: {err.strerror or err}") from None
+    files = list_pngs(folder)
     fingerprint = hashlib.sha1("\n".join(f"{c}/{n}" for c, names in files for n in names).encode()).hexdigest()
     cache = base / f".{split}.seafl-cache.npz"
     images, labels = _read_cache(cache, fingerprint, sum(len(names) for _, names in files))
@@ -52,8 +49,8 @@ def load_cinic10(root: Path, train: bool, download: bool) -> ArrayDataset:
         paths = [folder / c / n for c, names in files for n in names]
         labels = np.array([k for k, (_, names) in enumerate(files) for _ in names], dtype=np.int64)
         with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
-            images = np.stack(list(pool.map(_read_png, paths)))
-        _write_cache(cache, images, labels, fingerprint)
+            images = np.stack(list(pool.map(read_png, paths)))
+        save_cache(cache, images=images, labels=labels, fingerprint=np.array(fingerprint))
     return ArrayDataset(torch.from_numpy(images), torch.from_numpy(labels), 10, "cinic10",
                         *NORMALIZATION["cinic10"], list(CINIC_CLASSES))
 
@@ -62,7 +59,16 @@ def _cinic_present(folder: Path) -> bool:
     return all((folder / c).is_dir() and any(p.suffix == ".png" for p in (folder / c).iterdir()) for c in CINIC_CLASSES)
 
 
-def _read_png(path: Path) -> np.ndarray:
+def list_pngs(folder: Path) -> list[tuple[str, list[str]]]:
+    """(class, its PNG file names, sorted) for each class of a split's ``folder``, in label order."""
+    try:
+        return [(c, sorted(e.name for e in os.scandir(folder / c) if e.name.endswith(".png"))) for c in CINIC_CLASSES]
+    except OSError as err:
+        raise DataError(f"cannot list CINIC-10's {folder.name} folder {folder}: {err.strerror or err}") from None
+
+
+def read_png(path: Path) -> np.ndarray:
+    """One CINIC-10 image as uint8 (3, 32, 32); a PNG that cannot be decoded or is not 32x32 is a DataError."""
     from PIL import Image
 
     try:
@@ -96,15 +102,6 @@ def _read_cache(path: Path, fingerprint: str, n: int):
         print(f"seafl: warning: ignoring the unreadable CINIC-10 cache {path} ({type(err).__name__}: {err}); "
               f"decoding the PNGs again", file=sys.stderr)
         return None, None
-
-
-def _write_cache(path: Path, images: np.ndarray, labels: np.ndarray, fingerprint: str) -> None:
-    tmp = path.with_name(path.name + f".{os.getpid()}.tmp.npz")
-    try:
-        np.savez(tmp, images=images, labels=labels, fingerprint=np.array(fingerprint))
-        os.replace(tmp, path)  # atomic: ranks racing to write leave one whole file
-    except OSError:
-        tmp.unlink(missing_ok=True)  # read-only data root: no cache, no error
 
 
 def _download_cinic(base: Path, expected: list[str], how: str) -> None:

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import string
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,8 +40,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from seafl_dist.settings import ConfigError
-from .dataset import ArrayDataset
+from .dataset import ArrayDataset, save_cache
 from .missing import DataError, DatasetNotFoundError
 
 PIXELS = 28 * 28
@@ -67,9 +65,31 @@ class WriterDataset(ArrayDataset):
         return np.arange(self.offsets[i], self.offsets[i + 1], dtype=np.int64)
 
 
-def load_femnist(root: Path, train: bool, download: bool = False) -> WriterDataset:
-    """The train or test split of FEMNIST under ``root`` (``data.root``); see the module doc."""
+def load_femnist(root: Path, train: bool, download: bool = False, *, write_cache: bool = True) -> WriterDataset:
+    """The train or test split of FEMNIST under ``root`` (``data.root``); see the module doc.
+    ``write_cache=False`` (the dry run) reads a fresh cache but never writes one."""
     split = "train" if train else "test"
+    base = femnist_folder(root, download)
+    files = _json_files(base / split)
+    stamp = "\n".join(f"{f.name} {f.stat().st_size} {f.stat().st_mtime_ns}" for f in files)
+    fingerprint = hashlib.sha1(stamp.encode()).hexdigest()
+    cache = base / f".{split}.seafl-cache.npz"
+    loaded = _read_cache(cache, fingerprint)
+    if loaded is None:
+        loaded = _read_split(files)
+        images, labels, writers, offsets = loaded
+        if write_cache:
+            save_cache(cache, fingerprint=np.array(fingerprint), images=images, labels=labels,
+                        writers=np.array(writers, dtype=str), offsets=offsets)
+    images, labels, writers, offsets = loaded
+    if len(labels) == 0:
+        raise DataFormatError(f"the FEMNIST {split} files in {base / split} hold no sample (every writer is empty)")
+    return WriterDataset(torch.from_numpy(images).view(-1, 1, 28, 28), torch.from_numpy(labels), len(CLASSES),
+                         "femnist", (0.0,), (1.0,), list(CLASSES), writers=list(writers), offsets=offsets)
+
+
+def femnist_folder(root: Path, download: bool = False) -> Path:
+    """The first of ``root``'s FEMNIST_DIRS with both splits' JSON files; else DatasetNotFoundError, saying how to make them."""
     bases = [root / d for d in FEMNIST_DIRS]
     base = next((b for b in bases if all(_json_files(b / s) for s in ("train", "test"))), None)
     if base is None:
@@ -79,21 +99,7 @@ def load_femnist(root: Path, train: bool, download: bool = False) -> WriterDatas
             f"{' (data.download cannot fetch it)' if download else ''}: generate them with LEAF's scripts ({LEAF_URL}: "
             f"cd leaf/data/femnist && ./preprocess.sh -s niid --sf 1.0 -k 0 -t sample) and set data.root to leaf/data, "
             f"or copy its data/train and data/test folders into {bases[0]}")
-    files = _json_files(base / split)
-    stamp = "\n".join(f"{f.name} {f.stat().st_size} {f.stat().st_mtime_ns}" for f in files)
-    fingerprint = hashlib.sha1(stamp.encode()).hexdigest()
-    cache = base / f".{split}.seafl-cache.npz"
-    loaded = _read_cache(cache, fingerprint)
-    if loaded is None:
-        loaded = _read_split(files)
-        images, labels, writers, offsets = loaded
-        _save_cache(cache, fingerprint=np.array(fingerprint), images=images, labels=labels,
-                    writers=np.array(writers, dtype=str), offsets=offsets)
-    images, labels, writers, offsets = loaded
-    if len(labels) == 0:
-        raise DataFormatError(f"the FEMNIST {split} files in {base / split} hold no sample (every writer is empty)")
-    return WriterDataset(torch.from_numpy(images).view(-1, 1, 28, 28), torch.from_numpy(labels), len(CLASSES),
-                         "femnist", (0.0,), (1.0,), list(CLASSES), writers=list(writers), offsets=offsets)
+    return base
 
 
 def _json_files(folder: Path) -> list[Path]:
@@ -113,15 +119,6 @@ def _read_cache(path: Path, fingerprint: str):
     whole = (images.dtype == np.uint8 and images.shape[1:] == (PIXELS,) and labels.shape == (len(images),)
              and offsets.shape == (len(writers) + 1,) and offsets[-1] == len(images))
     return (images, labels, writers, offsets) if whole else None
-
-
-def _save_cache(path: Path, **arrays: np.ndarray) -> None:
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp.npz")
-    try:  # written whole, then renamed: ranks racing to write leave one whole file
-        np.savez(tmp, **arrays)
-        os.replace(tmp, path)
-    except OSError:  # a read-only data root: no cache, no error
-        tmp.unlink(missing_ok=True)
 
 
 def _read_split(files: list[Path]) -> tuple[np.ndarray, np.ndarray, list[str], np.ndarray]:

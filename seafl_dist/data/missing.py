@@ -9,6 +9,7 @@
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
 
 from seafl_dist.settings.errors import ConfigError
@@ -30,9 +31,16 @@ def not_found(name: str, where: Path, expected: list[str], how: str, cause: str 
     return DatasetNotFoundError(text + (f" Download/load failed with: {cause}" if cause else ""))
 
 
-def read_bytes(path: Path) -> bytes:
-    """The bytes of a dataset file; a file that cannot be read (permissions, a folder, I/O) is a DataError."""
+@contextmanager
+def reading(path: Path):
+    """Around the reads of dataset file ``path``: an OSError (permissions, a folder, I/O) becomes one DataError line."""
     try:
-        return Path(path).read_bytes()
+        yield
     except OSError as err:
         raise DataError(f"cannot read dataset file {path}: {err.strerror or err}") from None
+
+
+def read_bytes(path: Path) -> bytes:
+    """The bytes of a dataset file; a file that cannot be read is a DataError (see :func:`reading`)."""
+    with reading(path):
+        return Path(path).read_bytes()

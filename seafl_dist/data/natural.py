@@ -15,7 +15,9 @@ from seafl_dist.settings import ConfigError
 
 
 def has_writers(dataset) -> bool:
-    return callable(getattr(dataset, "writer_rows", None)) and bool(getattr(dataset, "writers", None))
+    """Whether ``dataset`` (a WriterDataset, or the dry run's DataCheck of one) groups its rows by writer:
+    writer ``i`` (``writers[i]``) holds rows ``offsets[i]:offsets[i + 1]``."""
+    return bool(getattr(dataset, "writers", None)) and getattr(dataset, "offsets", None) is not None
 
 
 def natural_partition(dataset, num_devices: int | None, seed: int) -> tuple[list[np.ndarray], list[str]]:
@@ -29,4 +31,6 @@ def natural_partition(dataset, num_devices: int | None, seed: int) -> tuple[list
         raise ConfigError(f"config key 'devices.num' has value {num_devices}; allowed: at most the {total} writers "
                           f"of {dataset.name} with data.partition=natural, or null for all of them")
     order = np.random.default_rng(seed).permutation(total)[:num_devices]
-    return [dataset.writer_rows(int(w)) for w in order], [dataset.writers[int(w)] for w in order]
+    rows = dataset.offsets
+    return ([np.arange(rows[w], rows[w + 1], dtype=np.int64) for w in order],
+            [dataset.writers[int(w)] for w in order])

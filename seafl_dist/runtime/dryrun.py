@@ -40,12 +40,13 @@ def dry_run(cfg: Config, out: Path, *, explicit: bool, environ=None, stream=None
         f"{found.num_classes} classes" if found.labels is not None else "") + (f"; {found.note}" if found.note else ""))
     lines.append(f"model: {check_model(cfg, found)}")
     d = cfg.devices
-    devices = f"devices: {d.num} simulated, {d.concurrency} training at once"
     if found.labels is None:
-        lines.append(devices + "; shards: made after the download")
+        lines.append(f"devices: {d.num} simulated, {d.concurrency} training at once; shards: made after the download")
     else:
-        sizes = [len(s) for s in make_shards(cfg, found.labels, found.name)]
-        lines.append(devices + f"; shard sizes ({cfg.data.partition}): {summarise(sizes)}")
+        shards, writers = make_shards(cfg, found)
+        each = f" (one per writer, of {len(found.writers)})" if writers is not None else ""
+        lines.append(f"devices: {len(shards)} simulated{each}, {d.concurrency} training at once; shard sizes "
+                     f"({cfg.data.partition}): {summarise([len(s) for s in shards])}")
     lines.append(f"ranks: {layout(cfg, environ)}")
     lines.append(f"run dir: {out}: {run_dir_plan(cfg, out, explicit)}")
     print("\n".join(lines), file=stream or sys.stdout)

@@ -151,19 +151,28 @@ def keep_only(exp: Experiment, devices) -> Experiment:
     return small
 
 
-def make_shards(cfg: Config, labels: np.ndarray, dataset: str) -> list[np.ndarray]:
-    """Device k's training rows, one int64 array per device: ``data.partition`` (built-in or a
-    user's, by import path) of the training ``labels``, from the ``data.seed`` stream."""
-    d = cfg.data
-    if is_import_path(d.partition):
+def make_shards(cfg: Config, train) -> tuple[list[np.ndarray], list[str] | None]:
+    """Device k's training rows (one int64 array per device) and, for ``data.partition: natural``,
+    device k's writer (else ``None``): the partition of the training set ``train`` (a dataset, or the
+    dry run's :class:`~seafl_dist.data.check.DataCheck`: its ``name``, ``labels`` and writers) by
+    ``data.partition`` (natural, built-in or a user's, by import path), from the ``data.seed`` stream."""
+    d, labels = cfg.data, np.asarray(train.labels)
+    seed = stream_seed(cfg.data_seed, "partition")
+    writers = None
+    if d.partition == "natural":  # each writer a device: the shards come from the dataset's writers
+        shards, writers = natural_partition(train, cfg.devices.num, seed)
+        if cfg.devices.concurrency > len(shards):
+            raise ConfigError(f"config key 'devices.concurrency' has value {cfg.devices.concurrency}; allowed: at "
+                              f"most the {len(shards)} devices of {train.name}'s writers (devices.num=null: all)")
+    elif is_import_path(d.partition):
         shards = custom_partition(d.partition, labels, cfg.devices.num, cfg.data_seed, overlap=d.shards_overlap)
     else:
         try:
             shards = partition(labels, cfg.devices.num, method=d.partition, concentration=d.concentration,
-                               samples_per_device=d.samples_per_device, seed=stream_seed(cfg.data_seed, "partition"))
+                               samples_per_device=d.samples_per_device, seed=seed)
         except ValueError as err:  # an impossible request (devices.num / data.samples_per_device) is a user mistake
-            raise ConfigError(f"cannot partition {dataset} ({len(labels)} training samples): {err}") from None
-    return [np.asarray(s, dtype=np.int64) for s in shards]
+            raise ConfigError(f"cannot partition {train.name} ({len(labels)} training samples): {err}") from None
+    return [np.asarray(s, dtype=np.int64) for s in shards], writers
 
 
 def prepare(cfg: Config, *, local_rank: int = 0, need_test: bool = True, fetch=None) -> Experiment:
@@ -179,15 +188,7 @@ def prepare(cfg: Config, *, local_rank: int = 0, need_test: bool = True, fetch=N
                 load_dataset(d.name, d.root, train=False, **common) if need_test else None)
 
     train, test = fetch(load) if fetch is not None and d.download else load(d.download)
-    writers = None
-    if d.partition == "natural":  # each writer a device: the shards come from the dataset's writers
-        shards, writers = natural_partition(train, cfg.devices.num, stream_seed(cfg.data_seed, "partition"))
-        shards = [np.asarray(s, dtype=np.int64) for s in shards]
-        if cfg.devices.concurrency > len(shards):
-            raise ConfigError(f"config key 'devices.concurrency' has value {cfg.devices.concurrency}; allowed: at "
-                              f"most the {len(shards)} devices of {train.name}'s writers (devices.num=null: all)")
-    else:
-        shards = make_shards(cfg, train.labels.numpy(), train.name)
+    shards, writers = make_shards(cfg, train)
     exp = Experiment(cfg=cfg, train=train, test=test, shards=shards, device=pick_device(cfg.runtime.device, local_rank),
                      writers=writers)
     if is_import_path(cfg.model.name):  # a user's model: check it gives logits before any job trains

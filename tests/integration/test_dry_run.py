@@ -15,8 +15,11 @@ import numpy as np
 import pytest
 
 from fake_datasets import random_images, write_cifar, write_cinic, write_idx
+from leaf_files import WRITERS, write_leaf
 from resuming import cli, run_args
 from seafl_dist.cli import main
+from seafl_dist.data import DataError, clear_cache, load_dataset
+from seafl_dist.sim import stream_seed
 from small_runs import QUICKSTART, ROOT, SMALL
 from user_extensions import EXTENDED, write
 
@@ -164,7 +167,36 @@ def test_truncated_or_damaged_data(where, capsys, name):
         victim = next((data / "cinic10" / "train" / "dog").iterdir())
     victim.write_bytes(victim.read_bytes()[:-40] if name != "cinic10" else b"not a png at all, just text")
     line = bad(["run", *TINY, f"data.name={name.split('-')[0]}", f"data.root={data}", "--out", "r"], capsys, where)
-    assert str(victim) in line and "re-download" in line
+    assert str(victim) in line
+    with pytest.raises(DataError) as run:  # what the run itself says, word for word (the pickle's cause aside)
+        load_dataset(name.split("-")[0], data), load_dataset(name.split("-")[0], data, train=False)
+    clear_cache()
+    assert line.split(" (")[0] == f"seafl: error: {run.value}".split(" (")[0]
+    if name != "cifar10":
+        assert line == f"seafl: error: {run.value}"
+
+
+def test_femnist_writers_as_devices_read_but_not_cached(where, capsys):
+    cwd, data = where
+    write_leaf(data)
+    before = snapshot(cwd, data)
+    out, _ = dry(["run", *TINY, "data.name=femnist", f"data.root={data}", "data.partition=natural", "devices.num=null",
+                  "devices.concurrency=2", "--out", "r"], capsys)
+    assert (f"data: femnist ({data / 'femnist'}): 20 training and 9 test images of 1x28x28, 62 classes; 5 writers; "
+            "no cache yet") in out
+    order = np.random.default_rng(stream_seed(0, "partition")).permutation(5)  # data.seed: run.seed's 0
+    sizes = ", ".join(str(WRITERS[list(WRITERS)[w]][0]) for w in order)
+    assert f"devices: 5 simulated (one per writer, of 5), 2 training at once; shard sizes (natural): {sizes}" in out
+    out, _ = dry(["run", *TINY, "data.name=femnist", f"data.root={data}", "data.partition=natural", "devices.num=3",
+                  "devices.concurrency=2", "--out", "r"], capsys)
+    assert f"devices: 3 simulated (one per writer, of 5), 2 training at once; shard sizes (natural): " \
+           f"{', '.join(sizes.split(', ')[:3])}" in out
+    assert snapshot(cwd, data) == before  # no .train.seafl-cache.npz, nothing else
+    line = bad(["run", *TINY, "data.name=femnist", f"data.root={data}", "data.partition=natural", "devices.num=null",
+                "devices.concurrency=6", "--out", "r"], capsys, where)
+    assert "'devices.concurrency' has value 6; allowed: at most the 5 devices" in line
+    line = bad(["run", *TINY, "data.partition=natural", "devices.num=null", "--out", "r"], capsys, where)
+    assert "'data.partition' has value 'natural'" in line and "digits has no writers" in line
 
 
 def test_bad_plugin_path(where, capsys, tmp_path):

@@ -100,3 +100,48 @@ def test_truncated_or_garbage_is_one_line(tmp_path, cut):
 def test_unreadable_file(tmp_path):
     with pytest.raises(DataError, match=f"cannot read dataset file {tmp_path}"):
         load_pickle(tmp_path)  # a folder
+
+
+# ---- walk_pickle: the same data and the same refusals, nothing built ------------------------------
+
+@pytest.mark.parametrize("protocol", ["py2", 3, 4, 5])  # py2: as CIFAR-10's batches were written
+def test_walk_gives_the_plain_data_and_describes_arrays(tmp_path, protocol):
+    from seafl_dist.data.safepickle import Call, array_info, walk_pickle
+    arr, shared = np.arange(24, dtype=np.uint8).reshape(4, 6), [1]
+    obj = {"n": 2, "name": "trace", "raw": b"\x00\x01", "t": (1, 2.5, None, True), "l": [shared, shared, [1]],
+           "s": frozenset({3}), "data": arr, "f": arr[:2].astype(np.float32)}
+    if protocol in ("py2", 3):
+        del obj["s"]  # pickled through the global builtins.frozenset before protocol 4: refused by both
+    data = py2_pickle(obj) if protocol == "py2" else pickle.dumps(obj, protocol=protocol)
+    path = write(tmp_path / "p", data)
+    walked, loaded = walk_pickle(path, allow=NUMPY_ARRAYS), load_pickle(path, allow=NUMPY_ARRAYS, encoding="latin1")
+    assert isinstance(walked["data"], Call) and not isinstance(walked["data"], np.ndarray)  # described, not built
+    assert array_info(walked["data"]) == array_info(loaded["data"]) == ("uint8", (4, 6))
+    assert array_info(walked["f"]) == ("float32", (2, 6))
+    plain = {k: v for k, v in walked.items() if k not in ("data", "f")}
+    assert plain == {k: v for k, v in loaded.items() if k not in ("data", "f")}
+    assert walked["l"][0] is walked["l"][1] and walked["l"][0] is not walked["l"][2]  # the memo's sharing kept
+
+
+def test_walk_refuses_what_the_unpickler_refuses(tmp_path):
+    from seafl_dist.data.safepickle import walk_pickle
+    marker = tmp_path / "pwned"
+    for protocol in (0, 2, 5):
+        path = write(tmp_path / f"evil{protocol}", pickle.dumps({"data": RunsCommand(f"touch {marker}")}, protocol=protocol))
+        with pytest.raises(UnsafePickleError) as walked:
+            walk_pickle(path, allow=NUMPY_ARRAYS)
+        with pytest.raises(UnsafePickleError) as loaded:
+            load_pickle(path, allow=NUMPY_ARRAYS)
+        assert str(walked.value) == str(loaded.value)
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("cut", [0, 1, 20, -1])
+def test_walk_of_a_truncated_file_is_one_line(tmp_path, cut):
+    from seafl_dist.data.safepickle import walk_pickle
+    whole = py2_pickle(cifar_batch("data_batch_1", random_images(2, 3, 32, 32), [1, 2]))
+    path = write(tmp_path / "data_batch_1", whole[:cut] if cut else b"<html>404 Not Found</html>")
+    with pytest.raises(DataError) as err:
+        walk_pickle(path, allow=NUMPY_ARRAYS)
+    assert str(err.value).startswith(f"{path} is truncated or corrupt: not a readable pickle (")
+    assert "\n" not in str(err.value) and not isinstance(err.value, UnsafePickleError)
