@@ -7,7 +7,9 @@
         runs/<config-name>-<timestamp>) gets config.yaml, events.jsonl, metrics.csv,
         partition.json, summary.json, model.pt and, while it runs, checkpoint-*.pt. Rerunning
         the same command with the same --out continues from the last checkpoint; so does
-        --resume RUN_DIR (config from the run dir). A completed run is left as it is (exit 0).
+        --resume RUN_DIR (config from the run dir). A completed run is left as it is (exit 0). A dir
+        holding a run of another config is refused (exit 2) unless --overwrite; a dir another
+        live run writes is refused too (its lock, run.lock, names the holder).
 
     seafl sweep CONFIG [key.sub=value ...] [--grid key=v1,v2 ...] [--seeds 0,1,2] [--jobs P] [--out DIR]
         Run the cross product of a grid, each run its own process and dir, P at a time; rerun to
@@ -31,6 +33,7 @@ import sys
 import time
 from pathlib import Path
 
+from seafl_dist.report.sinks import RunFileError
 from seafl_dist.settings import ConfigError, load_config
 
 EPILOG = """examples:
@@ -55,6 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
                      "if it holds a checkpoint of the same config, the run continues from it")
     run.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its last checkpoint "
                      "(config: RUN_DIR/config.yaml unless CONFIG is given)")
+    run.add_argument("--overwrite", action="store_true", help="if the run dir holds a run of another config "
+                     "(finished or not), delete its files and start this one (without it: refused, exit 2)")
     add_sweep_parser(sub)
     add_report_parser(sub)
     sub.add_parser("configs", help="list the packaged configs (usable by name: seafl run quickstart)")
@@ -124,7 +129,7 @@ def cmd_run(args) -> int:
     cfg, out = _run_target(args)  # before importing torch: config errors come fast
     from seafl_dist.runtime.checkpoint import plan
     from seafl_dist.runtime.launch import launch
-    decided = plan(cfg, out, explicit=bool(args.resume))  # reads nothing but the run dir; writes nothing
+    decided = plan(cfg, out, explicit=bool(args.resume), overwrite=args.overwrite)  # reads the run dir only
     if decided.action == "completed":
         if os.environ.get("RANK", "0") == "0":
             print(f"seafl: {out} already holds a completed run of this config (summary.json, model.pt); "
@@ -207,6 +212,9 @@ def main(argv: list[str] | None = None) -> int:
     except FileNotFoundError as err:  # e.g. a dataset that is not on disk
         print(f"seafl: error: {err}", file=sys.stderr)
         return 2
+    except RunFileError as err:  # a full disk: the run stopped, its last checkpoint kept
+        print(f"seafl: error: {err}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("seafl: interrupted; what the run had so far is in its run directory", file=sys.stderr)
         return 130

@@ -40,8 +40,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from seafl_dist.settings.core import Config, ConfigError, _set_dotted, config_from_dict, find_config, load_yaml, parse_override
 
 SWEEP_KEYS = ("base", "name", "overrides", "grid", "points", "seeds", "targets", "baseline", "launcher")
@@ -254,15 +252,3 @@ def load_sweep(path: str | Path, *, grid: list[tuple[str, list]] = (), seeds: li
         sweep.seeds = list(seeds)
     sweep.overrides = list(sweep.overrides) + list(overrides)
     return sweep
-
-
-def comparable(tree: dict) -> dict:
-    """The parts of a resolved config that decide a run's results (not runtime, logging, name)."""
-    return {k: v for k, v in tree.items() if k not in ("runtime", "logging", "name")}
-
-
-def load_comparable(path: Path) -> dict | None:
-    try:
-        return comparable(yaml.safe_load(Path(path).read_text()) or {})
-    except (OSError, yaml.YAMLError):
-        return None
