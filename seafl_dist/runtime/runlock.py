@@ -200,7 +200,10 @@ class RunDirLock:
             self._thread = None
         info = read(self.path)
         if info is not None and info.get("token") == self.token:
-            self.path.unlink(missing_ok=True)
+            try:
+                self.path.unlink(missing_ok=True)
+            except OSError:  # a file system gone read-only: the lock stays, stale once this process ends
+                pass
 
     def __enter__(self) -> "RunDirLock":
         return self.acquire()

@@ -157,9 +157,9 @@ class Server:
 
     def _kept(self) -> str:
         if self._saved_version is None:
-            return "no checkpoint was written yet: free space and rerun the same command to start over"
-        return (f"checkpoint-{self._saved_version:08d}.pt is kept: free space and rerun the same command to "
-                f"resume from aggregation {self._saved_version}")
+            return "no checkpoint was written yet: make room (or fix the cause) and rerun the same command"
+        return (f"checkpoint-{self._saved_version:08d}.pt is kept: make room (or fix the cause) and rerun the "
+                f"same command to resume from aggregation {self._saved_version}")
 
     def _wall(self) -> float:
         return self.wall_before + time.monotonic() - self._t0
