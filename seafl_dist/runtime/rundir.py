@@ -17,7 +17,6 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import shutil
 from pathlib import Path
 
 import yaml
@@ -30,8 +29,7 @@ FREE_KEYS = ("name", "run.checkpoint_every", "run.checkpoint_every_s", "runtime.
 # What a run writes (and a fresh start or --overwrite removes); the proof covers those a completed run keeps.
 PROVEN = ("config.yaml", "events.jsonl", "metrics.csv", "model.pt", "partition.json")
 RUN_FILES = PROVEN + ("summary.json",)
-RUN_DIRS = ("wandb",)
-CHECKPOINT = re.compile(r"^checkpoint-(\d{8})\.pt$")  # the W&B sink's files of the run
+CHECKPOINT = re.compile(r"^checkpoint-(\d{8})\.pt$")
 # Temp names of the run's own atomic writes (runtime/checkpoint.py atomic_save, report/sinks.py write_json).
 TEMP_PATTERNS = ("checkpoint-*.pt.tmp", "model.pt.tmp", "summary.json.tmp", "partition.json.tmp")
 
@@ -133,16 +131,15 @@ def remove_temps(run_dir: Path) -> None:
 def clear(run_dir: Path, extra: tuple = ()) -> None:
     """Remove every file an earlier run wrote (checkpoints and temps included), so nothing mixes.
 
-    Only the run's own names go; anything else a user keeps in the dir stays."""
+    Only the run's own names go; anything else a user keeps in the dir stays, and so does ``wandb/``:
+    W&B keeps each run in its own folder there, and the sink of the run about to start has opened
+    its own already (it is built before the server takes the dir)."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         return
     remove_checkpoints(run_dir)
     for name in RUN_FILES + tuple(extra):
         (run_dir / name).unlink(missing_ok=True)
-    for name in RUN_DIRS:
-        if (run_dir / name).is_dir():
-            shutil.rmtree(run_dir / name, ignore_errors=True)
 
 
 # ---- what the dir is ----------------------------------------------------------------------

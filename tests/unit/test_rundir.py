@@ -62,9 +62,10 @@ def test_clear_removes_the_runs_files_only(tmp_path):
     (d / "wandb").mkdir()
     (d / "wandb" / "run.wandb").write_text("x")
     rundir.clear(d)
-    assert sorted(p.name for p in d.iterdir()) == ["log.txt", "notes.md"]  # the sweep's log and the user's own
+    # the sweep's log, the user's own file, W&B's folder of runs (one subfolder each)
+    assert sorted(p.name for p in d.iterdir()) == ["log.txt", "notes.md", "wandb"]
     rundir.clear(d, extra=("log.txt",))
-    assert [p.name for p in d.iterdir()] == ["notes.md"]
+    assert sorted(p.name for p in d.iterdir()) == ["notes.md", "wandb"]
 
 
 def test_remove_temps_leaves_the_checkpoints(tmp_path):
