@@ -9,7 +9,7 @@
         the same command with the same --out continues from the last checkpoint; so does
         --resume RUN_DIR (config from the run dir). A completed run is left as it is (exit 0). A dir
         holding a run of another config is refused (exit 2) unless --overwrite; a dir another
-        live run writes is refused too (its lock, run.lock, names the holder).
+        live run writes is refused too (its lock, seafl.lock, names the holder).
 
     seafl sweep CONFIG [key.sub=value ...] [--grid key=v1,v2 ...] [--seeds 0,1,2] [--jobs P] [--out DIR]
         Run the cross product of a grid, each run its own process and dir, P at a time; rerun to

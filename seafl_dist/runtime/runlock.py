@@ -1,10 +1,10 @@
 """One writer per run dir: a lock file naming its holder, taken atomically on local disks, NFS and Lustre.
 
-``<run>/run.lock`` is a small JSON file: ``host``, ``pid``, ``pid_start`` (the process's start
+``<run>/seafl.lock`` is a small JSON file: ``host``, ``pid``, ``pid_start`` (the process's start
 time, so a reused pid is not mistaken for the holder), ``started`` (unix time), a random
 ``token``, and torchrun's ``run_id`` and ``attempt`` (``TORCHELASTIC_RUN_ID``,
 ``TORCHELASTIC_RESTART_COUNT``). It is taken by writing a unique temp file in the run dir and
-``os.link``-ing it to ``run.lock``: link(2) fails if the name exists, atomically, on local file
+``os.link``-ing it to ``seafl.lock``: link(2) fails if the name exists, atomically, on local file
 systems, on every NFS version (``O_CREAT|O_EXCL`` is not atomic on NFSv2 clients) and on Lustre;
 an NFS reply lost after a successful link is caught by the temp file's link count. While held, a
 daemon thread touches the file every :data:`HEARTBEAT_S` seconds: its modification time is the
@@ -35,7 +35,7 @@ from pathlib import Path
 from seafl_dist.report.sinks import writing
 from seafl_dist.settings import ConfigError
 
-NAME = "run.lock"
+NAME = "seafl.lock"
 HEARTBEAT_S = 10.0
 STALE_S = 120.0
 
@@ -125,7 +125,7 @@ class RunDirLock:
                            "attempt": os.environ.get("TORCHELASTIC_RESTART_COUNT")}) + "\n"
 
     def _link(self) -> bool:
-        """One atomic attempt to create run.lock; True if it is ours."""
+        """One atomic attempt to create seafl.lock; True if it is ours."""
         tmp = self.dir / f".{NAME}.{socket.gethostname()}.{os.getpid()}.{self.token}"
         try:
             with writing(tmp), open(tmp, "w") as f:

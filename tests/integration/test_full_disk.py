@@ -21,6 +21,7 @@ import pytest
 from resuming import assert_same_run, checkpoint_versions, cli, reference, run_args
 from seafl_dist.cli import main as seafl_main
 from seafl_dist.runtime import checkpoint
+from seafl_dist.runtime.runlock import NAME
 from seafl_dist.settings import load_config
 from small_runs import QUICKSTART, SMALL
 from tmpfs import fill, tmpfs
@@ -86,6 +87,7 @@ def assert_one_line_and_resume(err: str, out: Path, victim: str, cause: str, ver
         f"(or fix the cause) and rerun the same command to resume from aggregation {version}"], err[-3000:]
     assert checkpoint_versions(out) == ([version - 1, version] if version > 1 else [version])
     assert not list(out.glob("*.tmp")), "a cut-short write left its temp file"
+    assert not (out / NAME).exists(), "the failed run kept its lock"
     kept = checkpoint.load(out / f"checkpoint-{version:08d}.pt", load_config(QUICKSTART, args))
     assert kept["version"] == version
     capsys.readouterr()
