@@ -104,3 +104,28 @@ def test_write_json_names_the_file_when_the_disk_is_full(tmp_path):
         with pytest.raises(RunFileError, match=f"cannot write {full / 'summary.json'}: No space left on device"):
             write_json(full / "summary.json", {"rows": ["x" * 100] * 200})
         assert sorted(p.name for p in full.iterdir()) == ["filler"], "the temp file of the failed write is gone"
+
+
+def test_plan_reports_completed_only_for_this_configs_intact_run(tmp_path):
+    from seafl_dist.runtime.checkpoint import CheckpointError, Plan, plan
+    from seafl_dist.runtime.runlock import RunDirBusy, RunDirLock
+    d = fake_run(tmp_path / "run")
+    cfg = load_config(QUICKSTART, SMALL)
+    assert plan(cfg, d, explicit=False) == Plan("completed")
+    assert plan(load_config(QUICKSTART, [*SMALL, "runtime.threads=3"]), d, explicit=True) == Plan("completed")
+    other = load_config(QUICKSTART, [*SMALL, "train.lr=0.2"])
+    with pytest.raises(CheckpointError, match=r"holds a completed run of another config: train.lr \(0.05 there"):
+        plan(other, d, explicit=False)
+    assert plan(other, d, explicit=False, overwrite=True) == Plan("fresh")
+    write_json(d / "summary.json", {"status": "completed"})  # as an older seafl wrote it: no proof
+    with pytest.raises(CheckpointError, match="records no sizes and checksums"):
+        plan(cfg, d, explicit=False)
+    assert plan(cfg, d, explicit=False, overwrite=True) == Plan("fresh")
+    write_json(d / "summary.json", {"status": "failed"})  # this config, no checkpoint: started over
+    assert plan(cfg, d, explicit=False) == Plan("fresh")
+    with pytest.raises(CheckpointError, match="holds no checkpoint"):
+        plan(cfg, d, explicit=True)
+    with pytest.raises(CheckpointError, match="holds a failed run of another config"):
+        plan(other, d, explicit=False)
+    with RunDirLock(d), pytest.raises(RunDirBusy, match="is in use by another run"):
+        plan(cfg, d, explicit=False)
