@@ -41,6 +41,7 @@ EPILOG = """examples:
   seafl run configs/quickstart.yaml algorithm.name=fedbuff run.seed=1 --out runs/fb
   torchrun --nproc_per_node=3 -m seafl_dist run configs/quickstart.yaml
   seafl run --resume runs/fb                 # continue an interrupted run from its checkpoint
+  seafl run configs/quickstart.yaml --out runs/fb --overwrite   # replace the fedbuff run held there
 Overrides are dotted config keys (see README "Configuration"); values are parsed as YAML
 (null = none/infinity, e.g. algorithm.staleness_limit=null)."""
 
