@@ -164,7 +164,8 @@ class RunDirLock:
 
     def acquire(self) -> "RunDirLock":
         """Take the lock or raise :class:`RunDirBusy` naming the live holder."""
-        self.dir.mkdir(parents=True, exist_ok=True)
+        with writing(self.dir):  # e.g. root squashed on NFS: os.access said yes, mkdir says no
+            self.dir.mkdir(parents=True, exist_ok=True)
         for _ in range(5):
             if self._link():
                 self._thread = threading.Thread(target=self._beat, name="seafl-run-lock", daemon=True)
