@@ -7,7 +7,9 @@
         runs/<config-name>-<timestamp>) gets config.yaml, events.jsonl, metrics.csv,
         partition.json, summary.json, model.pt and, while it runs, checkpoint-*.pt. Rerunning
         the same command with the same --out continues from the last checkpoint; so does
-        --resume RUN_DIR (config from the run dir). A completed run is left as it is (exit 0).
+        --resume RUN_DIR (config from the run dir). A completed run is left as it is (exit 0). A dir
+        holding a run of another config is refused (exit 2) unless --overwrite; a dir another
+        live run writes is refused too (its lock, seafl.lock, names the holder).
         --dry-run checks config, data, model, partition and run dir and prints what the run
         would do, training and writing nothing (seafl_dist/runtime/dryrun.py).
 
@@ -34,6 +36,7 @@ import sys
 import time
 from pathlib import Path
 
+from seafl_dist.report.sinks import RunFileError
 from seafl_dist.settings import ConfigError, load_config
 
 EPILOG = """examples:
@@ -42,6 +45,7 @@ EPILOG = """examples:
   torchrun --nproc_per_node=3 -m seafl_dist run configs/quickstart.yaml
   seafl run --resume runs/fb                 # continue an interrupted run from its checkpoint
   seafl run configs/quickstart.yaml --out runs/q --dry-run   # check everything, train and write nothing
+  seafl run configs/quickstart.yaml --out runs/fb --overwrite   # replace the fedbuff run held there
 Overrides are dotted config keys (every key: docs/configuration.md, or `seafl configs --keys`); values are parsed as YAML
 (null = none/infinity, e.g. algorithm.staleness_limit=null)."""
 
@@ -61,6 +65,8 @@ def build_parser() -> argparse.ArgumentParser:
                      "(config: RUN_DIR/config.yaml unless CONFIG is given)")
     run.add_argument("--dry-run", action="store_true", help="check the config, data, model, partition and run dir, "
                      "print what the run would do; train nothing, write nothing")
+    run.add_argument("--overwrite", action="store_true", help="if the run dir holds a run of another config "
+                     "(finished or not), delete its files and start this one (without it: refused, exit 2)")
     add_sweep_parser(sub)
     add_report_parser(sub)
     configs = sub.add_parser("configs", help="list the packaged configs (usable by name: seafl run quickstart)")
@@ -134,10 +140,10 @@ def cmd_run(args) -> int:
     cfg, out = _run_target(args)  # before importing torch: config errors come fast
     if args.dry_run:
         from seafl_dist.runtime.dryrun import dry_run
-        return dry_run(cfg, out, explicit=bool(args.resume))
+        return dry_run(cfg, out, explicit=bool(args.resume), overwrite=args.overwrite)
     from seafl_dist.runtime.checkpoint import plan
     from seafl_dist.runtime.launch import launch
-    decided = plan(cfg, out, explicit=bool(args.resume))  # reads nothing but the run dir; writes nothing
+    decided = plan(cfg, out, explicit=bool(args.resume), overwrite=args.overwrite)  # reads the run dir only
     if decided.action == "completed":
         if os.environ.get("RANK", "0") == "0":
             print(f"seafl: {out} already holds a completed run of this config (summary.json, model.pt); "
@@ -227,6 +233,9 @@ def main(argv: list[str] | None = None) -> int:
     except FileNotFoundError as err:  # e.g. a dataset that is not on disk
         print(f"seafl: error: {err}", file=sys.stderr)
         return 2
+    except RunFileError as err:  # a full disk: the run stopped, its last checkpoint kept
+        print(f"seafl: error: {err}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("seafl: interrupted; what the run had so far is in its run directory", file=sys.stderr)
         return 130
