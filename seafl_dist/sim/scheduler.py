@@ -109,8 +109,9 @@ class Scheduler:
         return beta is not None and version - job.version >= beta
 
     def _start_jobs(self, version: int, now: float, in_flight: dict, heap: list, next_id: int) -> list[Job]:
-        busy = {j.device for j in in_flight.values()}
-        free = np.array([d for d in range(self.num_devices) if d not in busy])
+        idle = np.ones(self.num_devices, dtype=bool)  # in numpy: a Python scan cost 0.4 s an aggregation at 10^6
+        idle[[j.device for j in in_flight.values()]] = False
+        free = np.flatnonzero(idle)  # the same sorted int64 ids as before, so the same draws
         need = self.concurrency - len(in_flight)
         chosen = sorted(int(d) for d in stream(self.seed, "select", version).choice(free, size=need, replace=False))
         started = []
