@@ -3,13 +3,11 @@ process (issue 17): jobs start between aggregations and drop, and none of it dep
 import json
 
 import pytest
-import torch
 
 from device_runs import churn_overrides, write_profile
 from launching import run_torchrun
-from small_runs import QUICKSTART
+from resuming import reference
 from test_equivalence import assert_same_metrics
-from seafl_dist.cli import main as seafl_main
 
 pytestmark = pytest.mark.dist
 
@@ -17,13 +15,7 @@ pytestmark = pytest.mark.dist
 def test_profiled_run_with_dropout_matches_inprocess(tmp_path):
     profile = write_profile(tmp_path / "devices.csv")
     overrides = churn_overrides(profile, "algorithm.name=seafl2", "train.epochs=2", "algorithm.staleness_limit=1")
-    ref = tmp_path / "w1"
-    threads = torch.get_num_threads()
-    try:
-        with torch.random.fork_rng(devices=[]):
-            assert seafl_main(["run", str(QUICKSTART), *overrides, "--out", str(ref)]) == 0
-    finally:
-        torch.set_num_threads(threads)
+    ref = reference(tmp_path / "w1", overrides)  # in this process
     cwd = tmp_path / "cwd"
     cwd.mkdir()
     proc = run_torchrun(3, *overrides, "--out", "run", cwd=cwd)

@@ -2,11 +2,8 @@
 most 200 device rows; a profiled run also gets population.png (devices online, jobs in flight)."""
 import json
 
-import torch
-
 from device_runs import churn_overrides, write_profile
-from small_runs import QUICKSTART
-from seafl_dist.cli import main as seafl_main
+from resuming import reference
 from seafl_dist.report.build import write_report
 from seafl_dist.report.churn_plots import in_flight
 from seafl_dist.report.plots import ROWS, _rows, plot_timeline
@@ -14,13 +11,7 @@ from seafl_dist.report.plots import ROWS, _rows, plot_timeline
 
 def test_report_of_a_profiled_run_with_drops(tmp_path, capsys):
     profile = write_profile(tmp_path / "devices.csv")
-    out = tmp_path / "run"
-    threads = torch.get_num_threads()
-    try:
-        with torch.random.fork_rng(devices=[]):
-            assert seafl_main(["run", str(QUICKSTART), *churn_overrides(profile), "--out", str(out)]) == 0
-    finally:
-        torch.set_num_threads(threads)
+    out = reference(tmp_path / "run", churn_overrides(profile))  # in this process
     events = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
     assert any(e["event"] == "drop" for e in events)
     files = write_report([out], tmp_path / "report")["files"]
