@@ -20,7 +20,6 @@ the checkpoint kept.
 """
 from __future__ import annotations
 
-import math
 import sys
 import time
 from collections import Counter
@@ -37,6 +36,7 @@ from seafl_dist.runtime import checkpoint, rundir
 from seafl_dist.runtime.runlock import RunDirLock
 from seafl_dist.runtime.executor import JobSpec
 from seafl_dist.runtime.signals import Fault
+from seafl_dist.runtime.summary import churn_figures, format_summary  # noqa: F401  (format_summary re-exported)
 from seafl_dist.train import evaluate, load_flat
 
 
@@ -322,38 +322,5 @@ class Server:
             "notifications": self.counts["notify"], "rejected_updates": self.counts["rejected"],
             "events": {k: self.counts[k] for k in ("start", "notify", "finish", "aggregate", "eval")},
             "wall_time_s": wall,
-            **self._churn_summary(),
+            **churn_figures(self.counts, churn=self.churn, profile_sha256=self.profile_sha256, stalled=self.stalled),
         }
-
-    def _churn_summary(self) -> dict:
-        """Device churn's figures (nothing without it: summary.json stays what it was)."""
-        out: dict = {}
-        if self.churn:
-            c = self.counts
-            out["drops"] = {"total": c["drop"], "offline": c["drop_offline"], "dropout": c["drop_dropout"]}
-        if self.profile_sha256:
-            out["profile_sha256"] = self.profile_sha256
-        if self.stalled:
-            out["stalled"] = self.stalled
-        return out
-
-
-def format_summary(summary: dict) -> str:
-    """The human summary the CLI prints at the end of a run."""
-    ttt = ", ".join(f"{float(t):.0%}: " + ("never" if v is None or math.isinf(v) else f"{v:.1f}s")
-                    for t, v in summary["time_to_target"].items())
-    ev = summary["events"]
-    acc = summary["final_accuracy"]
-    return "\n".join([
-        f"run {summary['name']} ({summary['algorithm']}): {summary['status']}",
-        f"  final accuracy {acc:.4f}, best {summary['best_accuracy']:.4f}" if acc is not None else "  no evaluation",
-        f"  virtual time {summary['virtual_time'] or 0:.1f}s over {summary['aggregations']} aggregations,"
-        f" real time {summary['wall_time_s']:.1f}s",
-        f"  time to target accuracy: {ttt}",
-        f"  events: {ev['start']} start, {ev['finish']} finish, {ev['notify']} notify, "
-        f"{ev['aggregate']} aggregate, {ev['eval']} eval; mean staleness {summary['mean_staleness']:.2f},"
-        f" rejected updates {summary['rejected_updates']}",
-        *([f"  drops: {d['total']} ({d['offline']} offline, {d['dropout']} by dropout)"] if (d := summary.get("drops"))
-          else []),
-        *([f"  stalled: {summary['stalled']}"] if summary.get("stalled") else []),
-    ])
