@@ -123,8 +123,9 @@ def plot_timeline(events_path: str | Path, path: str | Path, *, until: float | N
     ax.invert_yaxis()
     ax.set_xlabel("virtual time (s)")
     ax.set_ylabel("device" if shown is None else shown)
-    if shown is not None and num_devices <= 40:
-        ax.set_yticks(range(num_devices), [str(d) for d in sorted(row, key=row.get)], fontsize=6)
+    if shown is not None:  # rows are not ids here: label some rows with their device ids
+        ids, step = sorted(row, key=row.get), max(1, num_devices // 25)
+        ax.set_yticks(range(0, num_devices, step), [str(d) for d in ids[::step]], fontsize=6)
     ax.set_title(title or f"jobs of {Path(events_path).parent.name}")
     return _save(fig, Path(path))
 
