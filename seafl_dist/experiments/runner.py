@@ -39,7 +39,7 @@ from pathlib import Path
 from seafl_dist.settings import ConfigError, dump_config
 from seafl_dist.experiments.sweep import Sweep, SweepRun
 from seafl_dist.report.sinks import FINISHED, read_config, read_summary
-from seafl_dist.runtime.rundir import clear, config_diff, config_tree, proof_mismatch
+from seafl_dist.runtime.rundir import clear, config_diff, config_tree, profile_mismatch, proof_mismatch
 from seafl_dist.runtime.runlock import RunDirLock
 
 
@@ -174,8 +174,8 @@ def _why_rerun(run: SweepRun, run_dir: Path) -> str | None:
         return f"its config changed ({', '.join(diff[:4])}{' ...' if len(diff) > 4 else ''})"
     if (summary or {}).get("status") not in FINISHED:
         return ""
-    mismatch = proof_mismatch(run_dir, summary)
-    return None if mismatch is None else f"it says completed, but {mismatch}"
+    mismatch = proof_mismatch(run_dir, summary) or profile_mismatch(run.config, summary.get("profile_sha256"))
+    return None if mismatch is None else f"it says {summary['status']}, but {mismatch}"
 
 
 def prepare_sweep(sweep: Sweep, out: Path, jobs: int, index: int | None = None,

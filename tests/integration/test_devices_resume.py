@@ -8,6 +8,8 @@ resume); a profile of other content is refused in one line, and the run dir is l
 import json
 import shutil
 
+import pytest
+
 from device_runs import churn_overrides, write_profile
 from resuming import assert_same_run, checkpoint_versions, cli, dir_bytes, reference, run_args
 
@@ -53,3 +55,24 @@ def test_resume_with_a_profile_of_other_content_is_refused(tmp_path):
     lines = refused.stderr.strip().splitlines()
     assert len(lines) == 1 and "devices.profile" in lines[0] and "other content" in lines[0], refused.stderr
     assert dir_bytes(out) == before
+
+
+def test_a_completed_run_is_done_only_with_its_own_profile_content(tmp_path):
+    """`seafl run` again, and a sweep, skip a completed profiled run only while the profile's content is the run's."""
+    from types import SimpleNamespace
+
+    from small_runs import QUICKSTART
+    from seafl_dist.experiments.runner import _why_rerun
+    from seafl_dist.runtime.checkpoint import CheckpointError, plan
+    from seafl_dist.settings import load_config
+
+    profile = write_profile(tmp_path / "devices.csv")
+    out = reference(tmp_path / "run", churn_overrides(profile))
+    cfg = load_config(QUICKSTART, churn_overrides(profile))
+    assert plan(cfg, out, explicit=False).action == "completed"
+    assert _why_rerun(SimpleNamespace(config=cfg), out) is None
+    profile.write_text(profile.read_text().replace("laptop,0.01", "laptop,0.02"))
+    assert "other content" in _why_rerun(SimpleNamespace(config=cfg), out)
+    with pytest.raises(CheckpointError, match="says completed, but devices.profile .* other content"):
+        plan(cfg, out, explicit=False)
+    assert plan(cfg, out, explicit=False, overwrite=True).action == "fresh"
