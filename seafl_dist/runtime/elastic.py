@@ -120,3 +120,20 @@ def join(base, run_key: str, rank: int) -> Attempt:
         if nonce in ack["nonces"]:
             return Attempt(base, run_key, token, ack["plan"])
         time.sleep(0.1)  # an earlier attempt's acknowledgement: wait for rank 0 to open the new one
+
+
+def end_group() -> None:
+    """Destroy this rank's process groups; abort them if a transport thread still waits on a peer.
+
+    A gloo receive cannot be cancelled (runtime/distributed.py's ``farewell`` ends them when it
+    can). Aborting closes this rank's connections at once: such a wait then never returns, which
+    is harmless, while a plain destroy keeps the connections open until the process ends, and a
+    wait that returns while Python is finalizing aborts the process ("terminate called without
+    an active exception")."""
+    import threading
+    waiting = any(t.name.startswith("seafl-recv") and t.is_alive() for t in threading.enumerate())
+    abort = getattr(dist.distributed_c10d, "_abort_process_group", None)
+    if waiting and abort is not None:
+        abort()
+    else:
+        dist.destroy_process_group()

@@ -3,7 +3,7 @@
     SEAFL_FAULT=POINT:N[:ACTION][@RANK]
 
 ACTION is a signal (``KILL``, the default, ``TERM``, ``USR1`` ...) or ``HANG`` (sleep until
-killed). Points:
+killed); RANK is a rank or ``*`` (every rank, rank 0 last). Points:
 - ``after_aggregate:N``: aggregation N is complete (and checkpointed, if one was due);
 - ``during_aggregate:N``: aggregation N's event is written and its new jobs dispatched, its
   evaluation not yet done;
@@ -37,19 +37,19 @@ NO_FAULT = NoFault()
 class Fault(NoFault):
     """One armed point; ``at``'s ``flush()`` runs before it fires (the server flushes its run files)."""
 
-    def __init__(self, spec: str, *, rank: int = 0, pid_of=None):
+    def __init__(self, spec: str, *, rank: int = 0, world: int = 1, pid_of=None):
         where, _, target = spec.partition("@")
         parts = where.split(":")
         if (len(parts) not in (2, 3) or parts[0] not in POINTS or not parts[1].isdigit()
-                or (target and not target.isdigit())):
+                or (target and not target.isdigit() and target != "*")):
             raise ValueError(f"SEAFL_FAULT={spec!r}: expected POINT:N[:ACTION][@RANK] with POINT one of "
                              f"{', '.join(POINTS)} (e.g. after_aggregate:3, during_aggregate:2:TERM, "
                              f"after_aggregate:3:KILL@2, before_group:0:HANG@1)")
         self.point, self.version = parts[0], int(parts[1])
-        self.target = int(target) if target else 0
+        self.target = "*" if target == "*" else int(target or 0)
         action = parts[2].upper() if len(parts) == 3 else "KILL"
         self.signal = None if action == "HANG" else getattr(signal, action if action.startswith("SIG") else "SIG" + action)
-        self.rank, self.pid_of = rank, pid_of
+        self.rank, self.world, self.pid_of = rank, world, pid_of
         self.armed = True
 
     def at(self, point: str, version: int = 0, flush=None) -> None:
@@ -58,20 +58,25 @@ class Fault(NoFault):
         self.armed = False
         if flush is not None:
             flush()
-        pid = os.getpid() if self.target == self.rank else self.pid_of(self.target)
         if self.signal is None:
             while True:
                 time.sleep(3600)
-        os.kill(pid, self.signal)
+        if self.point == "before_group":
+            targets = [self.rank]
+        else:
+            targets = [*range(1, self.world), 0] if self.target == "*" else [self.target]
+        for r in targets:
+            os.kill(os.getpid() if r == self.rank else self.pid_of(r), self.signal)
 
 
-def from_env(*, rank: int = 0, pid_of=None, environ=None) -> NoFault:
+def from_env(*, rank: int = 0, world: int = 1, pid_of=None, environ=None) -> NoFault:
     """The hook ``SEAFL_FAULT`` asks for on this rank, or :data:`NO_FAULT`."""
     environ = os.environ if environ is None else environ
     spec = environ.get("SEAFL_FAULT")
     if not spec or environ.get("TORCHELASTIC_RESTART_COUNT", "0") != "0":
         return NO_FAULT
-    fault = Fault(spec, rank=rank, pid_of=pid_of)
+    fault = Fault(spec, rank=rank, world=world, pid_of=pid_of)
     # a before_group fault fires on its own rank; an aggregation point on rank 0, where the loop is
-    fires_here = rank == (fault.target if fault.point == "before_group" else 0)
-    return fault if fires_here else NO_FAULT
+    if fault.point == "before_group":
+        return fault if fault.target in ("*", rank) else NO_FAULT
+    return fault if rank == 0 else NO_FAULT

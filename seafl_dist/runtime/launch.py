@@ -192,7 +192,7 @@ def launch_ranks(cfg, out_dir, explicit: bool, ranks: Ranks, interrupts: Interru
     ok = False
     try:
         attempt.store.set(f"pid/{rank}", str(os.getpid()))  # for the SEAFL_FAULT hook's @RANK
-        hook = faults.from_env(rank=rank, pid_of=lambda r: int(attempt.store.get(f"pid/{r}")))
+        hook = faults.from_env(rank=rank, world=world, pid_of=lambda r: int(attempt.store.get(f"pid/{r}")))
         with outcome(out, rank, on_interrupt=attempt.mark_interrupted):
             try:
                 summary = run_distributed(cfg, out, rank=rank, world_size=world, local_rank=ranks.local_rank,
@@ -208,8 +208,7 @@ def launch_ranks(cfg, out_dir, explicit: bool, ranks: Ranks, interrupts: Interru
         return read_summary(out) if rank == 0 else None
     finally:
         sys.stderr.flush()
-        # after a failure peers may be gone, and a goodbye must not hang the caller's process
-        bounded(dist.destroy_process_group, 60.0 if ok else 5.0, "process group teardown")
+        bounded(elastic.end_group, 60.0 if ok else 10.0, "process group teardown")
 
 
 def _plan_for_all(cfg, out: Path, explicit: bool, interrupted: bool) -> tuple[dict, Exception | None]:

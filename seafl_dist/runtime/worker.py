@@ -21,7 +21,19 @@ class RankZeroLost(RuntimeError):
     pass
 
 
-def run_worker(exp, rank: int, numel: int, watcher, links=(Channel(), Channel()), progress=None) -> int:
+# A farewell (runtime/distributed.py) is a BYE whose ``device`` field says why its sender stopped.
+GONE_INTERRUPTED, GONE_FAILED = 1, 2
+
+
+def gone(rank: int, h: Header) -> BaseException:
+    """What a peer's farewell means here: its interrupt is ours too (one job, one signal); its failure ends us."""
+    if h.device == GONE_INTERRUPTED:
+        return KeyboardInterrupt(f"rank {rank} was interrupted")
+    return RankZeroLost(f"rank {rank} failed (its own error says why)") if rank == 0 else \
+        RuntimeError(f"worker rank {rank} failed (its own error says why)")
+
+
+def run_worker(exp, rank: int, numel: int, watcher, links=(Channel(), Channel()), progress=None, ends=None) -> int:
     """Serve rank 0 until it says STOP; return the number of jobs trained.
 
     ``progress`` (a liveness.StepCounter) is bumped for every message handled and every optimiser
@@ -31,7 +43,7 @@ def run_worker(exp, rank: int, numel: int, watcher, links=(Channel(), Channel())
     progress = progress if progress is not None else StepCounter()
     trainer = GroupTrainer(exp)
     down, up = links
-    mailbox, outbox = Mailbox([0], numel, down), Outbox(up)
+    mailbox, outbox = ends or (Mailbox([0], numel, down), Outbox(up))
     versions, queue, newest, trained = {}, [], -1, 0
     while True:
         for _, h, payload in mailbox.poll(timeout=0 if queue else POLL_S):
@@ -41,6 +53,8 @@ def run_worker(exp, rank: int, numel: int, watcher, links=(Channel(), Channel())
                 outbox.flush()
                 outbox.close()
                 return trained
+            if h.kind == BYE:
+                raise gone(0, h)
             progress.step()
             if h.kind == JOB:
                 if payload is not None:
