@@ -196,8 +196,9 @@ def main(argv: list[str] | None = None) -> int:
     except FileNotFoundError as err:  # e.g. a dataset that is not on disk
         print(f"seafl: error: {err}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:  # RunInterrupted, SweepSignal, or Ctrl-C outside a run
-        print("seafl: interrupted; what the run had so far is in its run directory", file=sys.stderr)
+    except KeyboardInterrupt as err:  # RunInterrupted, SweepSignal, or Ctrl-C outside a run
+        why = f" ({err})" if str(err) else ""
+        print(f"seafl: interrupted{why}; what the run had so far is in its run directory", file=sys.stderr)
         return 130
     except RuntimeError as err:
         from seafl_dist.runtime.launch import RunFailed

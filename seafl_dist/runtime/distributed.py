@@ -243,14 +243,15 @@ def open_ends(rank: int, world_size: int, numel: int, links) -> tuple[Mailbox, O
     return Mailbox([0], numel, down), Outbox(up)
 
 
-def farewell(mailbox: Mailbox, outbox: Outbox, why: int, wait_s: float = 5.0) -> None:
+def farewell(mailbox: Mailbox, outbox: Outbox, why: int, wait_s: float = 15.0) -> None:
     """After an interrupt or a failure (``why``): tell every peer we are gone, wait briefly for theirs.
 
     A gloo receive cannot be cancelled: a receiver thread still waiting when the process ends
     aborts it, and the caller's process (seafl_dist.run) must go on. So each rank sends its peers
     a BYE, which ends their receiver for it and says why (a worker told of rank 0's interrupt stops
     as interrupted, told of its failure as failed), and hears theirs: ranks stopped by one signal
-    all do so; a dead peer's connection fails at once."""
+    all do so (a worker takes messages between optimiser steps); a dead peer's connection fails
+    at once."""
     for r in mailbox.peers:
         try:
             outbox.send(r, Header(BYE, device=why))

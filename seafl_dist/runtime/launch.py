@@ -195,9 +195,9 @@ def launch_ranks(cfg, out_dir, explicit: bool, ranks: Ranks, interrupts: Interru
         hook = faults.from_env(rank=rank, world=world, pid_of=lambda r: int(attempt.store.get(f"pid/{r}")))
         with outcome(out, rank, on_interrupt=attempt.mark_interrupted):
             try:
-                summary = run_distributed(cfg, out, rank=rank, world_size=world, local_rank=ranks.local_rank,
-                                          store=attempt.store, pg_timeout_s=pg_timeout_s,
-                                          resume=attempt.plan.get("checkpoint"), hook=hook)
+                run_distributed(cfg, out, rank=rank, world_size=world, local_rank=ranks.local_rank,
+                                store=attempt.store, pg_timeout_s=pg_timeout_s, resume=attempt.plan.get("checkpoint"),
+                                hook=hook)
             except KeyboardInterrupt as err:
                 print(f"seafl: rank {rank} stopped: {err or 'interrupted'}", file=sys.stderr)
                 raise
