@@ -7,6 +7,7 @@ uninterrupted run. A run that fails on rank 0 raises :class:`seafl_dist.RunFaile
 nothing calls ``os._exit`` (each rank's script prints its outcome and ends normally).
 """
 import json
+import re
 import subprocess
 import sys
 
@@ -29,10 +30,9 @@ def drive(scenario, out, cwd):
     assert proc.returncode == 0, proc.stderr[-3000:]  # every rank's script ended normally
     assert "terminate called" not in proc.stderr
     by_rank = {}
-    for line in proc.stdout.splitlines():
-        if line.startswith("RESULT "):
-            r = json.loads(line[7:])
-            by_rank.setdefault(r["rank"], []).append(r)
+    for found in re.findall(r"RESULT (\{[^{}]*\})", proc.stdout):  # ranks' lines may run into each other
+        r = json.loads(found)
+        by_rank.setdefault(r["rank"], []).append(r)
     assert proc.stdout.count("CALLED []") == 3, proc.stdout
     return by_rank
 

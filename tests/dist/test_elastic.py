@@ -100,7 +100,7 @@ def test_a_config_error_fails_fast_on_every_attempt(tmp_path):
     t0 = time.monotonic()
     proc = run_torchrun(2, *SMALL, "algorithm.name=nope", "--out", tmp_path / "run", cwd=tmp_path, restarts=2)
     assert proc.returncode != 0
-    errors = [line for line in proc.stderr.splitlines() if line.startswith("seafl: error:")]
-    assert len(errors) == 3 and all("algorithm.name" in line for line in errors), proc.stderr[-3000:]
+    # one line per attempt, from rank 0 (torchrun's own log lines may run into it)
+    assert proc.stderr.count("seafl: error: config key 'algorithm.name'") == 3, proc.stderr[-3000:]
     assert "seafl: running" not in proc.stderr and not (tmp_path / "run").exists()
     assert time.monotonic() - t0 < 120
