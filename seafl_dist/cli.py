@@ -8,6 +8,8 @@
         partition.json, summary.json, model.pt and, while it runs, checkpoint-*.pt. Rerunning
         the same command with the same --out continues from the last checkpoint; so does
         --resume RUN_DIR (config from the run dir). A completed run is left as it is (exit 0).
+        Under torchrun --max-restarts=N a lost rank's attempt is restarted and resumes by itself.
+        Exit status: 0, 1 (the run failed), 2 (bad input), 130 (SIGTERM/SIGINT/SIGUSR1: checkpointed).
 
     seafl sweep CONFIG [key.sub=value ...] [--grid key=v1,v2 ...] [--seeds 0,1,2] [--jobs P] [--out DIR]
         Run the cross product of a grid, each run its own process and dir, P at a time; rerun to
