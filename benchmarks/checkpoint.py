@@ -9,7 +9,7 @@ shape) and ResNet-18 (CIFAR-10 shape, width 1, ~45 MB flat) and each count of ve
 times, in one run, :func:`seafl_dist.runtime.checkpoint.save` (temp file, fsync, rename, dir
 fsync), the full ``torch.load(weights_only=True)`` rank 0 does on resume, and the mmap'd read
 every rank does to check a checkpoint before starting. Medians over ``--iters``. A script, not a
-test; the README's "Long runs and clusters" quotes its output.
+test; docs/clusters.md ("Checkpoints") quotes its output.
 """
 from __future__ import annotations
 

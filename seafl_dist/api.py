@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from seafl_dist.settings.core import Config, ConfigError, _set_dotted, config_from_dict, find_config, load_yaml
+from seafl_dist.settings import Config, ConfigError, set_dotted, config_from_dict, find_config, load_yaml
 
 SECTIONS = tuple(Config.__dataclass_fields__)
 
@@ -54,7 +54,7 @@ def make_config(config, **overrides) -> Config:
     """The validated Config of ``config`` (path, name, dict or Config) with keyword overrides applied."""
     tree = _tree(config)
     for key, value in _dotted(overrides):
-        _set_dotted(tree, key, copy.deepcopy(value))
+        set_dotted(tree, key, copy.deepcopy(value))
     return config_from_dict(tree)
 
 
@@ -139,10 +139,11 @@ def load_run(run_dir: str | Path) -> Run:
     import yaml
 
     from seafl_dist.report.sinks import read_events, read_metrics
+    from seafl_dist.report.partition import read_partition
     d = Path(run_dir)
     if not (d / "config.yaml").is_file():
         raise FileNotFoundError(f"{d} is not a run directory: it has no config.yaml (a run writes it first)")
     metrics = read_metrics(d / "metrics.csv") if (d / "metrics.csv").is_file() else []
     events = read_events(d / "events.jsonl") if (d / "events.jsonl").is_file() else []
     return Run(d, yaml.safe_load((d / "config.yaml").read_text()), metrics, events,
-               _read_json(d / "summary.json"), _read_json(d / "partition.json"))
+               _read_json(d / "summary.json"), read_partition(d))

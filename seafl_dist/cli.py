@@ -10,6 +10,8 @@
         --resume RUN_DIR (config from the run dir). A completed run is left as it is (exit 0).
         Under torchrun --max-restarts=N a lost rank's attempt is restarted and resumes by itself.
         Exit status: 0, 1 (the run failed), 2 (bad input), 130 (SIGTERM/SIGINT/SIGUSR1: checkpointed).
+        --dry-run checks config, data, model, partition and run dir and prints what the run
+        would do, training and writing nothing (seafl_dist/runtime/dryrun.py).
 
     seafl sweep CONFIG [key.sub=value ...] [--grid key=v1,v2 ...] [--seeds 0,1,2] [--jobs P] [--out DIR]
         Run the cross product of a grid, each run its own process and dir, P at a time; rerun to
@@ -21,8 +23,9 @@
     seafl report RUN_OR_SWEEP_DIR... [--target 0.5,0.7] [--baseline fedbuff] [--out DIR]
         report.md/.csv, runs.csv, accuracy_vs_time.png and (for one run) timeline.png.
 
-    seafl configs
+    seafl configs [--keys]
         The configs shipped with the package; CONFIG may be one of these names (``quickstart``).
+        --keys prints every config key instead: type, default and help (docs/configuration.md).
 """
 from __future__ import annotations
 
@@ -40,7 +43,8 @@ EPILOG = """examples:
   seafl run configs/quickstart.yaml algorithm.name=fedbuff run.seed=1 --out runs/fb
   torchrun --nproc_per_node=3 -m seafl_dist run configs/quickstart.yaml
   seafl run --resume runs/fb                 # continue an interrupted run from its checkpoint
-Overrides are dotted config keys (see README "Configuration"); values are parsed as YAML
+  seafl run configs/quickstart.yaml --out runs/q --dry-run   # check everything, train and write nothing
+Overrides are dotted config keys (every key: docs/configuration.md, or `seafl configs --keys`); values are parsed as YAML
 (null = none/infinity, e.g. algorithm.staleness_limit=null)."""
 
 
@@ -57,9 +61,12 @@ def build_parser() -> argparse.ArgumentParser:
                      "if it holds a checkpoint of the same config, the run continues from it")
     run.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its last checkpoint "
                      "(config: RUN_DIR/config.yaml unless CONFIG is given)")
+    run.add_argument("--dry-run", action="store_true", help="check the config, data, model, partition and run dir, "
+                     "print what the run would do; train nothing, write nothing")
     add_sweep_parser(sub)
     add_report_parser(sub)
-    sub.add_parser("configs", help="list the packaged configs (usable by name: seafl run quickstart)")
+    configs = sub.add_parser("configs", help="list the packaged configs (usable by name: seafl run quickstart)")
+    configs.add_argument("--keys", action="store_true", help="list every config key: type, default and help")
     return parser
 
 
@@ -84,7 +91,8 @@ def add_sweep_parser(sub) -> None:
     p.add_argument("--out", metavar="DIR", help="sweep dir (default: runs/<sweep-name>, so a rerun resumes)")
     p.add_argument("--name", help="sweep name (default: the sweep file's name or stem)")
     p.add_argument("--launcher", help="command that replaces `python` for each run, e.g. 'torchrun --nproc_per_node=4'")
-    p.add_argument("--dry-run", action="store_true", help="validate, write the configs, print the commands")
+    p.add_argument("--dry-run", action="store_true",
+                   help="validate every run's config, print the commands; write nothing")
     one = p.add_mutually_exclusive_group()
     one.add_argument("--list", action="store_true", help="print each run's index, name and overrides; run nothing")
     one.add_argument("--index", type=int, metavar="I", help="run only run I of --list (no report; resumable)")
@@ -119,7 +127,13 @@ def _run_target(args):
 
 
 def cmd_run(args) -> int:
+    if args.dry_run:  # a user's plugin module, imported as the config loads, must leave no __pycache__
+        sys.dont_write_bytecode = True
     cfg, out = _run_target(args)  # before importing torch: config errors come fast
+    if args.dry_run:
+        from seafl_dist.runtime.dryrun import dry_run
+        from seafl_dist.runtime.launch import default_out_dir
+        return dry_run(cfg, out if out is not None else default_out_dir(cfg.name), explicit=bool(args.resume))
     from seafl_dist.runtime.launch import launch
     launch(cfg, out, explicit=bool(args.resume))  # the same path as seafl_dist.run
     return 0
@@ -127,6 +141,9 @@ def cmd_run(args) -> int:
 
 def cmd_sweep(args) -> int:
     import shlex
+
+    if args.dry_run:  # as for `seafl run --dry-run`: plugin modules leave no __pycache__
+        sys.dont_write_bytecode = True
 
     from seafl_dist.experiments import load_sweep, parse_grid_arg, run_sweep
     from seafl_dist.experiments.sweep import parse_seeds
@@ -167,6 +184,10 @@ def cmd_report(args) -> int:
 
 
 def cmd_configs(args) -> int:
+    if args.keys:
+        from seafl_dist.settings.reference import text
+        sys.stdout.write(text())
+        return 0
     from seafl_dist.settings.files import describe, packaged, packaged_dir
     shipped = packaged()
     width = max(map(len, shipped), default=0)

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import gzip
+import io
+import os
 import pickle
 import struct
 
@@ -27,8 +29,40 @@ def random_images(n, *shape, seed=0):
     return np.random.default_rng(seed).integers(0, 256, size=(n, *shape), dtype=np.uint8)
 
 
+class Py2Pickler(pickle._Pickler):
+    """Writes what Python 2's cPickle wrote for CIFAR-10 (protocol 2): ``bytes`` as Python 2 ``str``
+    (BINSTRING, read back as str with ``encoding="latin1"``), numpy's globals under ``numpy.core``."""
+
+    dispatch = dict(pickle._Pickler.dispatch)
+
+    def save_py2_str(self, obj: bytes) -> None:
+        n = len(obj)
+        self.write((pickle.SHORT_BINSTRING + bytes([n]) if n < 256 else pickle.BINSTRING + struct.pack("<i", n)) + obj)
+        self.memoize(obj)
+
+    dispatch[bytes] = save_py2_str
+
+    def save_global(self, obj, name=None) -> None:
+        module = obj.__module__.replace("numpy._core", "numpy.core")
+        self.write(pickle.GLOBAL + f"{module}\n{name or obj.__qualname__}\n".encode())
+        self.memoize(obj)
+
+
+def py2_pickle(obj) -> bytes:
+    """``obj`` pickled as CIFAR-10's batches are: protocol 2, Python 2 strings (pass them as bytes)."""
+    buf = io.BytesIO()
+    Py2Pickler(buf, protocol=2).dump(obj)
+    return buf.getvalue()
+
+
+def cifar_batch(name: str, imgs: np.ndarray, labels: list[int]) -> dict:
+    """One batch dict as in the real files: Python 2 str keys and strings (bytes here), uint8 rows of 3072."""
+    return {b"batch_label": name.encode(), b"labels": labels, b"data": imgs.reshape(len(imgs), 3072),
+            b"filenames": [f"{name}_{j}.png".encode() for j in range(len(imgs))]}
+
+
 def write_cifar(root, per_batch=2):
-    """cifar-10-batches-py as distributed: pickled dicts, rows of 3072 bytes (R, G, B planes)."""
+    """cifar-10-batches-py as distributed: Python 2 pickles of dicts, rows of 3072 bytes (R, G, B planes)."""
     base = root / "cifar-10-batches-py"
     base.mkdir(parents=True)
     written = {}
@@ -36,14 +70,22 @@ def write_cifar(root, per_batch=2):
                               "test_batch"]):
         imgs = random_images(per_batch, 3, 32, 32, seed=10 + k)
         labels = [(k + j) % 10 for j in range(per_batch)]
-        with open(base / name, "wb") as f:
-            pickle.dump({"batch_label": name, "labels": labels, "data": imgs.reshape(per_batch, 3072),
-                         "filenames": [f"{name}_{j}.png" for j in range(per_batch)]}, f)
+        (base / name).write_bytes(py2_pickle(cifar_batch(name, imgs, labels)))
         written[name] = (imgs, labels)
-    names = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
-    with open(base / "batches.meta", "wb") as f:
-        pickle.dump({"num_cases_per_batch": per_batch, "label_names": names, "num_vis": 3072}, f)
+    names = [b"airplane", b"automobile", b"bird", b"cat", b"deer", b"dog", b"frog", b"horse", b"ship", b"truck"]
+    (base / "batches.meta").write_bytes(py2_pickle({b"num_cases_per_batch": per_batch, b"label_names": names,
+                                                    b"num_vis": 3072}))
     return written
+
+
+class RunsCommand:
+    """What a tampered download could hold: plain ``pickle.load`` of it runs ``command`` in a shell."""
+
+    def __init__(self, command: str):
+        self.command = command
+
+    def __reduce__(self):
+        return os.system, (self.command,)
 
 
 def write_cinic(root, split, per_class=2, seed=0, folder="cinic10"):

@@ -45,6 +45,19 @@ def uniform_mean(cfg, version, global_flat, updates, base_model):
         info[i]["weight"] = 1 / len(accepted)
     return AggregationResult(torch.stack([updates[i].flat for i in accepted]).mean(0), info)
 '''
+# Plain nn.Modules the fused step (runtime.batch_jobs > 1) cannot or must not train as the built-ins:
+# random layers, a cumulative batch-norm average, a frozen layer. ``model.name=<name>:dropout_mlp``.
+LAYERS = SOURCE + '''
+
+def dropout_mlp(num_classes, in_channels, image_size, width):
+    return nn.Sequential(nn.Flatten(), nn.Linear(in_channels * image_size ** 2, 32), nn.ReLU(), nn.Dropout(0.3),
+                         nn.Linear(32, num_classes))
+
+
+def cumulative_bn_mlp(num_classes, in_channels, image_size, width):
+    return nn.Sequential(nn.Flatten(), nn.Linear(in_channels * image_size ** 2, 32), nn.BatchNorm1d(32, momentum=None),
+                         nn.ReLU(), nn.Linear(32, num_classes))
+'''
 _names = itertools.count()
 
 

@@ -8,12 +8,13 @@
     x, y = train.batch(torch.as_tensor(shards[0][:32]), augment=True, generator=g, device="cuda")
 
 ``load_dataset`` knows digits (bundled with scikit-learn), mnist, emnist, cifar10 and cinic10;
-see :mod:`seafl_dist.data.loaders` for where each is looked for and
+see :mod:`seafl_dist.data.loaders` for where each is looked for (a missing one raises
+:class:`DatasetNotFoundError`, a truncated or corrupt file :class:`DataError`) and
 :mod:`seafl_dist.data.partition` for how shards are drawn.
 """
 from .dataset import NORMALIZATION, ArrayDataset
-from .loaders import DATASETS, DatasetNotFoundError, clear_cache, load_dataset
+from .loaders import DATASETS, DataError, DatasetNotFoundError, clear_cache, load_dataset
 from .partition import METHODS, label_histograms, partition
 
-__all__ = ["ArrayDataset", "DATASETS", "DatasetNotFoundError", "METHODS", "NORMALIZATION", "clear_cache",
+__all__ = ["ArrayDataset", "DATASETS", "DataError", "DatasetNotFoundError", "METHODS", "NORMALIZATION", "clear_cache",
            "label_histograms", "load_dataset", "partition"]

@@ -17,8 +17,11 @@ state) on any device.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 
+import numpy as np
 import torch
 
 PAD = 4  # pixels of zero padding before the random crop
@@ -145,3 +148,14 @@ def _crop_flip(x: torch.Tensor, dy: torch.Tensor, dx: torch.Tensor, flip: torch.
     b = torch.arange(n, device=x.device)[:, None, None, None]
     ch = torch.arange(c, device=x.device)[None, :, None, None]
     return padded[b, ch, rows[:, None, :, None], cols[:, None, None, :]]
+
+
+def save_cache(path: Path, **arrays: np.ndarray) -> None:
+    """A loader's decoded cache (derived data), written whole then renamed, so ranks racing to write
+    leave one whole file; a read-only data root just has no cache (no error)."""
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp.npz")
+    try:
+        np.savez(tmp, **arrays)
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)

@@ -11,22 +11,29 @@ name       files                                                               v
 =========  ==================================================================  =================
 digits     bundled with scikit-learn (1,797 8x8 digits), nothing on disk        sklearn
 mnist      root/MNIST/raw/{train,t10k}-{images-idx3,labels-idx1}-ubyte          own IDX reader
-emnist     root/EMNIST/raw/emnist-<split>-{train,test}-{images-idx3,labels-     torchvision EMNIST
+emnist     root/EMNIST/raw/emnist-<split>-{train,test}-{images-idx3,labels-     own IDX reader
            idx1}-ubyte
-cifar10    root/cifar-10-batches-py/{data_batch_1..5, test_batch, batches.meta} own pickle reader
+cifar10    root/cifar-10-batches-py/{data_batch_1..5, test_batch, batches.meta} own safe unpickler
 cinic10    root/{cinic10,CINIC-10,.}/{train,test}/<class>/*.png (``valid/``     own PNG reader
            is not used); the first of the three that holds the split
+femnist    root/{femnist,femnist/data}/{train,test}/*.json (LEAF's format)     own JSON reader
 =========  ==================================================================  =================
 
 Choices, so that they are written down:
 
 - IDX files may also sit there gzipped (``*.gz``, as the mirrors serve them); they are
-  decompressed in place on first use.
+  decompressed in place on first use. Downloads go through torchvision; files on disk are read
+  directly (torchvision's import costs every torchrun rank ~1.7 s of CPU at start-up).
 - EMNIST's IDX files store every image transposed; the loader transposes it back so letters read
   upright. ``letters`` labels are 1..26 (torchvision's class 0 is "N/A"), hence 27 classes.
-- CIFAR-10 batches are read with our own unpickler in torchvision's layout, without the MD5 check
-  torchvision makes, so re-packed or subsetted copies load; a download (``download=True``) goes
-  through torchvision and is checksummed.
+- CIFAR-10 batches are read with our own unpickler (:mod:`seafl_dist.data.safepickle`: plain data
+  and numpy arrays only, so a tampered file cannot run code) in torchvision's layout, without the
+  MD5 check torchvision makes, so re-packed or subsetted copies load (pickled as the originals, by
+  Python 2, or by Python 3 at protocol 3 or later); a download (``download=True``) goes through
+  torchvision and is checksummed.
+- Every file is checked as it is read (IDX sizes against their header, image and label counts,
+  label ranges, CIFAR's fields, CINIC's PNGs): a truncated or corrupt file raises
+  :class:`DataError`, one line naming the file and what is wrong with it.
 - CINIC-10 uses ``train/`` for training (90,000 images) and ``test/`` for testing; ``valid/`` is
   ignored, as in most FL papers. The first load decodes the PNGs in threads and writes
   ``<that folder>/.<split>.seafl-cache.npz`` (uint8 arrays, keyed by the file list), which later
@@ -42,23 +49,23 @@ worker share one copy (:func:`clear_cache` empties it).
 """
 from __future__ import annotations
 
-import gzip
-import os
-import pickle
-import shutil
 from pathlib import Path
 from urllib.error import URLError
 
 import numpy as np
 import torch
 
+from ..settings.errors import ConfigError
 from ..settings.plugins import is_import_path
 from .custom import load_custom_dataset
+from .cifar import load_cifar10
 from .cinic import CINIC_CLASSES, load_cinic10  # noqa: F401  (CINIC_CLASSES: re-exported)
 from .dataset import NORMALIZATION, ArrayDataset
-from .missing import DatasetNotFoundError, not_found as _not_found  # noqa: F401  (DatasetNotFoundError: re-exported)
+from .femnist import load_femnist
+from .idx import gunzip_missing, read_pair
+from .missing import DataError, DatasetNotFoundError, not_found as _not_found  # noqa: F401  (re-exported)
 
-DATASETS = ("digits", "mnist", "emnist", "cifar10", "cinic10")
+DATASETS = ("digits", "mnist", "emnist", "cifar10", "cinic10", "femnist")
 _CACHE: dict[tuple, ArrayDataset] = {}
 
 
@@ -89,7 +96,9 @@ def load_dataset(name: str, root: str | Path = "data", train: bool = True, *, do
         elif name == "emnist":
             _CACHE[key] = _load_emnist(root, train, download, emnist_split)
         elif name == "cifar10":
-            _CACHE[key] = _load_cifar10(root, train, download)
+            _CACHE[key] = load_cifar10(root, train, download)
+        elif name == "femnist":  # LEAF's JSON files, by writer (data/femnist.py)
+            _CACHE[key] = load_femnist(root, train, download)
         else:
             _CACHE[key] = load_cinic10(root, train, download)
     return _CACHE[key]
@@ -128,59 +137,40 @@ def _load_digits(train: bool, seed: int, test_fraction: float) -> ArrayDataset:
                         [str(d) for d in range(10)])
 
 
-# ---- MNIST / EMNIST (IDX files: MNIST read here, EMNIST and downloads via torchvision) ----
+# ---- MNIST / EMNIST (IDX files read here, downloads via torchvision) ---------------------
 
-def _gunzip_missing(folder: Path, files: list[str]) -> None:
-    """Decompress ``f.gz`` to ``f`` for each missing ``f`` whose gzip is there (atomic rename)."""
-    for f in files:
-        target, packed = folder / f, folder / (f + ".gz")
-        if not target.exists() and packed.exists():
-            tmp = target.with_name(target.name + f".{os.getpid()}.tmp")
-            with gzip.open(packed, "rb") as src, open(tmp, "wb") as dst:
-                shutil.copyfileobj(src, dst)
-            os.replace(tmp, target)
-
-
-def _via_torchvision(make, name: str, where: Path, expected: list[str], how: str, download: bool):
-    """Build a torchvision dataset; a missing file or failed download becomes DatasetNotFoundError."""
-    _gunzip_missing(where, expected)
-    if not download and not all((where / f).exists() for f in expected):
-        raise _not_found(name, where, expected, how)
+def _via_torchvision(make, name: str, where: Path, expected: list[str], how: str):
+    """Download with a torchvision dataset; a failed download becomes DatasetNotFoundError."""
     try:
         return make()
     except (RuntimeError, OSError, URLError) as err:
         raise _not_found(name, where, expected, how, cause=str(err)) from err
 
 
-def _read_idx(path: Path, ndim: int) -> torch.Tensor:
-    """An uint8 IDX file (magic 0x0000080<ndim>, big-endian sizes) as a tensor, read as torchvision does."""
-    data = path.read_bytes()
-    if len(data) < 4 + 4 * ndim or data[:4] != bytes([0, 0, 8, ndim]):
-        raise ValueError(f"{path} is not an IDX file of {ndim}-d uint8 data (magic {data[:4].hex()})")
-    shape = tuple(int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(ndim))
-    if len(data) != 4 + 4 * ndim + int(np.prod(shape)):
-        raise ValueError(f"{path}: {len(data)} bytes do not hold the {shape} its header announces")
-    return torch.from_numpy(np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim).reshape(shape).copy())
+def _idx_split(raw: Path, expected: list[str], prefix: str, num_classes: int, name: str, how: str, download, fetch):
+    """(images, labels) of one split: read from ``raw`` if its files are there, else via ``fetch()``."""
+    gunzip_missing(raw, expected)
+    if not all((raw / f).exists() for f in expected):
+        if not download:
+            raise _not_found(name, raw, expected, how)
+        _via_torchvision(fetch, name, raw, expected, how)  # torchvision leaves the IDX files in raw/
+        gunzip_missing(raw, expected)
+    return read_pair(raw / f"{prefix}-images-idx3-ubyte", raw / f"{prefix}-labels-idx1-ubyte", num_classes)
 
 
 def _load_mnist(root: Path, train: bool, download: bool) -> ArrayDataset:
     raw = root / "MNIST" / "raw"
     expected = [f"{p}-{kind}-ubyte" for p in ("train", "t10k") for kind in ("images-idx3", "labels-idx1")]
-    _gunzip_missing(raw, expected)
-    prefix = "train" if train else "t10k"
-    if all((raw / f).exists() for f in expected):
-        # Read directly: importing torchvision costs every torchrun rank ~1.7 s of CPU at start-up.
-        images = _read_idx(raw / f"{prefix}-images-idx3-ubyte", 3)
-        labels = _read_idx(raw / f"{prefix}-labels-idx1-ubyte", 1)
-    else:
-        from torchvision.datasets import MNIST
+    mirror = "https://ossci-datasets.s3.amazonaws.com/mnist/"
+    how = (f"download the four files {', '.join(f + '.gz' for f in expected)} from {mirror} into {raw} "
+           f"(gzipped or not)")
 
-        how = (f"download the four files {', '.join(f + '.gz' for f in expected)} from "
-               f"{MNIST.mirrors[0]} into {raw} (gzipped or not)")
-        ds = _via_torchvision(lambda: MNIST(str(root), train=train, download=download), "mnist", raw, expected, how,
-                              download)
-        images, labels = ds.data, ds.targets
-    return ArrayDataset(images.unsqueeze(1).contiguous(), labels.long(), 10, "mnist", *NORMALIZATION["mnist"],
+    def fetch():
+        from torchvision.datasets import MNIST
+        return MNIST(str(root), train=train, download=True)
+
+    images, labels = _idx_split(raw, expected, "train" if train else "t10k", 10, "mnist", how, download, fetch)
+    return ArrayDataset(images.unsqueeze(1).contiguous(), labels, 10, "mnist", *NORMALIZATION["mnist"],
                         [str(d) for d in range(10)])
 
 
@@ -188,42 +178,13 @@ def _load_emnist(root: Path, train: bool, download: bool, split: str) -> ArrayDa
     from torchvision.datasets import EMNIST
 
     if split not in EMNIST.splits:
-        raise ValueError(f"emnist_split={split!r} is not an EMNIST split; known: {', '.join(EMNIST.splits)}")
+        raise ConfigError(f"config key 'data.emnist_split' has value {split!r}; allowed: {', '.join(EMNIST.splits)}")
     raw = root / "EMNIST" / "raw"
     prefix = f"emnist-{split}-{'train' if train else 'test'}"
     expected = [f"{prefix}-images-idx3-ubyte", f"{prefix}-labels-idx1-ubyte"]
     how = (f"download {EMNIST.url}, unzip it and copy gzip/{prefix}-*-ubyte.gz into {raw} (gzipped or not)")
-    ds = _via_torchvision(lambda: EMNIST(str(root), split=split, train=train, download=download),
-                          "emnist", raw, expected, how, download)
-    images = ds.data.transpose(1, 2).unsqueeze(1).contiguous()  # the IDX files hold each image transposed
     classes = list(EMNIST.classes_split_dict[split])
-    return ArrayDataset(images, ds.targets.long(), len(classes), f"emnist-{split}", *NORMALIZATION["emnist"], classes)
-
-
-# ---- CIFAR-10 (python pickle batches) ------------------------------------------------------
-
-def _load_cifar10(root: Path, train: bool, download: bool) -> ArrayDataset:
-    from torchvision.datasets import CIFAR10
-
-    base = root / CIFAR10.base_folder
-    batches = [f for f, _ in (CIFAR10.train_list if train else CIFAR10.test_list)]
-    meta = CIFAR10.meta["filename"]
-    expected = batches + [meta]
-    how = f"download {CIFAR10.url} and unpack it into {root} (tar xzf), which creates {base}"
-    if not all((base / f).exists() for f in expected):
-        if not download:
-            raise _not_found("cifar10", base, expected, how)
-        try:
-            CIFAR10(str(root), train=train, download=True)  # fetches, unpacks and checks MD5s
-        except (RuntimeError, OSError, URLError) as err:
-            raise _not_found("cifar10", base, expected, how, cause=str(err)) from err
-    data, labels = [], []
-    for f in batches:
-        with open(base / f, "rb") as fh:
-            entry = pickle.load(fh, encoding="latin1")
-        data.append(np.asarray(entry["data"], dtype=np.uint8))
-        labels.extend(entry["labels"] if "labels" in entry else entry["fine_labels"])
-    with open(base / meta, "rb") as fh:
-        classes = list(pickle.load(fh, encoding="latin1")[CIFAR10.meta["key"]])
-    images = torch.from_numpy(np.concatenate(data).reshape(-1, 3, 32, 32))  # rows are R, G, B planes; one copy
-    return ArrayDataset(images, torch.tensor(labels, dtype=torch.int64), 10, "cifar10", *NORMALIZATION["cifar10"], classes)
+    images, labels = _idx_split(raw, expected, prefix, len(classes), "emnist", how, download,
+                                lambda: EMNIST(str(root), split=split, train=train, download=True))
+    images = images.transpose(1, 2).unsqueeze(1).contiguous()  # the IDX files hold each image transposed
+    return ArrayDataset(images, labels, len(classes), f"emnist-{split}", *NORMALIZATION["emnist"], classes)

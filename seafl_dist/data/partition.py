@@ -82,10 +82,23 @@ def partition(labels, num_devices: int, *, method: str = "dirichlet", concentrat
 
 def label_histograms(labels, shards, num_classes: int) -> list[list[int]]:
     """Per device, how many samples of each class it holds (``num_classes`` counts each)."""
+    return label_counts(labels, shards, num_classes).tolist()
+
+
+def label_counts(labels, shards, num_classes: int, *, chunk: int = 65536) -> np.ndarray:
+    """:func:`label_histograms` as one ``(devices, num_classes)`` int64 array, counted ``chunk``
+    devices at a time with one bincount each (a million devices: ~1 s, not a Python loop of them)."""
     labels = _as_numpy(labels)
     if labels.size and (labels.min() < 0 or labels.max() >= num_classes):
         raise ValueError(f"labels must lie in [0, {num_classes}); found {labels.min()}..{labels.max()}")
-    return [np.bincount(labels[np.asarray(s, dtype=np.int64)], minlength=num_classes).tolist() for s in shards]
+    out = np.zeros((len(shards), num_classes), dtype=np.int64)
+    for lo in range(0, len(shards), chunk):
+        part = [np.asarray(s, dtype=np.int64) for s in shards[lo:lo + chunk]]
+        sizes = np.array([len(s) for s in part], dtype=np.int64)
+        rows = np.repeat(np.arange(len(part), dtype=np.int64), sizes)
+        cells = rows * num_classes + labels[np.concatenate(part)] if len(rows) else rows
+        out[lo:lo + len(part)] = np.bincount(cells, minlength=len(part) * num_classes).reshape(len(part), num_classes)
+    return out
 
 
 def _as_numpy(labels) -> np.ndarray:

@@ -142,12 +142,16 @@ class _Pool:
             log.close()
 
 
-def prepare_sweep(sweep: Sweep, out: Path, jobs: int, index: int | None = None) -> list[tuple[SweepRun, Path, Path]]:
-    """Expand and validate every run (and ``index``), write sweep.json and the per-run configs."""
+def prepare_sweep(sweep: Sweep, out: Path, jobs: int, index: int | None = None,
+                  write: bool = True) -> list[tuple[SweepRun, Path, Path]]:
+    """Expand and validate every run (and ``index``); write sweep.json and the per-run configs
+    (not with ``write=False``: a dry run only says where they would go)."""
     runs = sweep.expand(threads=threads_per_run(jobs, sweep.launcher))
     if index is not None and not 0 <= index < len(runs):
         raise ConfigError(f"--index {index}: sweep '{sweep.name}' has {len(runs)} runs, indices 0-{len(runs) - 1}; "
                           "`seafl sweep ... --list` prints them")
+    if not write:
+        return [(r, out / "configs" / f"{r.name}.yaml", out / r.name) for r in runs]
     (out / "configs").mkdir(parents=True, exist_ok=True)
     labels = list(dict.fromkeys(r.label for r in runs))  # listed by point, then seed
     listed = sorted(runs, key=lambda r: (labels.index(r.label), r.seed))
@@ -172,11 +176,13 @@ def _write_atomic(path: Path, text: str) -> None:
 
 def run_sweep(sweep: Sweep, out_dir: str | Path, *, jobs: int = 1, stream=None, dry_run: bool = False,
               report: bool = True, index: int | None = None) -> int:
-    """Run every run (or only run ``index``) not yet completed; 0 if all completed, 1 if any failed."""
+    """Run every run (or only run ``index``) not yet completed; 0 if all completed, 1 if any failed.
+    ``dry_run``: validate every run's config and print the commands, writing nothing; with ``index``,
+    also dry-run that run in full (:mod:`seafl_dist.runtime.dryrun`)."""
     stream = stream or sys.stderr
     out = Path(out_dir)
     jobs = 1 if index is not None else max(1, int(jobs))
-    planned = prepare_sweep(sweep, out, jobs, index=index)
+    planned = prepare_sweep(sweep, out, jobs, index=index, write=not dry_run)
     if index is not None:
         planned, report = [planned[index]], False
     todo = deque()
@@ -189,13 +195,22 @@ def run_sweep(sweep: Sweep, out_dir: str | Path, *, jobs: int = 1, stream=None, 
         todo.append((r, cfg_path, run_dir))
     print(f"sweep {sweep.name}: {len(planned)} runs, {len(planned) - len(todo)} already completed, "
           f"{len(todo)} to run, {jobs} at a time; output in {out}", file=stream, flush=True)
+    shared = threads_per_run(jobs, sweep.launcher) is not None
+    threads = planned[0][0].config.runtime.threads if planned and shared else None
     if dry_run:
         for r, cfg_path, run_dir in todo:
             print(" ".join(run_command(sweep, cfg_path, run_dir)), file=stream)
+        print(f"sweep {sweep.name}: dry run, nothing written (a real sweep writes {out}/sweep.json and "
+              f"{out}/configs/*.yaml first)" + (f"; each rank gets runtime.threads={threads}" if threads else ""),
+              file=stream)
+        if index is not None:  # one run (a job array's task): check its data, model and run dir too
+            from seafl_dist.runtime.dryrun import dry_run
+            from seafl_dist.runtime.setup import cpus_here
+            ranks = ranks_per_run(sweep.launcher, cpus_here())  # the launcher's ranks, for the layout line
+            return dry_run(planned[0][0].config, planned[0][2], explicit=False,
+                           environ={**os.environ, "WORLD_SIZE": str(ranks)} if ranks > 1 else None)
         return 0
     env = dict(os.environ)
-    shared = threads_per_run(jobs, sweep.launcher) is not None
-    threads = planned[0][0].config.runtime.threads if planned and shared else None
     if threads:
         env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
     pool, failed = _Pool(jobs, env, stream), []

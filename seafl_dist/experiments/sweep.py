@@ -42,7 +42,7 @@ from typing import Any
 
 import yaml
 
-from seafl_dist.settings.core import Config, ConfigError, _set_dotted, config_from_dict, find_config, load_yaml, parse_override
+from seafl_dist.settings import Config, ConfigError, set_dotted, config_from_dict, find_config, load_yaml, parse_override
 
 SWEEP_KEYS = ("base", "name", "overrides", "grid", "points", "seeds", "targets", "baseline", "launcher")
 CONFIG_SECTIONS = tuple(Config.__dataclass_fields__)
@@ -163,17 +163,17 @@ class Sweep:
         tree = copy.deepcopy(self.base)
         try:
             for text in self.overrides:
-                _set_dotted(tree, *parse_override(text))
+                set_dotted(tree, *parse_override(text))
             for key, value in values.items():
-                _set_dotted(tree, key, copy.deepcopy(value))
-            _set_dotted(tree, "run.seed", seed)
+                set_dotted(tree, key, copy.deepcopy(value))
+            set_dotted(tree, "run.seed", seed)
             if self.targets is not None:
-                _set_dotted(tree, "run.targets", list(self.targets))
+                set_dotted(tree, "run.targets", list(self.targets))
             wandb = tree.setdefault("logging", {}).setdefault("wandb", {})
             if isinstance(wandb, dict) and not wandb.get("group"):
                 wandb["group"] = self.name
             if threads and not tree.get("runtime", {}).get("threads"):
-                _set_dotted(tree, "runtime.threads", threads)
+                set_dotted(tree, "runtime.threads", threads)
             tree["name"] = f"{self.name}-{run_name}"
             return config_from_dict(tree)
         except ConfigError as err:

@@ -27,6 +27,7 @@ def _is_number(x) -> bool:
 
 class Replay:
     """State of the server as reconstructed from the trace; one method per event type."""
+    required = REQUIRED
 
     def __init__(self, *, concurrency, buffer_size, staleness_limit, partial, upload_s, epochs, limit, schedule_only):
         self.M, self.K, self.beta, self.partial = concurrency, buffer_size, staleness_limit, partial
@@ -61,14 +62,15 @@ class Replay:
 
     def expected_finish(self, rec: dict) -> Optional[float]:
         """The finish time the job must have (None while upload_s is still unknown)."""
-        if self.upload_s is None:
+        upload_s = rec.get("upload_s", self.upload_s)  # churn traces: each start event carries its own
+        if upload_s is None:
             return None
         ends = rec["epoch_ends"]
         tau = rec.get("tau")
         if tau is None:
-            return ends[-1] + self.upload_s
+            return ends[-1] + upload_s
         e = self.notified_epochs(rec)
-        return ends[e - 1] + self.upload_s
+        return ends[e - 1] + upload_s
 
     @staticmethod
     def notified_epochs(rec: dict) -> int:
@@ -106,15 +108,20 @@ class Replay:
 
     # ---- events ----------------------------------------------------------------------------
     def start(self, ev: dict) -> None:
-        job, device = ev["job"], ev["device"]
+        job = ev["job"]
         if not self.starting:
             self.fail(f"job {job} starts outside the starts that follow time 0 or an aggregation")
         if not _close(ev["time"], self.version_time):
             self.fail(f"job {job} starts at {ev['time']}, not at the time of version {self.version} "
                       f"({self.version_time})")
+        self.add_job(ev)
+
+    def add_job(self, ev: dict) -> Optional[dict]:
+        """The checks of a start event that hold in every mode; the new job's record (None: a reused id)."""
+        job, device = ev["job"], ev["device"]
         if job in self.jobs:
             self.fail(f"job id {job} is used twice")
-            return
+            return None
         if ev["version"] != self.version:
             self.fail(f"job {job} starts from version {ev['version']}, the current version is {self.version}")
         busy = {r["device"]: r["job"] for r in self.in_flight.values()}
@@ -135,6 +142,7 @@ class Replay:
         self.starts_since_agg += 1
         if len(self.in_flight) > self.M:
             self.fail(f"{len(self.in_flight)} jobs in flight, more than M = {self.M}")
+        return rec
 
     def notify(self, ev: dict) -> None:
         job = ev["job"]
@@ -169,7 +177,7 @@ class Replay:
         planned = len(rec["epoch_ends"]) if rec["tau"] is None else self.notified_epochs(rec)
         if ev["epochs"] != planned:
             self.fail(f"job {job} reports {ev['epochs']} epochs, expected {planned}")
-        if rec["tau"] is None and self.upload_s is None:  # infer upload_s from the first plain finish
+        if rec["tau"] is None and self.upload_s is None and "upload_s" not in rec:  # infer upload_s from the first plain finish
             self.upload_s = t - rec["epoch_ends"][-1]
             if self.upload_s < 0 and not _close(t, rec["epoch_ends"][-1]):
                 self.fail(f"job {job} finishes at {t}, before its last epoch ends ({rec['epoch_ends'][-1]})")
@@ -264,18 +272,20 @@ class Replay:
         if loss is not None and not _is_number(loss):  # null: a non-finite loss (JSON has no inf/nan)
             self.fail(f"loss {loss!r} is not a number or null")
 
+    def end_starts(self) -> None:
+        if self.starting and self.starts_since_agg > 0:
+            self.close_starts()  # a trace may end right after an aggregation (stop rule) with no starts
+
     # ---- the replay ------------------------------------------------------------------------
     def run(self, events: Iterable[dict]) -> list[str]:
-        handlers = {"start": self.start, "notify": self.notify, "finish": self.finish,
-                    "aggregate": self.aggregate, "eval": self.eval}
         self.index = 0
         for self.index, ev in enumerate(events, start=1):
             kind = ev.get("event") if isinstance(ev, dict) else None
             self.where = f"line {self.index} ({kind} at t={ev.get('time') if isinstance(ev, dict) else '?'})"
-            if kind not in REQUIRED:
-                self.fail(f"unknown event type {kind!r}; known: {', '.join(REQUIRED)}")
+            if kind not in self.required:
+                self.fail(f"unknown event type {kind!r}; known: {', '.join(self.required)}")
                 continue
-            missing = [k for k in REQUIRED[kind] if k not in ev]
+            missing = [k for k in self.required[kind] if k not in ev]
             if missing:
                 self.fail(f"missing required keys {missing}")
                 continue
@@ -291,11 +301,10 @@ class Replay:
                 if kind != "start":
                     self.close_starts()
                 self.check_overdue(t)
-            handlers[kind](ev)
+            getattr(self, kind)(ev)
         self.where = "end of trace"
         self.settle_expectation("end")
-        if self.starting and self.starts_since_agg > 0:
-            self.close_starts()  # a trace may end right after an aggregation (stop rule) with no starts
+        self.end_starts()
         if self.n_evals == 0:
             if not self.schedule_only:
                 self.fail("no eval events")

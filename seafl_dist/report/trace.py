@@ -7,11 +7,12 @@
 or from a shell (prints each violation, exits 1 if there is any):
 
     python -m seafl_dist.report.trace runs/quickstart-20250101-120000
+    python -m seafl_dist.report.trace RUN --profile profile.csv   # also check availability
 
 An empty list means the trace is consistent. Each message starts with the event's line number
 in ``events.jsonl`` (1-based) and its type and time. What is checked:
 
-- events are in virtual-time order and have the keys required for their type (README, "The command line");
+- events are in virtual-time order and have the keys required for their type (docs/running.md, "The run directory");
 - job ids are unique; a job is started on a device with no job in flight, from the current
   version, at time 0 or at the time of the aggregation just before it; ``epoch_ends`` rise;
 - M jobs are in flight after the starts at time 0 and after those of every aggregation,
@@ -28,6 +29,11 @@ in ``events.jsonl`` (1-based) and its type and time. What is checked:
 - eval events exist, evaluate the current version at that version's time, and the last
   version reached is evaluated.
 
+A trace with churn (availability windows or dropouts: start events that carry ``upload_s``, or
+``drop`` events) is checked by the rules of report/churn_replay.py instead of the two start rules
+above; with ``population`` (a :class:`~seafl_dist.sim.population.Population`) it also checks that
+no job starts on an offline device and every window drop is at its window's close.
+
 ``upload_s`` and ``epochs`` (E) are optional: when ``upload_s`` is None it is inferred from the
 first job that finished without notification; when ``epochs`` is None every job's planned epoch
 count is only required to be >= 1.
@@ -38,27 +44,56 @@ import sys
 from pathlib import Path
 from typing import Iterable, Optional
 
+from seafl_dist.report.churn_replay import ChurnReplay
 from seafl_dist.report.replay import Replay
+
+
+def is_churn(events: list) -> bool:
+    """A trace of a run with availability or dropouts: its start events carry their own upload_s."""
+    return any(isinstance(e, dict) and (e.get("event") == "drop" or (e.get("event") == "start" and "upload_s" in e))
+               for e in events)
 
 
 def check_trace(events: Iterable[dict], *, concurrency: int, buffer_size: int, staleness_limit: Optional[int],
                 partial: bool, upload_s: Optional[float] = None, epochs: Optional[int] = None,
-                schedule_only: bool = False, limit: int = 100) -> list[str]:
+                schedule_only: bool = False, limit: int = 100, num_devices: Optional[int] = None,
+                population=None, dropout: Optional[float] = None, churn: Optional[bool] = None) -> list[str]:
     """Human-readable violations of the SPEC invariants by ``events`` (empty: none).
 
     ``concurrency`` M, ``buffer_size`` K, ``staleness_limit`` β (None = ∞), ``partial``: SEAFL²
     notifications allowed. ``schedule_only=True`` checks the bare :class:`~seafl_dist.sim.Scheduler`
-    stream, which has no eval events and no update weights (the runtime adds them). At most ``limit`` messages are listed, then a count
-    of the rest.
+    stream, which has no eval events and no update weights (the runtime adds them). At most ``limit``
+    messages are listed, then a count of the rest. Churn traces: ``num_devices`` N lets the
+    checker count the idle devices online at each refill, ``population`` tells who is online when,
+    ``dropout`` 0 forbids drops inside a job's span (None: allowed); ``churn`` None detects the mode.
     """
-    replay = Replay(concurrency=concurrency, buffer_size=buffer_size, staleness_limit=staleness_limit,
-                     partial=partial, upload_s=upload_s, epochs=epochs, limit=limit, schedule_only=schedule_only)
-    return replay.run(events)
+    kw = dict(concurrency=concurrency, buffer_size=buffer_size, staleness_limit=staleness_limit, partial=partial,
+              upload_s=upload_s, epochs=epochs, limit=limit, schedule_only=schedule_only)
+    events = list(events)
+    if churn or (churn is None and (population is not None or is_churn(events))):
+        return ChurnReplay(num_devices=num_devices, population=population, dropout=dropout, **kw).run(events)
+    return Replay(**kw).run(events)
 
 
-def check_run(run_dir: str | Path, **overrides) -> list[str]:
-    """``check_trace`` of a run dir's ``events.jsonl`` with M, K, β, partial, upload_s and E from its
-    ``config.yaml`` (the resolved config the run wrote); keyword arguments override them."""
+def _population(cfg: dict, profile: Optional[str]):
+    """The run's device population from ``profile`` (or its config's ``devices.profile``), else None."""
+    from seafl_dist.sim.population import Population
+    from seafl_dist.sim.profiles import read_profiles
+
+    dev = cfg["devices"]
+    path = profile or dev.get("profile")
+    if not path:
+        return None
+    seed = cfg["data"].get("seed")
+    return Population(read_profiles(path), dev["num"], cfg["run"]["seed"] if seed is None else seed,
+                      availability_scale=dev.get("availability_scale") or 1.0)
+
+
+def check_run(run_dir: str | Path, *, profile: Optional[str] = None, **overrides) -> list[str]:
+    """``check_trace`` of a run dir's ``events.jsonl`` with M, K, β, partial, upload_s, E, N and the
+    device population from its ``config.yaml`` (the resolved config the run wrote) or ``profile``
+    (a profile CSV: the population the run used, with ``data.seed`` and
+    ``devices.availability_scale`` from the config); keyword arguments override them."""
     import yaml
 
     from seafl_dist.report.sinks import read_events
@@ -68,21 +103,37 @@ def check_run(run_dir: str | Path, **overrides) -> list[str]:
     alg = cfg["algorithm"]
     kw = dict(concurrency=cfg["devices"]["concurrency"], buffer_size=alg["buffer_size"],
               staleness_limit=alg["staleness_limit"], partial=alg["name"] == "seafl2" or bool(alg.get("partial")),
-              upload_s=cfg["clock"]["upload_s"], epochs=cfg["train"]["epochs"])
+              upload_s=cfg["clock"]["upload_s"], epochs=cfg["train"]["epochs"], num_devices=cfg["devices"]["num"],
+              population=_population(cfg, profile))
+    if "dropout" in cfg["devices"]:  # the key exists once the population settings are wired
+        kw["dropout"] = cfg["devices"]["dropout"] or 0.0
     kw.update(overrides)
     return check_trace(read_events(run_dir / "events.jsonl"), **kw)
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1 or args[0] in ("-h", "--help"):
-        print("usage: python -m seafl_dist.report.trace RUN_DIR\n"
-              "Check a run's events.jsonl against the SPEC invariants (exit 1 on a violation).")
-        return 0 if args and args[0] in ("-h", "--help") else 2
-    problems = check_run(args[0])
+    import argparse
+
+    from seafl_dist.settings import ConfigError
+
+    parser = argparse.ArgumentParser(prog="python -m seafl_dist.report.trace",
+                                     description="Check a run's events.jsonl against the SPEC invariants "
+                                                 "(exit 1 on a violation).")
+    parser.add_argument("run_dir", metavar="RUN_DIR")
+    parser.add_argument("--profile", metavar="FILE", help="the device profile CSV the run used: also check "
+                        "that no job starts on an offline device and window drops are at windows' closes")
+    try:
+        args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    except SystemExit as stop:  # usage errors (2) and --help (0) as a return code, not an exception
+        return int(stop.code or 0)
+    try:
+        problems = check_run(args.run_dir, profile=args.profile)
+    except ConfigError as err:  # a bad profile file: one line
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     for p in problems:
         print(p)
-    print(f"{args[0]}: {'OK' if not problems else f'{len(problems)} violation(s)'}", file=sys.stderr)
+    print(f"{args.run_dir}: {'OK' if not problems else f'{len(problems)} violation(s)'}", file=sys.stderr)
     return 1 if problems else 0
 
 

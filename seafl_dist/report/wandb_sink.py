@@ -11,30 +11,49 @@ What a run logs:
 - every aggregation: ``agg/updates``, ``agg/mean_staleness``, ``agg/max_staleness``,
   ``agg/partial_updates`` (SEAFL² updates with fewer than E epochs), ``agg/max_weight``;
 - every row also carries ``virtual_time`` and ``version``: virtual time is the default x-axis
-  (``define_metric``), and ``version`` can be picked as the x-axis of any panel;
+  (``define_metric``); W&B's step is the version, so an aggregation and its evaluation are one
+  history row;
 - at the end: the summary (``final_accuracy``, ``best_accuracy``, ``time_to_target/<acc>``
   with null for never, ...), the plots ``accuracy_vs_time`` and
   ``timeline`` (written into the run dir with its report.md), and exit code 1 if the run failed.
 
+Resume: the W&B run id is written to ``<run dir>/wandb_run.json`` before anything is logged. A
+resumed run (``--resume``, a rerun of the same command, a requeued job, torchrun's restart)
+continues that id (``wandb.init(id=..., resume="allow")``) and logs each version once: versions
+W&B already has are skipped (online: below the resumed run's starting step; offline: found in
+the earlier ``offline-run-*`` folders of the id), and versions a killed process logged but W&B
+never wrote (it buffers up to 15 s) are logged again from ``events.jsonl`` and ``metrics.csv``.
+A run that starts over in its dir gets a new id.
+
 Offline (``mode: offline``, no API key or network needed): the run is stored under
-``<run dir>/wandb/offline-run-*`` and ``<run dir>/wandb_sync.txt`` gives the ``wandb sync``
-command that uploads it later. ``mode: online`` that cannot reach W&B (no key, no network)
+``<run dir>/wandb/offline-run-*`` (one folder per process of a resumed run) and
+``<run dir>/wandb_sync.txt`` gives the ``wandb sync`` command that uploads it later (all the
+folders, oldest first, as one run). ``mode: online`` that cannot reach W&B (no key, no network)
 falls back to offline with a warning: tracking never kills a long job. A sweep puts its runs
 in one W&B group (``logging.wandb.group`` = the sweep's name unless set).
 """
 from __future__ import annotations
 
+import json
 import math
+import secrets
+import string
 import sys
 from pathlib import Path
 
+from seafl_dist.report import wandb_files
+from seafl_dist.report.sinks import read_metrics, write_json
 
-def make_callbacks(cfg, out_dir) -> list:
-    """Server callbacks for ``cfg.logging.wandb``: empty unless enabled and not ``disabled``."""
+LEDGER = "wandb_run.json"
+
+
+def make_callbacks(cfg, out_dir, resume=None) -> list:
+    """Server callbacks for ``cfg.logging.wandb``: empty unless enabled and not ``disabled``.
+    ``resume``: the checkpoint the run continues from (then the W&B run continues too)."""
     w = cfg.logging.wandb
     if not w.enabled or w.mode == "disabled":
         return []
-    return [WandbSink(cfg, out_dir)]
+    return [WandbSink(cfg, out_dir, resumed=resume is not None)]
 
 
 def _warn(msg: str) -> None:
@@ -44,7 +63,7 @@ def _warn(msg: str) -> None:
 class WandbSink:
     """Server callback: ``on_eval(row)``, ``on_aggregate(event)``, ``close(summary)``."""
 
-    def __init__(self, cfg, out_dir):
+    def __init__(self, cfg, out_dir, resumed: bool = False):
         try:
             import wandb
         except ImportError as err:
@@ -54,8 +73,11 @@ class WandbSink:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.best = -math.inf
         w = cfg.logging.wandb
+        run_id = (_read_ledger(self.dir) if resumed else None) or _new_id()
+        write_json(self.dir / LEDGER, {"id": run_id, "project": w.project, "entity": w.entity})  # before any log
+        earlier = wandb_files.offline_files(self.dir / "wandb", run_id)  # before init adds this process's own
         kwargs = dict(project=w.project, entity=w.entity, group=w.group, tags=list(w.tags) or None, name=cfg.name,
-                      config=cfg.to_dict(), dir=str(self.dir), job_type="seafl-run",
+                      config=cfg.to_dict(), dir=str(self.dir), job_type="seafl-run", id=run_id, resume="allow",
                       settings=wandb.Settings(console="off", silent=True))
         try:
             self.run = wandb.init(mode=w.mode, **kwargs)
@@ -65,6 +87,10 @@ class WandbSink:
             _warn(f"W&B online failed ({type(err).__name__}: {err}); logging offline instead")
             self.run = wandb.init(mode="offline", **kwargs)
         self.offline = self.run.settings.mode == "offline" or bool(getattr(self.run, "offline", False))
+        # versions W&B already holds: they are skipped, the ones after them (re)logged from the run files
+        self.logged_through = self._logged_through(earlier) if resumed else -1
+        self.catch_up = resumed
+        self.pending: tuple[int, dict] | None = None  # (version, values) of an aggregation awaiting its evaluation
         self.run.define_metric("virtual_time")
         self.run.define_metric("version")
         for prefix in ("eval/*", "agg/*"):
@@ -72,29 +98,86 @@ class WandbSink:
         self.run.define_metric("eval/accuracy", step_metric="virtual_time", summary="max")
         self._write_note()
 
+    def _logged_through(self, earlier: list[Path]) -> int:
+        if not self.offline:
+            return int(self.run.starting_step) - 1  # resume="allow": W&B continues after its last step
+        try:
+            return wandb_files.last_step(earlier)
+        except Exception as err:  # an unreadable earlier file must not stop the run
+            _warn(f"could not read the earlier W&B offline files of this run ({type(err).__name__}: {err}); "
+                  f"versions logged before the restart may appear twice")
+            return -1
+
     def _write_note(self) -> None:
         if self.offline:
-            sync_dir = Path(self.run.settings.sync_dir).resolve()
+            dirs = [f.parent.resolve() for f in wandb_files.offline_files(self.dir / "wandb", self.run.id)]
+            current = Path(self.run.settings.sync_dir).resolve()
+            dirs = dirs + [current] * (current not in dirs)
             text = ("This run was logged to Weights & Biases offline. Upload it (needs `wandb login`) with:\n"
-                    f"  wandb sync {sync_dir}\n")
+                    f"  wandb sync {' '.join(map(str, dirs))}\n")
         else:
             text = f"W&B run: {self.run.url}\n"
         (self.dir / "wandb_sync.txt").write_text(text)
 
-    def on_eval(self, row: dict) -> None:
-        self.best = max(self.best, row["accuracy"])
-        self.run.log({"virtual_time": row["time"], "version": row["version"], "eval/accuracy": row["accuracy"],
-                      "eval/loss": row["loss"], "eval/best_accuracy": self.best,
-                      "eval/notifications": row["notifications"], "eval/rejected": row["rejected"]})
+    # ---- rows: one W&B step per version, logged whole in one call ------------------------
+    # An aggregation's row waits for its evaluation (or the next aggregation), so W&B never holds
+    # half a version that a resumed run would then skip.
+    def _ready(self, version: int) -> None:
+        if self.catch_up:
+            self.catch_up = False
+            self._catch_up(version)
 
-    def on_aggregate(self, event: dict) -> None:
+    def _log(self, version: int, values: dict) -> None:
+        if version > self.logged_through:  # else W&B has it: a resumed run re-logs from its checkpoint
+            self.run.log(values, step=version)
+
+    def _flush_pending(self) -> None:
+        if self.pending is not None:
+            self._log(*self.pending)
+            self.pending = None
+
+    def _catch_up(self, first: int) -> None:
+        """A resumed run's first row is ``first``: log the rows before it that W&B lacks (a killed
+        process loses what W&B had not yet written), and restore the best accuracy so far."""
+        evals = [r for r in _metric_rows(self.dir / "metrics.csv") if r["version"] < first]
+        aggs = [e for e in _events(self.dir / "events.jsonl") if e.get("event") == "aggregate" and e["version"] < first]
+        rows: dict[int, dict] = {}
+        for e in aggs:
+            rows.setdefault(e["version"], {}).update(self._agg_values(e))
+        for r in evals:  # in version order, so eval/best_accuracy accumulates as it did
+            rows.setdefault(r["version"], {}).update(self._eval_values(r))
+        for version in sorted(rows):
+            self._log(version, rows[version])
+
+    def _eval_values(self, row: dict) -> dict:
+        self.best = max(self.best, row["accuracy"])
+        return {"virtual_time": row["time"], "version": row["version"], "eval/accuracy": row["accuracy"],
+                "eval/loss": row["loss"], "eval/best_accuracy": self.best,
+                "eval/notifications": row["notifications"], "eval/rejected": row["rejected"]}
+
+    def _agg_values(self, event: dict) -> dict:
         ups = event["updates"]
         st = [u["staleness"] for u in ups]
         epochs = self.cfg.train.epochs
-        self.run.log({"virtual_time": event["time"], "version": event["version"], "agg/updates": len(ups),
-                      "agg/mean_staleness": sum(st) / len(st) if st else 0.0, "agg/max_staleness": max(st, default=0),
-                      "agg/partial_updates": sum(1 for u in ups if u.get("epochs", epochs) < epochs),
-                      "agg/max_weight": max((u.get("weight") or 0.0 for u in ups), default=0.0)})
+        return {"virtual_time": event["time"], "version": event["version"], "agg/updates": len(ups),
+                "agg/mean_staleness": sum(st) / len(st) if st else 0.0, "agg/max_staleness": max(st, default=0),
+                "agg/partial_updates": sum(1 for u in ups if u.get("epochs", epochs) < epochs),
+                "agg/max_weight": max((u.get("weight") or 0.0 for u in ups), default=0.0)}
+
+    def on_eval(self, row: dict) -> None:
+        version = row["version"]
+        self._ready(version)
+        values = self._eval_values(row)
+        if self.pending is not None and self.pending[0] == version:
+            values = {**self.pending[1], **values}
+            self.pending = None
+        self._flush_pending()
+        self._log(version, values)
+
+    def on_aggregate(self, event: dict) -> None:
+        self._ready(event["version"])
+        self._flush_pending()  # the previous version had no evaluation (run.eval_every > 1)
+        self.pending = (event["version"], self._agg_values(event))
 
     def close(self, summary: dict) -> None:
         try:
@@ -103,6 +186,10 @@ class WandbSink:
             _warn(f"W&B close failed: {type(err).__name__}: {err}")
 
     def _close(self, summary: dict) -> None:
+        self._ready(math.inf)  # a resumed run that ended before logging a row of its own
+        if summary.get("status") == "completed":
+            self._flush_pending()
+        # else the run resumes from a checkpoint at or before the pending version, and logs it then
         flat = {}
         for k, v in summary.items():
             if isinstance(v, dict):
@@ -120,3 +207,41 @@ class WandbSink:
             _warn(f"could not log the plots to W&B: {type(err).__name__}: {err}")
         self.run.finish(exit_code=0 if summary.get("status") == "completed" else 1)
         self._write_note()
+
+
+def _new_id() -> str:
+    """A W&B run id as W&B makes them (8 of [a-z0-9])."""
+    return "".join(secrets.choice(string.ascii_lowercase + string.digits) for _ in range(8))
+
+
+def _read_ledger(run_dir: Path) -> str | None:
+    try:
+        return str(json.loads((run_dir / LEDGER).read_text())["id"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # no W&B run yet (W&B first enabled on resume) or an unreadable file: a new id
+
+
+def _metric_rows(path: Path) -> list[dict]:
+    """metrics.csv's rows with their integer columns as ints (as the server hands them over)."""
+    try:
+        rows = read_metrics(path)
+    except (OSError, ValueError):
+        return []
+    return [{**r, **{k: int(r[k]) for k in ("notifications", "rejected", "updates") if r.get(k) is not None}}
+            for r in rows if r.get("accuracy") is not None]
+
+
+def _events(path: Path) -> list[dict]:
+    """events.jsonl's whole lines (the last one may be half-written while the run goes on)."""
+    try:
+        text = path.read_text()
+    except OSError:
+        return []
+    out = []
+    for line in text.splitlines(keepends=True):
+        if line.endswith("\n"):
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                continue
+    return out

@@ -34,7 +34,7 @@ from seafl_dist.runtime.server import Server, format_summary
 from seafl_dist.runtime.fetch import once_per_node
 from seafl_dist.runtime.setup import cpus_here, keep_only, oversubscription, pick_device, prepare
 from seafl_dist.runtime.worker import GONE_FAILED, GONE_INTERRUPTED, gone, run_worker
-from seafl_dist.train.batched import epoch_sizes
+from seafl_dist.train.plan import epoch_sizes
 from seafl_dist.transport import BYE, JOB, RESULT, STOP, Channel, Header, Mailbox, Outbox, TransportError, make_links
 
 
@@ -214,7 +214,7 @@ def run_distributed(cfg, out_dir, *, rank: int, world_size: int, local_rank: int
     try:
         if rank > 0:
             watcher = Watcher(store, [0], hb_limit)
-            exp = keep_only(exp, placement.devices_of(rank, cfg.devices.num))
+            exp = keep_only(exp, placement.devices_of(rank, exp.num_devices))  # devices.num null: the writers
             run_worker(exp, rank, numel, watcher, links, progress, ends=ends)
             return None
         watcher = Watcher(store, range(1, world_size), hb_limit)
@@ -224,7 +224,7 @@ def run_distributed(cfg, out_dir, *, rank: int, world_size: int, local_rank: int
               f"aggregates, {world_size - 1} workers train; output in {out_dir}", file=sys.stderr)
         from seafl_dist.report.wandb_sink import make_callbacks
         executor = DistributedExecutor(world_size, numel, watcher, cfg.runtime.timeout_s, placement, links, ends)
-        summary = Server(exp, executor, out_dir, callbacks=make_callbacks(cfg, out_dir),
+        summary = Server(exp, executor, out_dir, callbacks=make_callbacks(cfg, out_dir, resume),
                          partition_report=report, resume=resume, hook=hook).run()
         print(format_summary(summary))
         return summary

@@ -7,7 +7,8 @@ submit time. Both train with :class:`GroupTrainer`, so a job gives the same bits
 ``runtime.batch_jobs`` = G: a rank trains up to G pending jobs together (train/batched.py).
 The in-process executor, asked for a result it has not trained, takes that job and the G - 1
 other pending jobs that finish first (virtual time); a worker takes its G earliest-finishing
-queued jobs. G = 1 trains one job at a time with train_job, today's bits.
+queued jobs. G = 1 trains one job at a time with train_job, today's bits; so does a model the
+fused step cannot train exactly (one line says why, before anything trains).
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import torch
 
 from seafl_dist.sim import stream_seed
 from seafl_dist.train import train_job, train_jobs
+from seafl_dist.train.batched import fusion_blocker
 
 
 @dataclass(frozen=True)
@@ -29,23 +31,32 @@ class JobSpec:
     finish: float  # planned virtual finish time, used for worker queue order
 
 
+def job_seeds(cfg, spec: JobSpec) -> dict:
+    """The job's own named streams: its data order and augmentation (``seed``) and the random
+    numbers its layers draw, Dropout and the like (``torch_seed``); keyed by (run seed, purpose,
+    device, job index), so a job trains to the same bits on any rank, in any order, after a resume."""
+    return {"seed": stream_seed(cfg.run.seed, "train", spec.device, spec.job),
+            "torch_seed": stream_seed(cfg.run.seed, "torch", spec.device, spec.job)}
+
+
 def run_job(exp, model, spec: JobSpec, start: torch.Tensor, on_step=None, result_on_device=False) -> torch.Tensor:
     """Train one job of ``exp`` (an Experiment) on ``model`` from flat ``start``; the result is on
     the CPU, or with ``result_on_device`` on the device that trained it (a worker's outbox copies it
     off the GPU without holding up the next job)."""
     cfg = exp.cfg
     return train_job(model, start, exp.train.to(exp.device), exp.shard(spec.device), epochs=spec.epochs,
-                     batch_size=cfg.train.batch_size, seed=stream_seed(cfg.run.seed, "train", spec.device, spec.job),
-                     augment=cfg.data.augment, device=exp.device, precision=cfg.runtime.precision, on_step=on_step,
+                     batch_size=cfg.train.batch_size, **job_seeds(cfg, spec), augment=cfg.data.augment,
+                     device=exp.device, precision=cfg.runtime.precision, on_step=on_step,
                      result_device=exp.device if result_on_device else "cpu")
 
 
 def run_jobs(exp, model, specs: list[JobSpec], starts: list[torch.Tensor], on_step=None) -> list[torch.Tensor]:
     """Train several jobs together (one fused step for all, train/batched.py); results in order."""
     cfg = exp.cfg
+    seeds = [job_seeds(cfg, s) for s in specs]
     return train_jobs(model, starts, exp.train.to(exp.device), [exp.shard(s.device) for s in specs],
                       epochs=[s.epochs for s in specs], batch_size=cfg.train.batch_size,
-                      seeds=[stream_seed(cfg.run.seed, "train", s.device, s.job) for s in specs],
+                      seeds=[s["seed"] for s in seeds], torch_seeds=[s["torch_seed"] for s in seeds],
                       augment=cfg.data.augment, device=exp.device, precision=cfg.runtime.precision, on_step=on_step)
 
 
@@ -60,6 +71,12 @@ class GroupTrainer:
         self.exp = exp
         self.model = model if model is not None else exp.new_model()
         self.limit = exp.cfg.runtime.batch_jobs
+        if self.limit > 1:  # before anything trains: can this model's jobs be fused exactly?
+            why = fusion_blocker(self.model, exp.train.to(exp.device), exp.device, exp.cfg.runtime.precision)
+            if why is not None:
+                print(f"seafl: runtime.batch_jobs={self.limit}: training one job at a time, since the fused step "
+                      f"cannot train this model exactly: {why}", file=sys.stderr)
+                self.limit = 1
 
     def train(self, specs: list[JobSpec], starts: list[torch.Tensor], on_step=None,
               result_on_device=False) -> list[torch.Tensor]:

@@ -12,5 +12,5 @@ def run_inprocess(cfg, out_dir, *, callbacks=(), resume=None, hook=NO_FAULT) -> 
     """Run (or, from checkpoint ``resume``, continue) ``cfg`` into ``out_dir``; returns the summary.
     ``hook``: the runner's test hook (runtime/faults.py)."""
     exp = prepare(cfg)
-    callbacks = list(callbacks) + make_callbacks(cfg, out_dir)
+    callbacks = list(callbacks) + make_callbacks(cfg, out_dir, resume)
     return Server(exp, InProcessExecutor(exp), out_dir, callbacks=callbacks, resume=resume, hook=hook).run()

@@ -26,6 +26,7 @@ import torch
 from seafl_dist.algo import BufferedUpdate, aggregate
 from seafl_dist.settings import dump_config
 from seafl_dist.report import Progress, RunWriter, time_to_target, write_json
+from seafl_dist.report.partition import write_partition
 from seafl_dist.runtime import checkpoint
 from seafl_dist.runtime.executor import JobSpec
 from seafl_dist.runtime.faults import NO_FAULT
@@ -97,7 +98,7 @@ class Server:
         if state is None:
             checkpoint.remove_all(self.dir)  # a fresh run must not resume from an older run's files
             (self.dir / "config.yaml").write_text(dump_config(cfg))
-            write_json(self.dir / "partition.json", self.partition_report)
+            write_partition(self.dir, self.partition_report)  # compact above COMPACT_ABOVE devices
             self.writer = RunWriter(self.dir)
         else:
             self.writer = RunWriter(self.dir, resume_at=(state["events_bytes"], state["metrics_bytes"]))

@@ -13,8 +13,10 @@ import numpy as np
 import torch
 
 from seafl_dist.settings import Config, ConfigError
-from seafl_dist.data import clear_cache, label_histograms, load_dataset, partition
+from seafl_dist.data import clear_cache, load_dataset, partition
 from seafl_dist.data.custom import custom_partition
+from seafl_dist.data.natural import natural_partition
+from seafl_dist.data.partition import label_counts
 from seafl_dist.models import build_model
 from seafl_dist.settings.plugins import is_import_path
 from seafl_dist.sim import Lookahead, Scheduler, SpeedModel, stream_seed
@@ -68,10 +70,16 @@ class Experiment:
     shards: list  # list[np.ndarray] of train indices, one per device
     device: torch.device
     _n_samples: list | None = None  # kept by restrict(): the clock needs every device's n_k
+    writers: list | None = None  # data.partition=natural: device k's writer, for the partition record
 
     @property
     def n_samples(self) -> list[int]:
         return list(self._n_samples) if self._n_samples is not None else [len(s) for s in self.shards]
+
+    @property
+    def num_devices(self) -> int:
+        """N, resolved: ``devices.num``, or the writer count where it is null (``data.partition: natural``)."""
+        return len(self.shards)
 
     def new_model(self):
         """A fresh model for this dataset (weights are overwritten from a flat vector): the plain
@@ -95,10 +103,13 @@ class Experiment:
         return torch.as_tensor(self.shards[device_id], dtype=torch.long)
 
     def partition_report(self) -> dict:
-        hist = label_histograms(self.train.labels.numpy(), self.shards, self.train.num_classes)
+        """What the run dir records of the split (report/partition.py writes it, compactly for large N)."""
+        hist = label_counts(self.train.labels.numpy(), self.shards, self.train.num_classes)
+        natural = self.cfg.data.partition == "natural"  # a writer's shard: no concentration involved
         return {"dataset": self.train.name, "method": self.cfg.data.partition,
-                "concentration": self.cfg.data.concentration, "n_samples": self.n_samples,
-                "label_histograms": hist}
+                "concentration": None if natural else self.cfg.data.concentration,
+                "n_samples": np.array(self.n_samples, dtype=np.int64), "label_histograms": hist,
+                **({"writers": self.writers} if self.writers is not None else {})}
 
     def restrict(self, devices) -> "Experiment":
         """This experiment with only the training rows ``devices`` use (a worker's own shards)."""
@@ -116,12 +127,12 @@ class Experiment:
         for d, idx in keep.items():
             shards[d] = np.searchsorted(rows, idx).astype(np.int64)
         return Experiment(cfg=self.cfg, train=sub, test=self.test, shards=shards, device=self.device,
-                          _n_samples=self.n_samples)
+                          _n_samples=self.n_samples, writers=self.writers)
 
     def schedule(self) -> Lookahead:
         cfg = self.cfg
         speed = SpeedModel(cfg.clock, self.n_samples, cfg.run.seed, cfg.train.epochs)
-        sched = Scheduler(num_devices=cfg.devices.num, concurrency=cfg.devices.concurrency,
+        sched = Scheduler(num_devices=self.num_devices, concurrency=cfg.devices.concurrency,
                           buffer_size=cfg.algorithm.buffer_size, staleness_limit=cfg.algorithm.staleness_limit,
                           partial=cfg.algorithm.partial_training, plan=speed.plan, seed=cfg.run.seed,
                           upload_s=cfg.clock.upload_s, n_samples=self.n_samples,
@@ -140,6 +151,30 @@ def keep_only(exp: Experiment, devices) -> Experiment:
     return small
 
 
+def make_shards(cfg: Config, train) -> tuple[list[np.ndarray], list[str] | None]:
+    """Device k's training rows (one int64 array per device) and, for ``data.partition: natural``,
+    device k's writer (else ``None``): the partition of the training set ``train`` (a dataset, or the
+    dry run's :class:`~seafl_dist.data.check.DataCheck`: its ``name``, ``labels`` and writers) by
+    ``data.partition`` (natural, built-in or a user's, by import path), from the ``data.seed`` stream."""
+    d, labels = cfg.data, np.asarray(train.labels)
+    seed = stream_seed(cfg.data_seed, "partition")
+    writers = None
+    if d.partition == "natural":  # each writer a device: the shards come from the dataset's writers
+        shards, writers = natural_partition(train, cfg.devices.num, seed)
+        if cfg.devices.concurrency > len(shards):
+            raise ConfigError(f"config key 'devices.concurrency' has value {cfg.devices.concurrency}; allowed: at "
+                              f"most the {len(shards)} devices of {train.name}'s writers (devices.num=null: all)")
+    elif is_import_path(d.partition):
+        shards = custom_partition(d.partition, labels, cfg.devices.num, cfg.data_seed, overlap=d.shards_overlap)
+    else:
+        try:
+            shards = partition(labels, cfg.devices.num, method=d.partition, concentration=d.concentration,
+                               samples_per_device=d.samples_per_device, seed=seed)
+        except ValueError as err:  # an impossible request (devices.num / data.samples_per_device) is a user mistake
+            raise ConfigError(f"cannot partition {train.name} ({len(labels)} training samples): {err}") from None
+    return [np.asarray(s, dtype=np.int64) for s in shards], writers
+
+
 def prepare(cfg: Config, *, local_rank: int = 0, need_test: bool = True, fetch=None) -> Experiment:
     """The run's experiment on this rank. ``fetch(load)``, if given, decides who downloads when
     ``data.download`` is set (distributed runs: :func:`seafl_dist.runtime.fetch.once_per_node`).
@@ -153,18 +188,9 @@ def prepare(cfg: Config, *, local_rank: int = 0, need_test: bool = True, fetch=N
                 load_dataset(d.name, d.root, train=False, **common) if need_test else None)
 
     train, test = fetch(load) if fetch is not None and d.download else load(d.download)
-    if is_import_path(d.partition):
-        shards = custom_partition(d.partition, train.labels.numpy(), cfg.devices.num, cfg.data_seed,
-                                  overlap=d.shards_overlap)
-    else:
-        try:
-            shards = partition(train.labels.numpy(), cfg.devices.num, method=d.partition,
-                               concentration=d.concentration, samples_per_device=d.samples_per_device,
-                               seed=stream_seed(cfg.data_seed, "partition"))
-        except ValueError as err:  # an impossible request (devices.num / data.samples_per_device) is a user mistake
-            raise ConfigError(f"cannot partition {train.name} ({len(train)} training samples): {err}") from None
-    shards = [np.asarray(s, dtype=np.int64) for s in shards]
-    exp = Experiment(cfg=cfg, train=train, test=test, shards=shards, device=pick_device(cfg.runtime.device, local_rank))
+    shards, writers = make_shards(cfg, train)
+    exp = Experiment(cfg=cfg, train=train, test=test, shards=shards, device=pick_device(cfg.runtime.device, local_rank),
+                     writers=writers)
     if is_import_path(cfg.model.name):  # a user's model: check it gives logits before any job trains
         with torch.random.fork_rng(devices=[]):  # building it must not move torch's global generator
             from seafl_dist.models.custom import check_logits  # imports Lightning: custom models only

@@ -2,7 +2,7 @@
 
     cfg = load_config("configs/quickstart.yaml", ["algorithm.name=fedbuff", "run.seed=3"])
 
-Every key has a default (listed in the README, "Configuration"); an unknown key, a value of the wrong
+Every key has a default and its help (docs/configuration.md lists them all); an unknown key, a value of the wrong
 type or an impossible value raises :class:`ConfigError`, whose message names the key, the
 value and what is allowed. Components receive only the section they need (``cfg.algorithm``,
 ``cfg.clock``, ...); there is no global config object.
@@ -13,7 +13,7 @@ import dataclasses
 import math
 import types
 import typing
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,28 +25,36 @@ from seafl_dist.settings.sections import (  # noqa: F401  (re-exported: the publ
     IdleConfig, LoggingConfig, ModelConfig, RunConfig, RuntimeConfig, TrainConfig, WandbConfig,
 )
 from seafl_dist.settings.errors import _fail  # this module's own checks word their errors the same way
+from seafl_dist.settings.keys import key, section
 
 __all__ = ["ALGORITHMS", "SIMILARITY_MODES", "SIMILARITY_OVER", "AlgorithmConfig", "ClockConfig", "Config", "ConfigError", "DataConfig",
            "DevicesConfig", "IdleConfig", "LoggingConfig", "ModelConfig", "RunConfig", "RuntimeConfig",
            "TrainConfig", "WandbConfig", "config_from_dict", "dump_config", "find_config", "load_config",
-           "load_yaml", "parse_override"]
+           "load_yaml", "parse_override", "set_dotted"]
 
 
 @dataclass(kw_only=True)
 class Config:
-    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
-    devices: DevicesConfig = field(default_factory=DevicesConfig)
-    train: TrainConfig = field(default_factory=TrainConfig)
-    clock: ClockConfig = field(default_factory=ClockConfig)
-    data: DataConfig = field(default_factory=DataConfig)
-    model: ModelConfig = field(default_factory=ModelConfig)
-    run: RunConfig = field(default_factory=RunConfig)
-    runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
-    logging: LoggingConfig = field(default_factory=LoggingConfig)
-    name: str = "run"  # used for the default output dir
+    """A run's configuration: one section per part of the system, then the run's name."""
+
+    algorithm: AlgorithmConfig = section(AlgorithmConfig, "which rule aggregates the buffer, and when")
+    devices: DevicesConfig = section(DevicesConfig, "the simulated devices")
+    train: TrainConfig = section(TrainConfig, "each device's local training (SGD)")
+    clock: ClockConfig = section(ClockConfig, "the virtual clock: how long a job takes")
+    data: DataConfig = section(DataConfig, "the dataset and how it is split into devices' shards")
+    model: ModelConfig = section(ModelConfig, "the model every device trains")
+    run: RunConfig = section(RunConfig, "when the run stops, evaluates and checkpoints")
+    runtime: RuntimeConfig = section(RuntimeConfig, "where and how the processes compute and communicate; may "
+                                     "change on resume")
+    logging: LoggingConfig = section(LoggingConfig, "progress lines and Weights & Biases; may change on resume")
+    name: str = key("run", "the run's name: its default output dir (`runs/NAME-TIMESTAMP`) and W&B name",
+                    shown="the config file's name (`run` without a file)")
 
     def __post_init__(self) -> None:
         _resolve_algorithm(self.algorithm, self.devices)
+        if self.devices.num is None and self.data.partition != "natural":
+            _fail("devices.num", None, f"an integer >= 1; null (one device per writer) only with "
+                  f"data.partition=natural, not {self.data.partition}")
         if self.algorithm.buffer_size > self.devices.concurrency:
             _fail("algorithm.buffer_size", self.algorithm.buffer_size,
                   f"at most devices.concurrency ({self.devices.concurrency}), or the buffer never fills")
@@ -131,7 +139,8 @@ def _build(cls: type, data: dict, prefix: str = "") -> Any:
     return cls(**kwargs)
 
 
-def _set_dotted(tree: dict, dotted: str, value: Any) -> None:
+def set_dotted(tree: dict, dotted: str, value: Any) -> None:
+    """Set ``value`` at the dotted key in a config tree of plain dicts, making the sections on the way."""
     parts = dotted.split(".")
     node = tree
     for part in parts[:-1]:
@@ -140,6 +149,8 @@ def _set_dotted(tree: dict, dotted: str, value: Any) -> None:
             _fail(dotted, value, f"'{part}' is a value, not a section")
         node = child
     node[parts[-1]] = value
+
+
 
 
 def parse_override(text: str) -> tuple[str, Any]:
@@ -158,7 +169,7 @@ def config_from_dict(data: dict, overrides: list[str] | tuple = ()) -> Config:
     tree = _deep_copy(data or {})
     for text in overrides:
         key, value = parse_override(text)
-        _set_dotted(tree, key, value)
+        set_dotted(tree, key, value)
     return _build(Config, tree)
 
 

@@ -1,19 +1,23 @@
 """The sections of a run configuration: one kw-only dataclass each, checked in ``__post_init__``.
 
-Defaults follow the paper's setup (README, "Configuration"); every check names the key, the value and what is
-allowed (:class:`ConfigError`). :mod:`seafl_dist.settings.core` assembles them and loads YAML.
+Every key is declared with its default and its help (``key(default, "help")``, :mod:`.keys`);
+docs/configuration.md is generated from them (``python -m seafl_dist.settings.reference``).
+Defaults follow the paper's setup; every check names the key, the value and what is allowed
+(:class:`ConfigError`). :mod:`seafl_dist.settings.core` assembles them and loads YAML.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Optional
 
 from seafl_dist.settings import plugins
-from seafl_dist.settings.errors import ConfigError, _fail  # noqa: F401  (ConfigError re-exported)
+from seafl_dist.settings.errors import ConfigError, _at_least, _choice, _fail  # noqa: F401  (ConfigError re-exported)
+from seafl_dist.settings.keys import key, section
 
 ALGORITHMS = ("seafl", "seafl2", "fedbuff", "fedasync", "fedavg")
 SIMILARITY_MODES = ("delta_vs_global", "model_vs_global", "delta_vs_movement")
 SIMILARITY_OVER = ("parameters", "parameters_and_stats")
+WITHOUT_WRITERS = ("digits", "mnist", "emnist", "cifar10", "cinic10")  # built-in datasets natural cannot split
 
 
 class _Unset:
@@ -26,40 +30,42 @@ class _Unset:
 UNSET: Any = _Unset()
 
 
-def _choice(key: str, value: Any, choices: tuple) -> None:
-    if value not in choices:
-        _fail(key, value, "one of " + ", ".join(map(str, choices)))
-
-
-def _at_least(key: str, value: Any, low: float, *, strict: bool = False) -> None:
-    if value is None:
-        return
-    if (value <= low) if strict else (value < low):
-        _fail(key, value, f"a number {'>' if strict else '>='} {low}")
-
-
 @dataclass(kw_only=True)
 class AlgorithmConfig:
     """Which rule aggregates the buffer and when (SPEC "The server loop", "Aggregation rules")."""
 
-    name: str = "seafl"  # seafl, seafl2, fedbuff, fedasync, fedavg, or pkg.module:rule (seafl_dist.settings.plugins)
-    buffer_size: int = 10  # K; fedavg forces K = M, fedasync K = 1
-    # beta; None = infinity. Not given: 10 for seafl/seafl2, infinity for fedbuff/fedasync; a value given
-    # (file or override) is kept for them too (PLATO's staleness_bound); fedavg: forced to 0
-    staleness_limit: Optional[int] = UNSET
-    alpha: float = 3.0  # SEAFL staleness weight alpha (Eq. 4)
-    mu: float = 1.0  # SEAFL importance weight mu (Eq. 5); 0 turns importance off
-    theta: float = 0.8  # SEAFL server mixing vartheta (Eq. 8), in (0, 1]
-    similarity: str = "delta_vs_global"  # which vectors Eq. 5's cosine compares
-    similarity_over: str = "parameters"  # its entries: parameters, or parameters_and_stats (never counters)
-    server_lr: float = 1.0  # FedBuff server learning rate eta_g
-    staleness_scaling: str = "none"  # FedBuff: none or sqrt (1/sqrt(1+S))
-    mixing: float = 0.6  # FedAsync alpha_mix
-    staleness_fn: str = "polynomial"  # FedAsync: constant, polynomial, hinge
-    poly_a: float = 0.5  # FedAsync polynomial exponent
-    hinge_a: float = 10.0  # FedAsync hinge slope
-    hinge_b: float = 4.0  # FedAsync hinge threshold
-    partial: Optional[bool] = None  # notify blocking devices to upload early; None: only for seafl2
+    name: str = key("seafl", "the algorithm: `seafl`, `seafl2`, `fedbuff`, `fedasync`, `fedavg`, or `pkg.module:rule` "
+                    "(a rule of your own)")
+    buffer_size: int = key(10, "K: the server aggregates once the buffer holds this many updates; fedavg forces "
+                           "`devices.concurrency`, fedasync 1")
+    staleness_limit: Optional[int] = key(
+        UNSET, "β: the server waits rather than let an in-flight update grow staler than this; `null` = ∞",
+        shown="`10`; fedbuff, fedasync: `null`; fedavg: `0`",
+        note="Not given, it is 10 for seafl and seafl2 and ∞ for fedbuff and fedasync; a value given (in the file "
+             "or an override) is kept for fedbuff and fedasync too, which then wait for stragglers as SEAFL does, "
+             "as PLATO's `staleness_bound` made the paper's baselines do. fedavg forces 0 (synchronous rounds).")
+    alpha: float = key(3.0, "SEAFL α: staleness weight γ = αβ/(S+β) (Eq. 4)")
+    mu: float = key(1.0, "SEAFL μ: importance weight s = μ(cos+1)/2 (Eq. 5); 0 turns importance weighting off")
+    theta: float = key(0.8, "SEAFL ϑ: server mixing w ← (1−ϑ)w + ϑ·Σ p_k w_k (Eq. 8), in (0, 1]")
+    similarity: str = key("delta_vs_global", "the vectors Eq. 5's cosine compares: `delta_vs_global`, "
+                          "`model_vs_global` or `delta_vs_movement`",
+                          note="With Δ_k = w_k − w_{t_k} the update of a job that started from version t_k and w_t "
+                               "the current global model: `delta_vs_global` compares Δ_k with w_t (Eq. 5 as written), "
+                               "`model_vs_global` w_k with w_t, `delta_vs_movement` Δ_k with w_t − w_{t_k}.")
+    similarity_over: str = key("parameters", "the entries Eq. 5's cosine runs over: `parameters` (trainable) or "
+                               "`parameters_and_stats` (plus batch norm's running mean and variance)",
+                               note="Never over integer counters such as batch norm's `num_batches_tracked`: with "
+                                    "them in, ResNet-18's 20 counters outweighed 11 M weights and every update "
+                                    "scored cos ≈ 0.96–0.9999, so importance weighting did nothing.")
+    server_lr: float = key(1.0, "FedBuff η_g: server learning rate, w ← w + η_g · mean Δ_k")
+    staleness_scaling: str = key("none", "FedBuff: `none`, or `sqrt` to scale each update by 1/√(1+S)")
+    mixing: float = key(0.6, "FedAsync α_mix: w ← (1−a)w + a·w_k with a = α_mix·f(S), in (0, 1]")
+    staleness_fn: str = key("polynomial", "FedAsync f(S): `constant` (1), `polynomial` ((1+S)^−a) or `hinge`")
+    poly_a: float = key(0.5, "FedAsync: exponent a of the `polynomial` staleness function")
+    hinge_a: float = key(10.0, "FedAsync: slope a of the `hinge` staleness function, f(S) = 1/(a(S−b)+1) for S > b")
+    hinge_b: float = key(4.0, "FedAsync: threshold b of the `hinge` staleness function (f = 1 up to S = b)")
+    partial: Optional[bool] = key(None, "SEAFL²'s partial training (notify blocking devices to upload early) for "
+                                  "another rule; `null`: for seafl2 only")
 
     def __post_init__(self) -> None:
         plugins.check("algorithm.name", self.name, ALGORITHMS)
@@ -101,23 +107,23 @@ class AlgorithmConfig:
 
 @dataclass(kw_only=True)
 class DevicesConfig:
-    num: int = 100  # N simulated devices
-    concurrency: int = 20  # M devices training at once
+    num: Optional[int] = key(100, "N: simulated devices; `null` (with `data.partition: natural` only): one per writer")
+    concurrency: int = key(20, "M: devices training at once, at most `devices.num`")
 
     def __post_init__(self) -> None:
         _at_least("devices.num", self.num, 1)
         _at_least("devices.concurrency", self.concurrency, 1)
-        if self.concurrency > self.num:
+        if self.num is not None and self.concurrency > self.num:  # null: checked against the writers at load
             _fail("devices.concurrency", self.concurrency, f"at most devices.num ({self.num})")
 
 
 @dataclass(kw_only=True)
 class TrainConfig:
-    epochs: int = 5  # E local epochs per job
-    batch_size: int = 32
-    lr: float = 0.01
-    momentum: float = 0.0
-    weight_decay: float = 0.0
+    epochs: int = key(5, "E: local epochs per job")
+    batch_size: int = key(32, "local SGD batch size (at least 2 for `resnet18` and `vgg16`: batch norm)")
+    lr: float = key(0.01, "local SGD learning rate")
+    momentum: float = key(0.0, "local SGD momentum")
+    weight_decay: float = key(0.0, "local SGD weight decay")
 
     def __post_init__(self) -> None:
         _at_least("train.epochs", self.epochs, 1)
@@ -129,11 +135,15 @@ class TrainConfig:
 
 @dataclass(kw_only=True)
 class IdleConfig:
-    distribution: str = "zipf"  # zipf, pareto or none
-    s: float = 1.7  # Zipf exponent
-    a: float = 1.0  # Pareto (Lomax) shape
-    max: float = 60.0  # cap on one idle time, seconds
-    resample: str = "per_device"  # per_device (drawn once) or per_epoch
+    distribution: str = key("zipf", "a device's idle time per epoch: `zipf`, `pareto` or `none`",
+                            note="Zipf(`clock.idle.s`) draws integers ≥ 1, Pareto(`clock.idle.a`) numpy's Lomax "
+                                 "form (≥ 0); either is capped at `clock.idle.max`. Every draw comes from a stream "
+                                 "named by (seed, purpose, device, job), so adding a device or a rank never shifts "
+                                 "anyone else's draws.")
+    s: float = key(1.7, "Zipf exponent (> 1)")
+    a: float = key(1.0, "Pareto (Lomax) shape (> 0)")
+    max: float = key(60.0, "cap on one idle time, virtual seconds")
+    resample: str = key("per_device", "`per_device` (drawn once per device) or `per_epoch` (drawn for every epoch)")
 
     def __post_init__(self) -> None:
         _choice("clock.idle.distribution", self.distribution, ("zipf", "pareto", "none"))
@@ -146,10 +156,14 @@ class IdleConfig:
 
 @dataclass(kw_only=True)
 class ClockConfig:
-    sec_per_sample: float = 0.001  # compute time per sample per epoch
-    download_s: float = 0.0  # before epoch 1
-    upload_s: float = 0.0  # after the last epoch
-    idle: IdleConfig = field(default_factory=IdleConfig)
+    sec_per_sample: float = key(
+        0.001, "compute time per sample per epoch, virtual seconds: c_k = n_k × this",
+        note="A job of device k starting at time s has epoch ends b_e = s + `clock.download_s` + e·(c_k + z_k), "
+             "with c_k = n_k × `clock.sec_per_sample` for a shard of n_k samples and z_k the device's idle time "
+             "(`clock.idle.distribution`); its update reaches the server at b_E + `clock.upload_s`.")
+    download_s: float = key(0.0, "time to receive the global model, before epoch 1, virtual seconds")
+    upload_s: float = key(0.0, "time to send the update, after the last epoch, virtual seconds")
+    idle: IdleConfig = section(IdleConfig, "each device's idle time between epochs")
 
     def __post_init__(self) -> None:
         _at_least("clock.sec_per_sample", self.sec_per_sample, 0)
@@ -159,21 +173,35 @@ class ClockConfig:
 
 @dataclass(kw_only=True)
 class DataConfig:
-    name: str = "digits"  # digits (bundled), mnist, emnist, cifar10, cinic10, or pkg.module:loader
-    root: str = "data"  # where on-disk datasets live
-    download: bool = False  # fetch missing datasets (needs internet)
-    partition: str = "dirichlet"  # dirichlet, iid, or pkg.module:split
-    shards_overlap: bool = False  # a custom partition may give devices shared samples
-    concentration: float = 0.3  # Dirichlet concentration over labels
-    samples_per_device: Optional[int] = None  # fixed shard size, drawn without replacement
-    test_fraction: float = 0.2  # digits only: seeded held-out share
-    emnist_split: str = "balanced"
-    augment: bool = False  # CIFAR-style random crop + flip at train time
-    seed: Optional[int] = None  # seed of the split (partition; digits' hold-out); None = run.seed
+    name: str = key("digits", "the dataset: `digits` (bundled), `mnist`, `emnist`, `cifar10`, `cinic10`, `femnist` "
+                    "(LEAF's JSON files, by writer), or `pkg.module:loader`")
+    root: str = key("data", "directory the on-disk datasets live in")
+    download: bool = key(False, "fetch a missing MNIST, EMNIST or CIFAR-10 through torchvision (needs internet)")
+    partition: str = key("dirichlet", "how samples are split into shards: `dirichlet` (label skew), `iid`, "
+                         "`natural` (one device per writer: femnist), or `pkg.module:split`",
+                         note="`natural`: device k is the k-th writer of an order seeded by `data.seed`, with all "
+                              "of that writer's training samples; `devices.num: null` takes every writer, N the "
+                              "first N (docs/femnist.md).")
+    shards_overlap: bool = key(False, "a custom `data.partition` may give devices shared samples")
+    concentration: float = key(0.3, "Dirichlet concentration over labels (smaller: more skew)")
+    samples_per_device: Optional[int] = key(None, "fixed shard size, drawn without replacement; `null`: the "
+                                            "whole training set is shared out")
+    test_fraction: float = key(0.2, "`digits` only: the seeded, stratified held-out share, in (0, 1)")
+    emnist_split: str = key("balanced", "`emnist` only: the split (`balanced`: 47 classes)")
+    augment: bool = key(False, "random crop and horizontal flip of training batches (CIFAR style)")
+    seed: Optional[int] = key(None, "seed of the data split (shards; digits' hold-out); `null`: `run.seed`",
+                              note="Fix `data.seed` to vary `run.seed` over one split: runs of different "
+                                   "`run.seed` then train on the same shards.")
 
     def __post_init__(self) -> None:
-        plugins.check("data.name", self.name, ("digits", "mnist", "emnist", "cifar10", "cinic10"))
-        plugins.check("data.partition", self.partition, ("dirichlet", "iid"))
+        plugins.check("data.name", self.name, WITHOUT_WRITERS + ("femnist",))
+        plugins.check("data.partition", self.partition, ("dirichlet", "iid", "natural"))
+        if self.partition == "natural" and self.name in WITHOUT_WRITERS:
+            _fail("data.partition", self.partition, f"dirichlet, iid or an import path for data.name={self.name}: "
+                  f"natural makes each writer a device and {self.name} has no writers (femnist has)")
+        if self.partition == "natural" and self.samples_per_device is not None:
+            _fail("data.samples_per_device", self.samples_per_device, "null with data.partition=natural (a "
+                  "writer's shard is all of its samples)")
         _at_least("data.concentration", self.concentration, 0, strict=True)
         _at_least("data.samples_per_device", self.samples_per_device, 1)
         if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0):
@@ -184,8 +212,8 @@ class DataConfig:
 
 @dataclass(kw_only=True)
 class ModelConfig:
-    name: str = "lenet5"  # lenet5, resnet18, vgg16, or pkg.module:builder
-    width: float = 1.0  # channel multiplier (tests use small widths)
+    name: str = key("lenet5", "the model: `lenet5`, `resnet18`, `vgg16`, or `pkg.module:builder`")
+    width: float = key(1.0, "channel multiplier (small widths make small test models)")
 
     def __post_init__(self) -> None:
         plugins.check("model.name", self.name, ("lenet5", "resnet18", "vgg16"))
@@ -194,19 +222,22 @@ class ModelConfig:
 
 @dataclass(kw_only=True)
 class RunConfig:
-    seed: int = 0
-    max_aggregations: Optional[int] = 200
-    max_time: Optional[float] = None  # virtual seconds
-    target_accuracy: Optional[float] = None  # stop once test accuracy reaches it
-    eval_every: int = 1  # evaluate after every n-th aggregation (and the last)
-    targets: list = field(default_factory=lambda: [0.5, 0.7, 0.9])  # reported times-to-accuracy
-    # Rank 0 checkpoints after every n-th aggregation and/or once this many real seconds have
-    # passed since the last checkpoint (null turns either off; a signal always checkpoints).
-    # 100 / 300 s: a ResNet-18 checkpoint holds up to beta + 1 versions of ~45 MB (0.5 GB at
-    # beta = 10) and took 4.2 s to write and fsync on a small VM (benchmarks/checkpoint.py), ~1%
-    # of five minutes; LeNet-5's take 0.05 s. A signal checkpoints whatever these say.
-    checkpoint_every: Optional[int] = 100
-    checkpoint_every_s: Optional[float] = 300.0
+    seed: int = key(0, "seed of every random stream of the run (and of the data split unless `data.seed`)")
+    max_aggregations: Optional[int] = key(200, "stop after this many aggregations; `null`: no limit (then "
+                                          "`run.max_time` or `run.target_accuracy` must be set)")
+    max_time: Optional[float] = key(None, "stop at this virtual time, seconds; `null`: no limit")
+    target_accuracy: Optional[float] = key(None, "stop once test accuracy reaches this, in (0, 1]; `null`: never")
+    eval_every: int = key(1, "evaluate after every n-th aggregation (and after the last)")
+    targets: list = key([0.5, 0.7, 0.9], "accuracies whose time-to-accuracy the summary and reports give")
+    checkpoint_every: Optional[int] = key(
+        100, "rank 0 checkpoints after every n-th aggregation; `null`: off",
+        note="Either of `run.checkpoint_every` and `run.checkpoint_every_s` triggers a checkpoint, and a "
+             "signal checkpoints whatever they say. 100 aggregations and 300 s: a ResNet-18 checkpoint holds up to "
+             "β + 1 versions of ~45 MB (0.5 GB at β = 10) and took 4.2 s to write and fsync on a small VM "
+             "(`benchmarks/checkpoint.py`), ~1% of five minutes; LeNet-5's take 0.05 s. Both may change "
+             "when a run resumes.")
+    checkpoint_every_s: Optional[float] = key(300.0, "rank 0 checkpoints once this many real seconds passed since "
+                                              "the last checkpoint; `null`: off")
 
     def __post_init__(self) -> None:
         _at_least("run.max_aggregations", self.max_aggregations, 1)
@@ -225,14 +256,23 @@ class RunConfig:
 
 @dataclass(kw_only=True)
 class RuntimeConfig:
-    device: str = "auto"  # auto, cpu, cuda
-    backend: str = "auto"  # payload transport: auto (= gloo, pinned host buffers), gloo, nccl (opt-in; untested on >= 2 GPUs)
-    timeout_s: float = 600.0  # a dead, frozen or stuck (no training progress) worker is named within this
-    precision: str = "32"  # 32 or bf16 (autocast on GPU)
-    threads: Optional[int] = None  # torch intra-op threads per process (None: torch's default)
-    batch_jobs: int = 1  # G: pending jobs a rank trains together (torch.func); 1 = one at a time, today's bits
-    placement: str = "balanced"  # which worker trains a job: balanced (least queued work; every worker holds the
-    # training set) or device (device k on worker 1 + k mod (W-1); a worker holds only its devices' rows)
+    device: str = key("auto", "where models train and evaluate: `auto` (a GPU when there is one), `cpu` or `cuda`")
+    backend: str = key("auto", "payload transport: `auto` (= gloo), `gloo`, or `nccl` (opt-in)",
+                       note="`auto` and `gloo` send payloads over gloo, through pinned host buffers on a GPU. "
+                            "`nccl` needs one GPU per rank and has not yet run on ≥ 2 GPUs.")
+    timeout_s: float = key(600.0, "a dead, frozen or stuck (no training progress) worker is named within this many "
+                           "real seconds")
+    precision: str = key("32", "`32`, or `bf16` (autocast on a GPU)")
+    threads: Optional[int] = key(None, "torch intra-op threads per process; `null`: torch's default (a sweep's runs: "
+                                 "their share of the CPUs)")
+    batch_jobs: int = key(1, "G: pending jobs a rank trains together (torch.func); 1 = one at a time, bit for bit",
+                          note="G > 1 keeps the schedule identical but changes the trained bits by floating-point "
+                               "rounding, so such a run is another sample of the same experiment, not a replay. "
+                               "On a CPU G > 1 is slower; out of GPU memory a group is retrained in halves.")
+    placement: str = key("balanced", "which worker trains a job under torchrun: `balanced` or `device`",
+                         note="`balanced`: the worker with the least queued work (every worker holds the training "
+                              "set). `device`: device k on worker 1 + k mod (W−1), so a worker holds only its "
+                              "devices' rows.")
 
     def __post_init__(self) -> None:
         _choice("runtime.device", self.device, ("auto", "cpu", "cuda"))
@@ -247,12 +287,12 @@ class RuntimeConfig:
 
 @dataclass(kw_only=True)
 class WandbConfig:
-    enabled: bool = False
-    mode: str = "offline"  # online, offline, disabled
-    project: str = "seafl"
-    entity: Optional[str] = None
-    group: Optional[str] = None
-    tags: list = field(default_factory=list)
+    enabled: bool = key(False, "log to Weights & Biases (from rank 0 only)")
+    mode: str = key("offline", "`online`, `offline` (sync later: the run dir's `wandb_sync.txt`) or `disabled`")
+    project: str = key("seafl", "W&B project")
+    entity: Optional[str] = key(None, "W&B entity (user or team); `null`: your default")
+    group: Optional[str] = key(None, "W&B group; `null`: none (a sweep's runs: the sweep's name)")
+    tags: list = key([], "W&B tags")
 
     def __post_init__(self) -> None:
         _choice("logging.wandb.mode", self.mode, ("online", "offline", "disabled"))
@@ -260,9 +300,9 @@ class WandbConfig:
 
 @dataclass(kw_only=True)
 class LoggingConfig:
-    wandb: WandbConfig = field(default_factory=WandbConfig)
-    progress: str = "auto"  # auto (bar on a terminal, lines otherwise), bar, lines, none
-    progress_every_s: float = 10.0  # real seconds between plain progress lines
+    wandb: WandbConfig = section(WandbConfig, "Weights & Biases tracking")
+    progress: str = key("auto", "`auto` (a bar on a terminal, lines otherwise), `bar`, `lines` or `none`")
+    progress_every_s: float = key(10.0, "real seconds between plain progress lines")
 
     def __post_init__(self) -> None:
         _choice("logging.progress", self.progress, ("auto", "bar", "lines", "none"))

@@ -66,3 +66,57 @@ class SpeedModel:
             b = b + c + z
             ends.append(b)
         return ends
+
+
+class ProfiledSpeed:
+    """Epoch ends of a job on a profiled device (SPEC "Device populations").
+
+    b_0 = start + the device's download time, each epoch lasts n_k × its profile's
+    ``sec_per_sample`` × ``compute_scale`` plus its idle time, and the upload takes the model's
+    bytes over its upload bandwidth. Idle times come from ``idle`` (a :class:`SpeedModel`, whose
+    draws are kept) when ``clock.idle`` is set, else they are zero.
+    """
+
+    def __init__(self, population, n_samples: Sequence[int], epochs: int, idle: SpeedModel | None = None):
+        self.population, self.n_samples, self.epochs, self.idle = population, n_samples, epochs, idle
+
+    def comm(self, device: int) -> tuple[float, float]:
+        """(download_s, upload_s) of the device's jobs."""
+        return self.population.download_time(device), self.population.upload_time(device)
+
+    def plan(self, device: int, device_job_index: int, start: float) -> list[float]:
+        c = self.population.compute_time(device, self.n_samples[device])
+        idle = self.idle.idle_times(device, device_job_index) if self.idle is not None else [0.0] * self.epochs
+        b = start + self.population.download_time(device)
+        ends = []
+        for z in idle:
+            b = b + c + z
+            ends.append(b)
+        return ends
+
+    def min_idle(self) -> np.ndarray:
+        """Per device: the least idle time an epoch can have (drawn per device: that value; per epoch:
+        zipf's 1 s or pareto's 0, capped)."""
+        n = len(self.n_samples)
+        if self.idle is None:
+            return np.zeros(n)
+        if self.idle._per_device is not None:
+            return np.asarray(self.idle._per_device, dtype=np.float64)
+        idle = self.idle.clock.idle
+        return np.full(n, min(1.0, idle.max) if idle.distribution == "zipf" else 0.0)
+
+    def stall_reason(self) -> str | None:
+        """Why no job could ever land, if so: every device's shortest job (download, E epochs with
+        their least idle time, upload) is longer than its longest availability window. Vectorised."""
+        pop = self.population
+        prof = pop.device_profiles()
+        n = np.asarray(self.n_samples, dtype=np.float64)
+        epoch = n * pop.sec_per_sample[prof] * pop.compute_scale + self.min_idle()
+        span = pop.model_bytes / pop.down[prof] + self.epochs * epoch + pop.model_bytes / pop.up[prof]
+        longest = pop.longest_windows()[prof]
+        if np.any(span <= longest):
+            return None
+        i = int(np.argmin(span - longest))
+        return (f"no job can land: every device's shortest job is longer than its longest availability window "
+                f"(closest: device {i}, job {span[i]:g}s, window {longest[i]:g}s); lengthen the windows "
+                f"(devices.availability_scale) or shorten the jobs")

@@ -16,10 +16,15 @@ Choices the SPEC leaves to us (written down here):
   in its last epoch or during its upload keeps its finish time; the notify event is still
   emitted (a notification was sent).
 - An aggregation takes the whole buffer.
+
+With a device population (``availability``) or ``dropout`` set, starts also happen between
+aggregations and jobs can drop: that loop lives in sim/churn.py and is documented there;
+without them this module's loop runs alone and its output is what it always was.
 """
 from __future__ import annotations
 
 import heapq
+import math
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Optional, Sequence
 
@@ -42,6 +47,9 @@ class Job:
     finish: float = 0.0
     epochs: int = 0
     notified: bool = False
+    download_s: float = 0.0  # recorded on churn-mode start events
+    drop_at: float = math.inf  # churn mode: the job drops here if that is before its finish
+    drop_cause: str = ""  # "offline" (its window closed) or "dropout"
 
     def __post_init__(self) -> None:
         self.epochs = len(self.epoch_ends)
@@ -55,6 +63,15 @@ class Job:
                 self.epochs = e
                 self.finish = b + self.upload_s
                 return
+
+    @property
+    def drops(self) -> bool:
+        """Churn mode: the job is dropped (its upload does not land by ``drop_at``; landing at it counts)."""
+        return self.drop_at < self.finish
+
+    @property
+    def ends_at(self) -> float:
+        return self.drop_at if self.drops else self.finish
 
 
 @dataclass(kw_only=True)
@@ -70,11 +87,19 @@ class Scheduler:
     n_samples: Sequence[int] = ()
     max_aggregations: Optional[int] = None
     max_time: Optional[float] = None
+    # device populations (SPEC "Device populations"); all unset: the loop below, byte for byte as before
+    availability: Optional[object] = None  # a sim.population.Population (None: always online)
+    dropout: Optional[float] = None  # p: a job drops with probability p at a uniform point of its span
+    comm: Optional[Callable[[int], tuple]] = None  # device -> (download_s, upload_s); None: the constants
+    download_s: float = 0.0  # what start events record when comm is None (plan includes it)
+    stall_reason: Optional[str] = None  # known before the run (e.g. no job can fit any window): stall at 0
     _device_jobs: list = field(default_factory=list, init=False)
 
     def __post_init__(self) -> None:
         if not 1 <= self.buffer_size <= self.concurrency <= self.num_devices:
             raise ValueError(f"need 1 <= K ({self.buffer_size}) <= M ({self.concurrency}) <= N ({self.num_devices})")
+        if self.dropout is not None and not 0 <= self.dropout < 1:
+            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
         self._device_jobs = [0] * self.num_devices
         if not self.n_samples:
             self.n_samples = [0] * self.num_devices
@@ -104,8 +129,18 @@ class Scheduler:
         return {"event": "start", "time": job.start, "device": job.device, "job": job.job,
                 "version": job.version, "epoch_ends": list(job.epoch_ends)}
 
+    @property
+    def churn(self) -> bool:
+        """Availability or dropouts configured: starts and drops between aggregations (sim/churn.py)."""
+        return self.availability is not None or self.dropout is not None
+
     def events(self) -> Iterator[dict]:
-        """Yield start / notify / finish / aggregate events in virtual-time order."""
+        """Yield start / notify / finish / aggregate events in virtual-time order (and, with churn,
+        drop events and a last stall event if the run can make no more progress)."""
+        if self.churn:
+            from seafl_dist.sim.churn import ChurnLoop
+            yield from ChurnLoop(self).events()
+            return
         version, in_flight, heap, buffer = 0, {}, [], []
         started = self._start_jobs(0, 0.0, in_flight, heap, 0)
         next_id = len(started)
@@ -147,8 +182,8 @@ class Lookahead:
     """Iterates a scheduler's events while letting the runtime peek ahead.
 
     ``final_epochs(job)`` answers how many epochs a job will really train, i.e. the epochs
-    of its update in the aggregation that consumes it, or None if the schedule ends before
-    any aggregation takes it. The distributed runtime uses it to dispatch a job at its
+    of its update in the aggregation that consumes it, or None if the job drops or the schedule
+    ends before any aggregation takes it. The distributed runtime uses it to dispatch a job at its
     start with the exact epoch count, SEAFL² notifications included; peeking never
     changes what is iterated.
     """
@@ -159,6 +194,7 @@ class Lookahead:
         self._head = 0
         self._epochs: dict[int, int] = {}
         self._finish: dict[int, float] = {}
+        self._dropped: set = set()
         self._exhausted = False
 
     def _pull(self) -> bool:
@@ -174,11 +210,13 @@ class Lookahead:
                 self._epochs[u["job"]] = u["epochs"]
         elif ev["event"] == "finish":
             self._finish[ev["job"]] = ev["time"]
+        elif ev["event"] == "drop":
+            self._dropped.add(ev["job"])
         self._queue.append(ev)
         return True
 
     def final_epochs(self, job: int) -> Optional[int]:
-        while job not in self._epochs and self._pull():
+        while job not in self._epochs and job not in self._dropped and self._pull():
             pass
         return self._epochs.get(job)
 

@@ -5,15 +5,17 @@ steps are fused into one with PyTorch's "model ensembling" recipe: the G models'
 buffers are stacked along a new leading dimension and ``vmap(grad(loss))`` over
 ``functional_call`` computes every job's gradient in one pass (a convolution becomes a grouped
 convolution). Every job keeps its own math, exactly as :func:`~seafl_dist.train.local.train_job`
-does it alone:
+does it alone, because the pieces are the same ones:
 
-- its start model, its shard, its batch order and augmentation drawn from its own generator in
-  the same order (so the batches are the same tensors), its epoch count (SEAFL² partial jobs);
-- SGD with momentum and weight decay as ``torch.optim.SGD`` (dampening 0, no Nesterov) does it,
-  applied to the stacked tensors (a zero momentum buffer times m plus g is g, SGD's first step);
+- its :class:`~seafl_dist.train.plan.StepPlan` (shard, batch order, augmentation, trailing-batch
+  rule, epochs: SEAFL² partial jobs train fewer), so the batches are the same tensors;
+- the optimiser the model's own ``configure_optimizers`` builds (``torch.optim.SGD``): its
+  hyperparameters and torch's SGD function (``torch.optim.sgd.sgd``), applied to the stacked
+  trainable parameters; a frozen parameter (``requires_grad=False``) is passed with the buffers,
+  never differentiated, never updated, as the optimiser leaves it alone;
 - its own batch-norm running statistics: the buffers are stacked too, and batch norm updates
   each job's slice inside ``vmap``;
-- the same trailing-batch rule (a last batch of one sample is skipped).
+- flat vectors in and out through train/flat.py (:meth:`FlatLayout.split`, :func:`join`).
 
 Jobs with different step counts or a different last-batch size: at each step the jobs still
 training are grouped by this step's batch size, and each group takes one fused step (the full
@@ -22,20 +24,30 @@ finished leaves the stack, so the remaining ones again step without gathers. No 
 depends on the others; it differs from the job trained alone only by floating-point rounding
 (grouped vs single convolutions): the tests hold it to a relative L2 difference <= 1e-4 in fp32.
 
-The fused step uses the cross-entropy of ``forward`` and ``train_config``'s SGD, which is what
-the base :class:`~seafl_dist.models.base.FLNet` ``training_step`` / ``configure_optimizers`` do.
-A model class overriding either is trained one job at a time with ``train_job`` (see
-:func:`batchable`), so a custom loss is never silently replaced.
+What the fused step cannot train exactly is found before training (:func:`fusion_blocker`) and
+trained one job at a time with ``train_job``: a model with its own loss or optimiser, layers that
+draw random numbers (each job alone draws from its own seeded stream; fused, vmap would refuse
+or share the draws), batch norm with ``momentum=None`` (a cumulative average vmap cannot
+update), and anything else ``vmap`` rejects (found by one fused step on copies, on two samples).
 """
 from __future__ import annotations
 
+import weakref
 from collections import defaultdict
 
 import torch
 import torch.nn.functional as F
+from torch import nn
+from torch.optim.sgd import sgd
 
-from seafl_dist.train.flat import FlatLayout
+from seafl_dist.train.flat import FlatLayout, flatten, join
 from seafl_dist.train.local import _autocast, train_job
+from seafl_dist.train.plan import StepPlan, epoch_sizes
+
+__all__ = ["FusedStep", "batchable", "epoch_sizes", "fusion_blocker", "train_jobs"]
+
+SGD_KEYS = ("weight_decay", "momentum", "lr", "dampening", "nesterov", "maximize", "foreach", "fused")
+_BLOCKERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # module -> {(device, precision): reason}
 
 
 def batchable(module) -> bool:
@@ -46,149 +58,169 @@ def batchable(module) -> bool:
             and cls.configure_optimizers is FLNet.configure_optimizers)
 
 
-def epoch_sizes(n: int, batch_size: int) -> list[int]:
-    """The batch sizes of one epoch over ``n`` samples, after train_job's trailing-batch rule."""
-    sizes = [min(batch_size, n - lo) for lo in range(0, n, batch_size)]
-    if sizes and sizes[-1] == 1 and n > 1 and batch_size > 1:
-        sizes.pop()
-    return sizes
+def fusion_blocker(module, data, device: torch.device | str = "cpu", precision: str = "32") -> str | None:
+    """Why the fused step cannot train ``module``'s jobs exactly as each alone, or None. Checked
+    once per module, device and precision, before training (a probe step on ``data``'s first rows)."""
+    cache = _BLOCKERS.setdefault(module, {})
+    key = (str(device), precision)
+    if key not in cache:
+        cache[key] = _find_blocker(module, data, torch.device(device), precision)
+    return cache[key]
 
 
-def _plan(indices: torch.Tensor, epochs: int, batch_size: int, seed: int, augment: bool, draw):
-    """The job's (indices, augmentation draws) per step, using its generator as train_job does."""
-    gen = torch.Generator().manual_seed(seed)
-    n = len(indices)
-    for _epoch in range(epochs):
-        order = indices[torch.randperm(n, generator=gen)]
-        for lo in range(0, n, batch_size):
-            idx = order[lo:lo + batch_size]
-            if len(idx) == 1 and n > 1 and batch_size > 1:
-                continue
-            yield idx, (draw(len(idx), gen) if augment else None)
+def _find_blocker(module, data, device: torch.device, precision: str) -> str | None:
+    if not batchable(module):
+        return "it defines its own training_step or configure_optimizers"
+    for name, layer in module.named_modules():
+        if isinstance(layer, (nn.modules.dropout._DropoutNd, nn.RReLU)):
+            return f"its layer {name} ({type(layer).__name__}) draws random numbers"
+        if isinstance(layer, nn.modules.batchnorm._NormBase) and layer.track_running_stats and layer.momentum is None:
+            return f"its batch norm {name} has momentum=None (a cumulative average, which vmap cannot update)"
+    optimizer = module.configure_optimizers()
+    if type(optimizer) is not torch.optim.SGD or len(optimizer.param_groups) != 1:
+        return f"its optimiser is {type(optimizer).__name__}, not one torch.optim.SGD parameter group"
+    if len(data) < 2:  # a rank without two training rows has only jobs of one sample (or none)
+        return None
+    # anything else vmap rejects (random ops in forward, .item(), data-dependent control flow):
+    # one fused step of two copies of the model on two samples, on copies of its state
+    module.to(device).train()
+    x, y = data.batch(torch.arange(2), device=device)
+    stack = _Stack(FlatLayout.of(module), _trainable(module), [flatten(module)] * 2, device)
+    try:
+        FusedStep(module, stack.trainable, device, precision)(stack, x.expand(2, *x.shape), y.expand(2, *y.shape))
+    except torch.cuda.OutOfMemoryError:
+        raise
+    except Exception as err:  # noqa: BLE001 -- the reason is reported; train_job then meets any real error
+        text = str(err).split("\n")[0]
+        if "random operation" in text:
+            return "its forward draws random numbers"
+        return f"torch.func.vmap rejects its forward ({type(err).__name__}: {text[:160]})"
+    return None
 
 
-def _stack_flats(layout: FlatLayout, starts: list[torch.Tensor], device: torch.device) -> dict:
-    """name -> (G, *shape) tensor on ``device``: each row one start vector, unflattened as load_flat does."""
-    flat = torch.stack([s.reshape(-1) for s in starts]).to(device, torch.float32)
-    if flat.shape[1] != layout.numel:
-        raise ValueError(f"flat vectors have {flat.shape[1]} values, the model needs {layout.numel}")
-    state, offset, g = {}, 0, len(starts)
-    for name, shape, dtype in zip(layout.names, layout.shapes, layout.dtypes):
-        n = 1
-        for d in shape:
-            n *= d
-        chunk = flat[:, offset:offset + n]
-        if not dtype.is_floating_point:
-            chunk = chunk.round()
-        state[name] = chunk.to(dtype).reshape(g, *shape).clone()
-        offset += n
-    return state
+def _trainable(module) -> list[str]:
+    return [n for n, p in module.named_parameters() if p.requires_grad]
 
 
-def _row_flat(layout: FlatLayout, state: dict, row: int) -> torch.Tensor:
-    """One job's flat float32 CPU vector, as flatten() gives for a module holding that state."""
-    return torch.cat([state[n][row].reshape(-1).to("cpu", torch.float32) for n in layout.names])
+class _Stack:
+    """G jobs' state stacked along a leading dimension (row r: one job): parameters and buffers
+    by name, and the SGD momentum buffer of every trainable parameter (None before the first step,
+    as in torch.optim.SGD's state)."""
+
+    def __init__(self, layout: FlatLayout, trainable: list[str], starts: list[torch.Tensor], device: torch.device):
+        flat = torch.stack([s.reshape(-1) for s in starts]).to(device, torch.float32)
+        self.layout, self.trainable, self.device = layout, trainable, device
+        self.state = {n: t.clone(memory_format=torch.contiguous_format) for n, t in layout.split(flat).items()}
+        self.momenta: dict = {n: None for n in trainable}
+
+    def row(self, r: int) -> torch.Tensor:
+        """Row r as a flat float32 CPU vector, as flatten() gives for a module holding that state."""
+        return join([self.state[n][r] for n in self.layout.names])
+
+    def rows(self, rows: list[int]) -> "_Stack":
+        """A new stack of the given rows (gathered copies)."""
+        sel = torch.tensor(rows, device=self.device)
+        sub = object.__new__(_Stack)
+        sub.layout, sub.trainable, sub.device = self.layout, self.trainable, self.device
+        sub.state = {n: v.index_select(0, sel) for n, v in self.state.items()}
+        sub.momenta = {n: None if v is None else v.index_select(0, sel) for n, v in self.momenta.items()}
+        return sub
+
+    def write(self, rows: list[int], sub: "_Stack") -> None:
+        """Copy ``sub`` (made by rows(rows) and stepped) back into those rows. Every row is in one
+        group per step, so momentum buffers made by the first step cover every row once all of
+        that step's groups are written."""
+        sel = torch.tensor(rows, device=self.device)
+        for n, v in sub.state.items():
+            self.state[n].index_copy_(0, sel, v)
+        for n, v in sub.momenta.items():
+            if v is not None:
+                if self.momenta[n] is None:
+                    self.momenta[n] = torch.empty_like(self.state[n])
+                self.momenta[n].index_copy_(0, sel, v)
 
 
 class FusedStep:
-    """One SGD step of a group of jobs: ``vmap(grad(cross-entropy of forward))`` + stacked SGD."""
+    """One optimiser step of a stack of jobs: ``vmap(grad(cross-entropy of forward))``, then the
+    SGD of the model's ``configure_optimizers`` (torch's own ``sgd`` function, its hyperparameters)."""
 
-    def __init__(self, module, param_names: list[str], *, lr: float, momentum: float, weight_decay: float,
-                 device: torch.device, precision: str = "32"):
+    def __init__(self, module, trainable: list[str], device: torch.device, precision: str = "32"):
         from torch.func import functional_call, grad, vmap
-        self.param_names = param_names
-        self.lr, self.momentum, self.wd = lr, momentum, weight_decay
-        self.device, self.precision = device, precision
+        self.trainable, self.device, self.precision = trainable, device, precision
+        group = module.configure_optimizers().param_groups[0]
+        self.hyper = {k: group[k] for k in SGD_KEYS}
 
         def loss(params, buffers, x, y):
             return F.cross_entropy(functional_call(module, (params, buffers), (x,)), y)
         self.grads = vmap(grad(loss))
 
-    def __call__(self, params: dict, buffers: dict, momenta: dict | None, x: torch.Tensor, y: torch.Tensor) -> None:
-        """Update ``params``, ``buffers`` (batch-norm statistics) and ``momenta`` in place."""
-        with _autocast(self.device, self.precision):
+    @torch.no_grad()
+    def __call__(self, stack: _Stack, x: torch.Tensor, y: torch.Tensor) -> None:
+        """Update ``stack`` in place: parameters, momenta and the buffers (batch-norm statistics),
+        with ``x``/``y`` of shape (rows, batch, ...)."""
+        names = set(self.trainable)
+        params = {n: v for n, v in stack.state.items() if n in names}
+        buffers = {n: v for n, v in stack.state.items() if n not in names}  # frozen parameters too
+        with torch.enable_grad(), _autocast(self.device, self.precision):
             grads = self.grads(params, buffers, x, y)
-        p = [params[n] for n in self.param_names]
-        g = [grads[n] for n in self.param_names]
-        if self.wd != 0:
-            g = torch._foreach_add(g, p, alpha=self.wd)
-        if self.momentum != 0:
-            m = [momenta[n] for n in self.param_names]
-            torch._foreach_mul_(m, self.momentum)
-            torch._foreach_add_(m, g)
-            g = m
-        torch._foreach_add_(p, g, alpha=-self.lr)
+        momenta = [stack.momenta[n] for n in self.trainable]
+        sgd([params[n] for n in self.trainable], [grads[n] for n in self.trainable], momenta, **self.hyper)
+        if self.hyper["momentum"] != 0:  # sgd made the buffers of a first step in the list
+            stack.momenta.update(zip(self.trainable, momenta))
 
 
 def train_jobs(module, starts: list[torch.Tensor], data, shards: list[torch.Tensor], *, epochs: list[int],
-               batch_size: int, seeds: list[int], augment: bool = False, device: torch.device | str = "cpu",
-               precision: str = "32", on_step=None) -> list[torch.Tensor]:
+               batch_size: int, seeds: list[int], torch_seeds: list[int] | None = None, augment: bool = False,
+               device: torch.device | str = "cpu", precision: str = "32", on_step=None) -> list[torch.Tensor]:
     """Train len(starts) jobs together; return each job's trained flat vector (CPU), in order.
 
-    Job j trains ``epochs[j]`` epochs from ``starts[j]`` on ``data[shards[j]]`` with seed
-    ``seeds[j]``. One job, or a module with its own loss or optimiser, goes through train_job.
+    Job j trains ``epochs[j]`` epochs from ``starts[j]`` on ``data[shards[j]]`` with data-order seed
+    ``seeds[j]`` (and ``torch_seeds[j]`` for random layers, used where it trains alone). One job,
+    or a model :func:`fusion_blocker` refuses, goes through train_job job by job.
     ``on_step()`` is called after every fused step."""
     device = torch.device(device)
-    if len(starts) == 1 or not batchable(module):
-        return [train_job(module, s, data, idx, epochs=e, batch_size=batch_size, seed=seed, augment=augment,
-                          device=device, precision=precision, on_step=on_step)
-                for s, idx, e, seed in zip(starts, shards, epochs, seeds)]
+    torch_seeds = torch_seeds if torch_seeds is not None else [None] * len(starts)
+    if len(starts) == 1 or fusion_blocker(module, data, device, precision) is not None:
+        return [train_job(module, s, data, idx, epochs=e, batch_size=batch_size, seed=seed, torch_seed=ts,
+                          augment=augment, device=device, precision=precision, on_step=on_step)
+                for s, idx, e, seed, ts in zip(starts, shards, epochs, seeds, torch_seeds)]
     module.to(device).train()
-    layout = FlatLayout.of(module)
-    param_names = [n for n, _ in module.named_parameters()]
-    state = _stack_flats(layout, starts, device)
-    t = module.train_config
-    step_fn = FusedStep(module, param_names, lr=t.lr, momentum=t.momentum, weight_decay=t.weight_decay,
-                        device=device, precision=precision)
-    momenta = {n: torch.zeros_like(state[n]) for n in param_names} if t.momentum != 0 else {}
-    sizes = [epoch_sizes(len(idx), batch_size) for idx in shards]
-    steps = [e * len(s) for e, s in zip(epochs, sizes)]
-    plans = [_plan(idx, e, batch_size, seed, augment, data.augment_draws)
-             for idx, e, seed in zip(shards, epochs, seeds)]
-    results: list[torch.Tensor | None] = [None] * len(starts)
-    rows = list(range(len(starts)))  # the job in each row of the stacked state
+    plans = [StepPlan(idx, e, batch_size, seed, augment) for idx, e, seed in zip(shards, epochs, seeds)]
+    stack = _Stack(FlatLayout.of(module), _trainable(module), starts, device)
+    return _train_stack(FusedStep(module, stack.trainable, device, precision), stack, plans, data, device, on_step)
+
+
+def _train_stack(step_fn: FusedStep, stack: _Stack, plans: list[StepPlan], data, device, on_step) -> list:
+    batches = [p.batches(data.augment_draws) for p in plans]
+    results: list[torch.Tensor | None] = [None] * len(plans)
+    rows = list(range(len(plans)))  # the job in each row of the stack
     step = 0
     while rows:
         # jobs that are done leave the stack (regrouping), so the rest step without gathers
-        done = [r for r, j in enumerate(rows) if steps[j] <= step]
+        done = [r for r, j in enumerate(rows) if plans[j].steps <= step]
         if done:
             for r in done:
-                results[rows[r]] = _row_flat(layout, state, r)
+                results[rows[r]] = stack.row(r)
             keep = [r for r in range(len(rows)) if r not in done]
             rows = [rows[r] for r in keep]
             if not rows:
                 break
-            sel = torch.tensor(keep, device=device)
-            state = {n: v.index_select(0, sel) for n, v in state.items()}
-            momenta = {n: v.index_select(0, sel) for n, v in momenta.items()}
+            stack = stack.rows(keep)
         groups = defaultdict(list)  # this step's batch size -> rows
         for r, j in enumerate(rows):
-            groups[sizes[j][step % len(sizes[j])]].append(r)
+            groups[plans[j].size(step)].append(r)
+        # every group's rows are gathered before any is written back: at step 0 a row's momentum
+        # buffer must still be "none yet" when its group steps
+        subs = {size: None if len(members) == len(rows) else stack.rows(members) for size, members in groups.items()}
         for size, members in groups.items():
-            batches = [next(plans[rows[r]]) for r in members]
-            idx = torch.cat([b[0] for b in batches])
-            draws = tuple(torch.cat(d) for d in zip(*(b[1] for b in batches))) if augment else None
-            x, y = data.batch(idx, augment=augment, draws=draws, device=device)
-            x, y = x.view(len(members), size, *x.shape[1:]), y.view(len(members), size)
-            if len(members) == len(rows):
-                _split_step(step_fn, state, momenta, param_names, x, y)
-            else:
-                sel = torch.tensor(members, device=device)
-                sub = {n: v.index_select(0, sel) for n, v in state.items()}
-                sub_m = {n: v.index_select(0, sel) for n, v in momenta.items()}
-                _split_step(step_fn, sub, sub_m, param_names, x, y)
-                for n, v in sub.items():
-                    state[n].index_copy_(0, sel, v)
-                for n, v in sub_m.items():
-                    momenta[n].index_copy_(0, sel, v)
+            taken = [next(batches[rows[r]]) for r in members]
+            idx = torch.cat([b[1] for b in taken])
+            draws = tuple(torch.cat(d) for d in zip(*(b[2] for b in taken))) if plans[0].augment else None
+            x, y = data.batch(idx, augment=plans[0].augment, draws=draws, device=device)
+            step_fn(stack if subs[size] is None else subs[size], x.view(len(members), size, *x.shape[1:]), y.view(len(members), size))
+            if subs[size] is not None:
+                stack.write(members, subs[size])
             if on_step is not None:
                 on_step()
         step += 1
     return results
-
-
-def _split_step(step_fn: FusedStep, state: dict, momenta: dict, param_names: list[str], x, y) -> None:
-    names = set(param_names)
-    params = {n: v for n, v in state.items() if n in names}
-    buffers = {n: v for n, v in state.items() if n not in names}
-    step_fn(params, buffers, momenta or None, x, y)

@@ -41,11 +41,32 @@ class FlatLayout:
         return torch.cat([torch.full((math.prod(shape),), k == kind, dtype=torch.bool)
                           for k, shape in zip(self.kinds, self.shapes)]) if self.kinds else torch.zeros(0, dtype=torch.bool)
 
+    def split(self, flat: torch.Tensor) -> dict:
+        """name -> ``flat[..., entry]`` shaped ``(..., *shape)`` in the entry's dtype (integer buffers
+        rounded back): one vector gives one model's state, a ``(G, numel)`` stack gives G models' state
+        stacked along a leading dimension (what train/batched.py trains). Float32 entries are views."""
+        if flat.shape[-1:] != (self.numel,):
+            raise ValueError(f"flat vector has shape {tuple(flat.shape)}, the model needs (..., {self.numel})")
+        lead, out, offset = flat.shape[:-1], {}, 0
+        for name, shape, dtype in zip(self.names, self.shapes, self.dtypes):
+            n = math.prod(shape)
+            chunk = flat[..., offset:offset + n]
+            if not dtype.is_floating_point:
+                chunk = chunk.round()
+            out[name] = chunk.to(dtype).reshape((*lead, *shape))
+            offset += n
+        return out
+
+
+def join(tensors, device: torch.device | str = "cpu") -> torch.Tensor:
+    """A new contiguous float32 vector of ``tensors`` one after another (a model's state in flat order)."""
+    tensors = [t.detach().reshape(-1).to(device, torch.float32) for t in tensors]
+    return torch.cat(tensors) if tensors else torch.zeros(0)
+
 
 def flatten(module: torch.nn.Module, device: torch.device | str = "cpu") -> torch.Tensor:
     """A new contiguous float32 vector of the module's state, on ``device`` (the CPU by default)."""
-    tensors = [t.detach().reshape(-1).to(device, torch.float32) for t in module.state_dict().values()]
-    return torch.cat(tensors) if tensors else torch.zeros(0)
+    return join(module.state_dict().values(), device)
 
 
 def load_flat(module: torch.nn.Module, flat: torch.Tensor) -> None:
@@ -54,12 +75,7 @@ def load_flat(module: torch.nn.Module, flat: torch.Tensor) -> None:
     total = sum(t.numel() for t in sd.values())
     if flat.dim() != 1 or flat.numel() != total:
         raise ValueError(f"flat vector has shape {tuple(flat.shape)}, the model needs ({total},)")
-    offset = 0
+    layout = FlatLayout(tuple(sd), tuple(tuple(t.shape) for t in sd.values()), tuple(t.dtype for t in sd.values()), total)
     with torch.no_grad():
-        for t in sd.values():
-            n = t.numel()
-            chunk = flat[offset:offset + n].view(t.shape)
-            if not t.dtype.is_floating_point:
-                chunk = chunk.round()
-            t.copy_(chunk.to(t.dtype))
-            offset += n
+        for t, piece in zip(sd.values(), layout.split(flat).values()):
+            t.copy_(piece)

@@ -3,20 +3,20 @@
 The model is a LightningModule: its ``training_step`` and ``configure_optimizers`` define
 the loss and the optimiser. We drive them with a plain loop instead of ``Trainer.fit``:
 a Trainer per job (thousands per run) costs more than the job itself for small models
-(see benchmarks/local_training.py). Data order and augmentation come from the job's own
-stream, so the same job gives the same bits on whichever rank runs it.
-
-Choice: with batch_size > 1, a trailing mini-batch of a single sample is skipped when the
-shard has more than one sample (batch norm cannot train on one sample). batch_size = 1 trains
-sample by sample; the config refuses it for the batch-norm models (ResNet-18, VGG-16).
+(see benchmarks/local_training.py). The batches, their order and augmentation come from the
+job's :class:`~seafl_dist.train.plan.StepPlan` (its own data-order stream); layers that draw
+random numbers (Dropout, ...) draw from torch's generators seeded with the job's ``torch_seed``
+(its own stream too) inside ``fork_rng``, so the caller's random state is left as it was. The
+same job thus gives the same bits on whichever rank runs it, in whatever order, after a resume.
 """
 from __future__ import annotations
 
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 
 import torch
 
 from seafl_dist.train.flat import flatten, load_flat
+from seafl_dist.train.plan import StepPlan
 
 
 def _autocast(device: torch.device, precision: str):
@@ -25,12 +25,29 @@ def _autocast(device: torch.device, precision: str):
     return nullcontext()
 
 
+@contextmanager
+def job_random_state(seed: int | None, device: torch.device):
+    """torch's CPU generator (and ``device``'s, on a GPU) seeded with ``seed`` for the block, the
+    caller's states restored after it. ``None``: the caller's generators are used as they are.
+    Forking changes no arithmetic: a model that draws no random numbers trains to the same bits."""
+    if seed is None:
+        yield
+        return
+    cuda = [device.index if device.index is not None else torch.cuda.current_device()] if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=cuda):
+        torch.random.default_generator.manual_seed(seed)
+        for index in cuda:
+            torch.cuda.default_generators[index].manual_seed(seed)
+        yield
+
+
 def train_job(module, start: torch.Tensor, data, indices: torch.Tensor, *, epochs: int, batch_size: int,
-              seed: int, augment: bool = False, device: torch.device | str = "cpu",
+              seed: int, torch_seed: int | None = None, augment: bool = False, device: torch.device | str = "cpu",
               precision: str = "32", on_step=None, result_device: torch.device | str = "cpu") -> torch.Tensor:
     """Train ``module`` from flat ``start`` on ``data[indices]``; return the trained flat vector
     (on ``result_device``: the CPU by default). ``start`` may live anywhere; it is moved to
-    ``device`` in one copy.
+    ``device`` in one copy. ``seed`` draws the data order, ``torch_seed`` seeds the random layers
+    (the runtime passes one per job; see :func:`job_random_state`).
 
     ``on_step()``, if given, is called after every optimiser step (a worker counts its progress)."""
     device = torch.device(device)
@@ -38,17 +55,12 @@ def train_job(module, start: torch.Tensor, data, indices: torch.Tensor, *, epoch
     load_flat(module, start.to(device))
     module.train()
     optimizer = module.configure_optimizers()
-    gen = torch.Generator().manual_seed(seed)
-    n = len(indices)
-    for _epoch in range(epochs):
-        order = indices[torch.randperm(n, generator=gen)]
-        for step, lo in enumerate(range(0, n, batch_size)):
-            idx = order[lo:lo + batch_size]
-            if len(idx) == 1 and n > 1 and batch_size > 1:
-                continue
-            x, y = data.batch(idx, augment=augment, generator=gen, device=device)
+    plan = StepPlan(indices, epochs, batch_size, seed, augment)
+    with job_random_state(torch_seed, device):
+        for i, idx, draws in plan.batches(data.augment_draws):
+            x, y = data.batch(idx, augment=augment, draws=draws, device=device)
             with _autocast(device, precision):
-                loss = module.training_step((x, y), step)
+                loss = module.training_step((x, y), i)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()

@@ -1,11 +1,11 @@
 """runtime.batch_jobs on CUDA (skipped without a GPU): each job of a fused group matches the job
-trained alone (fp32, TF32 off), bf16 autocast inside the fused step trains, the schedule of a
-G = 4 run equals G = 1, and running out of GPU memory with a large G ends in one line naming
-runtime.batch_jobs and a value that fits, not a CUDA traceback.
+trained alone (fp32, TF32 off), bf16 autocast inside the fused step trains, a G = 4 run trains
+what G = 1 trains (evaluations, weights, model, up to rounding), and running out of GPU memory
+with a large G ends in one line naming runtime.batch_jobs and a value that fits, not a CUDA
+traceback.
 
     PYTHONPATH=$PWD python3 -m pytest -q tests/gpu -s
 """
-import json
 import os
 import subprocess
 import sys
@@ -104,26 +104,23 @@ def seafl_run(args, cwd, prefix=()):
                           timeout=600, env=env)
 
 
-def test_batched_run_keeps_the_schedule_on_cuda(tmp_path):
+def test_batched_run_trains_as_g1_on_cuda(tmp_path):
+    """What G = 4 trained (every evaluation, aggregation weight, the final model) is G = 1's up to
+    fp32 rounding, TF32 off in both (the schedule cannot differ: it is computed before training)."""
+    import trained
     small = [str(ROOT / "configs" / "quickstart.yaml"), "devices.num=10", "devices.concurrency=4",
              "algorithm.buffer_size=2", "train.epochs=2", "run.max_aggregations=6", "runtime.device=cuda",
              "logging.progress=none", "algorithm.name=seafl2", "algorithm.staleness_limit=1", "run.seed=2",
              "train.lr=0.02"]
-    runs = {}
+    no_tf32 = ["torch.backends.cudnn.allow_tf32 = False", "torch.backends.cuda.matmul.allow_tf32 = False"]
     for g in (1, 4):
         t0 = time.perf_counter()
-        proc = seafl_run([*small, f"runtime.batch_jobs={g}", "--out", str(tmp_path / f"g{g}")], tmp_path)
+        proc = seafl_run([*small, f"runtime.batch_jobs={g}", "--out", str(tmp_path / f"g{g}")], tmp_path, no_tf32)
         assert proc.returncode == 0, proc.stderr[-3000:]
-        runs[g] = [json.loads(line) for line in (tmp_path / f"g{g}" / "events.jsonl").read_text().splitlines()]
         print(f"\nG={g}: {time.perf_counter() - t0:.1f} s")
-    drop = {"weight", "gamma", "s", "cos", "rejected", "accuracy", "loss"}
-
-    def schedule(evs):
-        return [{k: (v if k != "updates" else [{a: b for a, b in u.items() if a not in drop} for u in v])
-                 for k, v in ev.items() if k not in drop} for ev in evs]
-    assert schedule(runs[1]) == schedule(runs[4])
-    acc = {g: [e["accuracy"] for e in evs if e["event"] == "eval"][-1] for g, evs in runs.items()}
-    assert abs(acc[1] - acc[4]) <= 0.05, acc
+    # on CPU: accuracies equal, the model 3e-3 apart; a fused step without momentum: 0.36 and 0.26
+    trained.assert_trained_alike(tmp_path / "g1", tmp_path / "g4", accuracy=0.05, model=0.05, weight=5e-3,
+                                 evaluations=7, learned=0.4)
 
 
 def test_out_of_memory_with_a_large_group_names_the_key(tmp_path):

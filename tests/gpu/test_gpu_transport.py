@@ -1,7 +1,8 @@
 """The default GPU transport (headers and payloads over gloo, CUDA results staged through pinned
 host memory on a side stream) on one GPU: it cannot stall the stream training uses, moves CUDA
 payloads exactly, and a torchrun W = 3 run (rank 0 and two workers sharing the GPU) gives the
-in-process run's trace. Skipped without CUDA; run with ``python -m pytest -q tests/gpu -s``.
+in-process run (byte for byte, or within rounding where GPU kernels are not bit-reproducible).
+Skipped without CUDA; run with ``python -m pytest -q tests/gpu -s``.
 """
 import json
 import os
@@ -84,37 +85,28 @@ def _run(args, cwd, launcher):
     return proc
 
 
-def _trace(run_dir):
-    """The events, with the model-dependent numbers split off (GPU kernels need not be bit-reproducible)."""
-    schedule, numbers = [], []
-    for line in (run_dir / "events.jsonl").read_text().splitlines():
-        ev = json.loads(line)
-        if ev["event"] == "eval":
-            numbers.append((ev["accuracy"], ev["loss"]))
-            ev = {k: ev[k] for k in ("event", "time", "version")}
-        if ev["event"] == "aggregate":
-            numbers.append([(u.get("weight"), u.get("cos")) for u in ev["updates"]])
-            ev["updates"] = [(u["device"], u["job"], u["staleness"], u["epochs"], u["n_samples"]) for u in ev["updates"]]
-        schedule.append(ev)
-    return schedule, numbers
-
-
-def test_three_ranks_sharing_one_gpu_give_the_inprocess_trace(tmp_path):
+def test_three_ranks_sharing_one_gpu_give_the_inprocess_run(tmp_path):
+    """events.jsonl byte-identical to the one process's, or, where the GPU's kernels are not
+    bit-reproducible across processes, what training produced (every evaluation, aggregation
+    weight, the final model) within rounding of it. lr 0.02, where rounding stays rounding
+    (tests/dist/test_batch_jobs.py)."""
+    import trained
     small = ["devices.num=10", "devices.concurrency=4", "algorithm.name=seafl2", "algorithm.buffer_size=2",
-             "algorithm.staleness_limit=1", "train.epochs=2", "run.max_aggregations=8", "runtime.threads=1",
-             "runtime.device=cuda", "logging.progress=none"]
+             "algorithm.staleness_limit=1", "train.epochs=2", "train.lr=0.02", "run.max_aggregations=8",
+             "runtime.threads=1", "runtime.device=cuda", "logging.progress=none"]
     _run([*small, "--out", str(tmp_path / "one")], tmp_path, (sys.executable, "-m", "seafl_dist"))
     torchrun = (sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=3", "-m", "seafl_dist")
     t0 = time.monotonic()
     proc = _run([*small, "--out", str(tmp_path / "three")], tmp_path, torchrun)
     wall = time.monotonic() - t0
     assert "on 3 ranks (gloo)" in proc.stderr  # the default GPU transport
-    one, three = _trace(tmp_path / "one"), _trace(tmp_path / "three")
-    assert one[0] == three[0]  # the same schedule, notifications and aggregations, event by event
-    assert any(ev["event"] == "notify" for ev in one[0]), "no notification: partial training is not exercised"
+    assert any(ev["event"] == "notify" for ev in trained.events(tmp_path / "one")), \
+        "no notification: partial training is not exercised"
     identical = (tmp_path / "one" / "events.jsonl").read_bytes() == (tmp_path / "three" / "events.jsonl").read_bytes()
     s1, s3 = (json.loads((tmp_path / d / "summary.json").read_text()) for d in ("one", "three"))
     print(f"\nW=3 on one GPU: {wall:.1f}s, events.jsonl byte-identical to one process: {identical}; final accuracy "
           f"{s3['final_accuracy']:.4f} (one process {s1['final_accuracy']:.4f})")
     assert s3["status"] == "completed"
-    assert abs(s1["final_accuracy"] - s3["final_accuracy"]) <= 0.05
+    if not identical:
+        trained.assert_trained_alike(tmp_path / "one", tmp_path / "three", accuracy=0.03, model=0.03, weight=2e-3,
+                                     evaluations=9, learned=0.3)

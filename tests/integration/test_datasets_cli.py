@@ -1,5 +1,6 @@
 """`seafl run` end to end on every dataset format (tiny generated files) and every model."""
 import json
+import pickle
 import subprocess
 import sys
 from pathlib import Path
@@ -7,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fake_datasets import random_images, write_cifar, write_cinic, write_idx
+from fake_datasets import RunsCommand, random_images, write_cifar, write_cinic, write_idx
 
 QUICKSTART = str(Path(__file__).resolve().parents[2] / "configs" / "quickstart.yaml")
 
@@ -60,4 +61,67 @@ def test_missing_dataset_is_a_clear_error(tmp_path):
                           timeout=120)
     assert proc.returncode == 2
     assert "cifar10" in proc.stderr and str(tmp_path) in proc.stderr and "data.download" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+# ---- bad data, tried as a user would: one line naming the file, exit 2, no traceback -----------
+
+def truncate(path, keep):
+    path.write_bytes(path.read_bytes()[:keep])
+    return path
+
+
+def write_tampered_cifar(root):
+    write_cifar(root)
+    f = root / "cifar-10-batches-py" / "data_batch_1"
+    f.write_bytes(pickle.dumps({"data": RunsCommand(f"touch {root / 'pwned'}"), "labels": []}, protocol=2))
+    return f
+
+
+def write_bad_emnist(root):
+    raw = root / "EMNIST" / "raw"
+    raw.mkdir(parents=True)
+    write_idx(raw / "emnist-balanced-train-images-idx3-ubyte", random_images(6, 28, 28))
+    write_idx(raw / "emnist-balanced-train-labels-idx1-ubyte", np.arange(6))
+    write_idx(raw / "emnist-balanced-test-images-idx3-ubyte", random_images(2, 28, 28))
+    write_idx(raw / "emnist-balanced-test-labels-idx1-ubyte", np.arange(5))
+    return raw / "emnist-balanced-test-images-idx3-ubyte"
+
+
+def write_bad_cinic(root):
+    write_cinic(root, "train")
+    write_cinic(root, "test", per_class=1)
+    return truncate(root / "cinic10" / "train" / "frog" / "cifar10-train-1.png", 50)
+
+
+@pytest.mark.parametrize("name, writer, says", [
+    ("mnist", lambda r: (write_mnist(r), truncate(r / "MNIST" / "raw" / "train-images-idx3-ubyte", 1016))[1],
+     "is truncated: header says 40 images of 28x28 (31376 bytes), file has 1016"),
+    ("emnist", write_bad_emnist, "holds 2 images but"),
+    ("cifar10", lambda r: truncate(write_cifar(r) and r / "cifar-10-batches-py" / "test_batch", 300),
+     "is truncated or corrupt: not a readable pickle"),
+    ("cifar10", write_tampered_cifar, "is refused: the pickle asks for posix.system"),
+    ("cinic10", write_bad_cinic, "is truncated or corrupt: PIL cannot decode it"),
+])
+def test_bad_dataset_file_is_one_line(tmp_path, name, writer, says):
+    root = tmp_path / "data"
+    root.mkdir()
+    bad = writer(root)
+    assert_one_error_line(tmp_path, [f"data.name={name}", f"data.root={root}"], [str(bad), says])
+    assert not (root / "pwned").exists()
+
+
+def test_unknown_emnist_split_is_one_line(tmp_path):
+    write_bad_emnist(tmp_path)
+    assert_one_error_line(tmp_path, ["data.name=emnist", "data.emnist_split=nope", f"data.root={tmp_path}"],
+                          ["config key 'data.emnist_split' has value 'nope'; allowed: byclass, bymerge, balanced"])
+
+
+def assert_one_error_line(tmp_path, overrides, fragments):
+    """``seafl run`` exits 2 with exactly one ``seafl: error:`` line holding ``fragments``, no traceback."""
+    proc = subprocess.run([sys.executable, "-m", "seafl_dist", "run", QUICKSTART, *TINY, *overrides,
+                           "--out", str(tmp_path / "run")], capture_output=True, text=True, timeout=300)
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("seafl: error:")]
+    assert proc.returncode == 2, proc.stderr
+    assert len(errors) == 1 and all(f in errors[0] for f in fragments), proc.stderr
     assert "Traceback" not in proc.stderr

@@ -1,17 +1,20 @@
 """W&B offline: a run with logging.wandb.mode=offline leaves an offline run whose history holds the
-metrics. Read back from the run's ``.wandb`` file (W&B's record log: a LevelDB-style log of
-``wandb_internal_pb2.Record`` protobufs), with no API key and no network."""
+metrics, one step per version; a killed and resumed run continues the same W&B run id and logs
+each version once. Read back from the run's ``.wandb`` files (W&B's record log: a LevelDB-style
+log of ``wandb_internal_pb2.Record`` protobufs, read by seafl_dist.report.wandb_files), with no
+API key and no network."""
 import csv
 import json
-import os
-import struct
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-wandb_pb2 = pytest.importorskip("wandb.proto.wandb_internal_pb2")
+pytest.importorskip("wandb.proto.wandb_internal_pb2")
+
+from seafl_dist.report.wandb_files import offline_files, read_offline_run  # noqa: E402
+from wandb_runs import history_across, logged_versions, offline_env  # noqa: E402
 
 TINY = """\
 algorithm: {name: seafl2, buffer_size: 2, staleness_limit: 1}
@@ -26,64 +29,18 @@ logging: {progress: none}
 """
 
 
-def wandb_records(path: Path):
-    """Yield the protobuf records of a ``.wandb`` file (7-byte header, 32 KiB blocks, chunked records)."""
-    data = path.read_bytes()
-    ident, magic, version = struct.unpack("<4sHB", data[:7])
-    assert (ident, magic, version) == (b":W&B", 0xBEE1, 0)
-    pos, block, pending = 7, 32768, b""
-    while pos + 7 <= len(data):
-        left = block - pos % block
-        if left < 7:  # block trailer padding
-            pos += left
-            continue
-        _crc, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
-        if kind == 0 and length == 0:
-            pos += left
-            continue
-        payload, pos = data[pos + 7:pos + 7 + length], pos + 7 + length
-        if kind in (1, 2):  # full, first
-            pending = payload
-        else:  # middle, last
-            pending += payload
-        if kind in (1, 4):
-            rec = wandb_pb2.Record()
-            rec.ParseFromString(pending)
-            yield rec
-
-
-def item_key(item) -> str:
-    return item.key or "/".join(item.nested_key)
-
-
-def read_offline_run(run_file: Path) -> dict:
-    out = {"history": [], "summary": {}, "config": {}, "run": None}
-    for rec in wandb_records(run_file):
-        kind = rec.WhichOneof("record_type")
-        if kind == "history":
-            out["history"].append({item_key(i): json.loads(i.value_json) for i in rec.history.item})
-        elif kind == "summary":
-            out["summary"].update({item_key(i): json.loads(i.value_json) for i in rec.summary.update})
-        elif kind == "config":
-            out["config"].update({item_key(i): json.loads(i.value_json) for i in rec.config.update})
-        elif kind == "run":
-            out["run"] = rec.run
-            out["config"].update({item_key(i): json.loads(i.value_json) for i in rec.run.config.update})
-    return out
+def seafl_offline(tmp: Path, out: Path, *overrides, fault=None):
+    (tmp / "tiny.yaml").write_text(TINY)
+    return subprocess.run([sys.executable, "-m", "seafl_dist", "run", str(tmp / "tiny.yaml"),
+                           "logging.wandb.enabled=true", "logging.wandb.mode=offline", *overrides, "--out", str(out)],
+                          capture_output=True, text=True, env=offline_env(tmp, fault=fault), timeout=600)
 
 
 @pytest.fixture(scope="module")
 def offline_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("wb")
-    (tmp / "tiny.yaml").write_text(TINY)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
-    env.update(WANDB_CONFIG_DIR=str(tmp / "wbconfig"), WANDB_CACHE_DIR=str(tmp / "wbcache"),
-               WANDB_DATA_DIR=str(tmp / "wbdata"), NETRC=str(tmp / "no-netrc"))
     out = tmp / "run"
-    proc = subprocess.run([sys.executable, "-m", "seafl_dist", "run", str(tmp / "tiny.yaml"),
-                           "logging.wandb.enabled=true", "logging.wandb.mode=offline", "logging.wandb.group=g1",
-                           "logging.wandb.tags=[tiny,test]", "--out", str(out)],
-                          capture_output=True, text=True, env=env, timeout=600)
+    proc = seafl_offline(tmp, out, "logging.wandb.group=g1", "logging.wandb.tags=[tiny,test]")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     files = list(out.glob("wandb/offline-run-*/run-*.wandb"))
     assert len(files) == 1, list(out.rglob("*"))
@@ -131,3 +88,92 @@ def test_no_callbacks_and_no_wandb_import_unless_enabled():
             "assert make_callbacks(cfg, '.') == []\n"
             "assert 'wandb' not in sys.modules, 'wandb imported by a plain run'\n")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=300)
+
+
+# ---- W&B follows the run: one id, each version once ---------------------------------------------
+
+def test_killed_and_resumed_run_continues_the_id_and_logs_each_version_once(tmp_path):
+    out = tmp_path / "run"
+    killed = seafl_offline(tmp_path, out, "run.checkpoint_every=2", fault="after_aggregate:3")
+    assert killed.returncode != 0, killed.stderr
+    run_id = json.loads((out / "wandb_run.json").read_text())["id"]  # stored before anything was logged
+    assert [f.parent.name.endswith(run_id) for f in out.glob("wandb/offline-run-*/*.wandb")] == [True]
+
+    resumed = seafl_offline(tmp_path, out, "run.checkpoint_every=2")  # the same command again
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resumed" in resumed.stderr and "after aggregation 2" in resumed.stderr
+    assert json.loads((out / "wandb_run.json").read_text())["id"] == run_id
+    files = offline_files(out / "wandb", run_id)
+    assert len(files) == 2 and len(list(out.glob("wandb/offline-run-*"))) == 2
+    assert read_offline_run(files[1])["run"].run_id == run_id  # (the killed one may hold no record at all)
+
+    history = history_across(files)
+    assert logged_versions(files) == [0, 1, 2, 3, 4, 5]  # each once: none lost with the killed process, none twice
+    assert all(h["_step"] == h["version"] for h in history if "version" in h)
+    by_version = {h["version"]: h for h in history if "version" in h}
+    with open(out / "metrics.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [by_version[int(r["version"])]["eval/accuracy"] for r in rows] == pytest.approx(
+        [float(r["accuracy"]) for r in rows])
+    best = [by_version[v]["eval/best_accuracy"] for v in range(6)]
+    assert best == pytest.approx([max(float(r["accuracy"]) for r in rows[:v + 1]) for v in range(6)])
+    events = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
+    assert [by_version[v]["agg/updates"] for v in range(1, 6)] == \
+        [len(e["updates"]) for e in events if e["event"] == "aggregate"]
+    note = (out / "wandb_sync.txt").read_text()
+    assert all(str(f.parent.resolve()) in note for f in files)
+
+
+@pytest.fixture
+def wandb_offline_env(tmp_path, monkeypatch):
+    for key, value in offline_env(tmp_path).items():
+        if key.startswith("WANDB_") or key == "NETRC":
+            monkeypatch.setenv(key, value)
+
+
+def agg_event(v):
+    return {"event": "aggregate", "time": 10.0 * v, "version": v,
+            "updates": [{"device": 0, "staleness": v % 2, "epochs": 2, "weight": 0.5}]}
+
+
+def eval_row(v):
+    return {"version": v, "time": 10.0 * v, "accuracy": [0.2, 0.5, 0.4, 0.6, 0.3, 0.7][v], "loss": 1.0 / (v + 1),
+            "updates": 1, "mean_staleness": 0.0, "max_staleness": 0, "notifications": 0, "rejected": 0}
+
+
+def test_versions_w_and_b_already_holds_are_skipped(tmp_path, wandb_offline_env):
+    """A process logs versions 0..4 and is interrupted with its checkpoint at 2; the resumed one
+    re-runs 3 and 4 (skipped: the earlier offline file holds them) and logs 5."""
+    from seafl_dist.report.sinks import RunWriter
+    from seafl_dist.report.wandb_sink import WandbSink
+    from seafl_dist.settings import config_from_dict
+
+    cfg = config_from_dict({}, ["logging.wandb.enabled=true", "logging.wandb.mode=offline", "train.epochs=2"])
+    out = tmp_path / "run"
+    first = WandbSink(cfg, out)
+    writer = RunWriter(out)
+    for v in range(5):
+        if v:
+            writer.event(agg_event(v))
+            first.on_aggregate(agg_event(v))
+        writer.metrics(eval_row(v))
+        first.on_eval(eval_row(v))
+    first.close({"status": "interrupted"})
+    writer.close()
+
+    again = WandbSink(cfg, out, resumed=True)
+    assert again.run.id == first.run.id and again.logged_through == 4
+    for v in (3, 4, 5):
+        again.on_aggregate(agg_event(v))
+        again.on_eval(eval_row(v))
+    again.close({"status": "completed"})
+    files = offline_files(out / "wandb", first.run.id)
+    assert logged_versions(files) == [0, 1, 2, 3, 4, 5]
+    history = history_across(files)
+    last = next(h for h in history if h.get("version") == 5)
+    assert last["eval/best_accuracy"] == 0.7 and last["agg/max_staleness"] == 1
+
+    fresh = WandbSink(cfg, out)  # a run that starts over in the dir is a new W&B run
+    fresh.close({"status": "failed"})
+    assert fresh.run.id != first.run.id
+    assert json.loads((out / "wandb_run.json").read_text())["id"] == fresh.run.id

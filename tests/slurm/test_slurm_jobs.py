@@ -4,10 +4,13 @@ Each job runs the tiny quickstart of tests/small_runs.py with one thread per ran
 be byte-identical to the same config run in one process, as on a laptop.
 """
 import json
+import os
 import re
+import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -172,3 +175,63 @@ def test_requeued_job_continues_in_the_same_run_dir(slurm, submit, references, t
     same_trace(out, ref)
     after_requeue = text.split("(restart 1)", 1)[1].split("\n", 1)[1]  # what the second attempt printed
     assert re.search(r"seafl: resumed \S+ after aggregation [1-9]", after_requeue), text
+
+
+def test_bad_config_fails_the_job_within_seconds(slurm, tmp_path):
+    """run.sbatch dry-runs `seafl run` before torchrun: a misspelt key ends the job with the one-line error,
+    before any rank or rendezvous starts, and no run dir is made."""
+    out, log = tmp_path / "run", tmp_path / "job.out"
+    env = {**slurm.env, "SEAFL_PYTHON": sys.executable, "PYTHONUNBUFFERED": "1"}
+    t0 = time.monotonic()
+    proc = slurm.cmd("sbatch", "--wait", "--cpus-per-task=2", f"--output={log}", "slurm/run.sbatch", QUICKSTART,
+                     *SMALL, "algorithm.bufer_size=3", "--out", out, cwd=ROOT, env=env, check=False, timeout=120)
+    took = time.monotonic() - t0
+    text = job_log(log)
+    assert proc.returncode == 2, (proc.stdout, proc.stderr, text)  # sbatch --wait exits with the job's status
+    assert "seafl: error: config key 'algorithm.bufer_size'" in text, text
+    assert "run.sbatch: the dry run failed (exit 2, its error above); nothing was started" in text, text
+    assert "torch.distributed" not in text and not out.exists(), text
+    assert took < 60, f"the job took {took:.0f}s to fail"
+    print(f"sbatch --wait of a bad config: failed after {took:.1f}s")
+
+
+def rank_pids(job, rank):
+    """Pids of the processes of Slurm job ``job`` whose environment says RANK=rank (a torchrun rank)."""
+    found = []
+    for env_file in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            env = env_file.read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if f"SLURM_JOB_ID={job}".encode() in env and f"RANK={rank}".encode() in env:
+            found.append(int(env_file.parent.name))
+    return found
+
+
+@pytest.mark.xfail(reason="torchrun --max-restarts needs the lifecycle branch (issue 16 point 2): on torch 2.14.1 "
+                          "the restarted gloo ranks read the previous attempt's addresses from the store and die "
+                          "in connectFullMesh; the restart-scoped store comes with that branch", strict=False)
+def test_worker_killed_mid_job_is_restarted_by_torchrun_and_ends_byte_identical(slurm, submit, references, tmp_path):
+    """SIGKILL of worker rank 1 under run.sbatch: torchrun (--max-restarts) restarts the ranks, which resume
+    from the run dir's checkpoint; the job completes with the trace and model of an uninterrupted run."""
+    long = [*SMALL, "run.max_aggregations=40", "run.checkpoint_every=1"]
+    ref = references(tmp_path / "ref", *long)
+    out, log = tmp_path / "run", tmp_path / "job.out"
+    job = submit("--parsable", "--cpus-per-task=2", f"--output={log}", "slurm/run.sbatch", QUICKSTART, *long,
+                 "--out", out).stdout.split(";")[0].strip()
+    events = out / "events.jsonl"
+    deadline = time.monotonic() + 120
+    while not (events.exists() and events.read_text().count('"aggregate"') >= 10):
+        assert time.monotonic() < deadline, "the run never reached 10 aggregations\n" + job_log(log)
+        assert slurm.job_state(job).get("JobState") in ("PENDING", "RUNNING"), job_log(log)
+        time.sleep(0.2)
+    victims = rank_pids(job, 1)
+    assert victims, "no process with RANK=1 in the job"
+    for pid in victims:
+        os.kill(pid, signal.SIGKILL)
+    state = slurm.wait_job(job, timeout=240)
+    text = job_log(log)
+    assert state.get("JobState", "COMPLETED") == "COMPLETED", (state, text)
+    assert status(out) == "completed", text
+    same_trace(out, ref)
+    assert (out / "model.pt").read_bytes() == (ref.dir() / "model.pt").read_bytes()

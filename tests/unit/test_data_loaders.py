@@ -6,7 +6,7 @@ import pytest
 import torch
 from PIL import Image
 
-from seafl_dist.data import ArrayDataset, DatasetNotFoundError, NORMALIZATION, clear_cache, load_dataset
+from seafl_dist.data import ArrayDataset, DataError, DatasetNotFoundError, NORMALIZATION, clear_cache, load_dataset
 from seafl_dist.data.loaders import CINIC_CLASSES, digits_split
 
 from fake_datasets import random_images, write_cifar, write_cinic, write_idx
@@ -56,7 +56,8 @@ def test_mnist_loads_without_torchvision_and_rejects_a_bad_idx_file(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["4", "False"]
     (raw / "train-images-idx3-ubyte").write_bytes((raw / "train-images-idx3-ubyte").read_bytes()[:-5])
-    with pytest.raises(ValueError, match="train-images-idx3-ubyte: .* bytes do not hold the"):
+    with pytest.raises(DataError, match=r"train-images-idx3-ubyte is truncated: header says 4 images of 28x28 "
+                                        r"\(3152 bytes\), file has 3147"):
         load_dataset("mnist", root=tmp_path, train=True)
 
 

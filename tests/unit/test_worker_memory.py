@@ -1,6 +1,6 @@
 """A worker keeps only the training rows its devices use (rank 0: none); the whole set is freed.
 
-benchmarks/memory.py measures what this saves on CIFAR-10-sized data (README, Performance)."""
+benchmarks/memory.py measures what this saves on CIFAR-10-sized data (docs/performance.md, "Memory")."""
 import weakref
 
 import numpy as np

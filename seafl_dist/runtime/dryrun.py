@@ -1,0 +1,151 @@
+"""``seafl run CONFIG ... --dry-run``: what a run checks before it trains, and nothing more.
+
+    seafl run configs/cifar10.yaml run.seed=1 --out runs/c10 --dry-run
+    torchrun --nproc_per_node=3 -m seafl_dist run configs/quickstart.yaml --dry-run
+
+In order, each step a one-line error (exit 2) when it fails: the config (loaded by the CLI, its
+plugins imported), the dataset (formats and sizes only, :mod:`seafl_dist.data.check`: nothing
+downloaded, no cache built), the model (built for the dataset's images and given a batch of
+zeros), the partition (the run's own, from the same seed), the compute device, and the run dir
+(can it be made, and would the run start fresh, resume from a checkpoint, or find it completed).
+Then one report on stdout: the non-default config keys, the dataset, the model, the devices and
+their shard sizes, the rank layout (``WORLD_SIZE`` ranks under torchrun, else one process) and the
+run dir. Nothing is trained and nothing is written: no run dir, no data cache, no ``__pycache__``
+of a user's plugin module (the CLI turns bytecode writing off first). Under torchrun only rank 0
+checks and prints; the other ranks exit at once, and no process group is formed.
+"""
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+from pathlib import Path
+
+from seafl_dist.settings import Config, ConfigError
+from seafl_dist.settings.plugins import is_import_path
+
+
+def dry_run(cfg: Config, out: Path, *, explicit: bool, environ=None, stream=None) -> int:
+    """Check ``cfg`` and its run dir ``out`` (``explicit``: ``--resume``), print the report; exit status 0."""
+    environ = os.environ if environ is None else environ
+    if environ.get("RANK", "0") != "0":
+        return 0
+    from seafl_dist.data.check import check_dataset
+    from seafl_dist.runtime.setup import make_shards
+
+    found = check_dataset(cfg.data, cfg.data_seed)
+    lines = [f"config: {cfg.name} ({cfg.algorithm.name}); keys not at their default:", *non_default(cfg)]
+    lines.append(f"data: {found.name} ({found.where}): " + (
+        f"{len(found.labels)} training and {found.n_test} test images of {'x'.join(map(str, found.shape))}, "
+        f"{found.num_classes} classes" if found.labels is not None else "") + (f"; {found.note}" if found.note else ""))
+    lines.append(f"model: {check_model(cfg, found)}")
+    d = cfg.devices
+    if found.labels is None:
+        lines.append(f"devices: {d.num} simulated, {d.concurrency} training at once; shards: made after the download")
+    else:
+        shards, writers = make_shards(cfg, found)
+        each = f" (one per writer, of {len(found.writers)})" if writers is not None else ""
+        lines.append(f"devices: {len(shards)} simulated{each}, {d.concurrency} training at once; shard sizes "
+                     f"({cfg.data.partition}): {summarise([len(s) for s in shards])}")
+    lines.append(f"ranks: {layout(cfg, environ)}")
+    lines.append(f"run dir: {out}: {run_dir_plan(cfg, out, explicit)}")
+    print("\n".join(lines), file=stream or sys.stdout)
+    print("seafl: dry run: config, data, model, partition and run dir check out; nothing was trained or written",
+          file=sys.stderr)
+    return 0
+
+
+def non_default(cfg: Config) -> list[str]:
+    """``  key = value`` for each resolved key whose value is not the default's (``name`` aside)."""
+    from seafl_dist.runtime.checkpoint import _flat, config_tree
+    ours, default = _flat(config_tree(cfg)), _flat(config_tree(Config()))
+    changed = [k for k in ours if k != "name" and ours[k] != default.get(k, "<absent>")]
+    return [f"  {k} = {_show(ours[k])}" for k in changed] or ["  (every key at its default)"]
+
+
+def _show(value) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    return str(value)
+
+
+def summarise(sizes: list[int]) -> str:
+    """Every size for a small population; min / median / max (and the total) for a large one."""
+    if len(sizes) <= 12:
+        return ", ".join(map(str, sizes))
+    return (f"min {min(sizes)}, median {statistics.median(sizes):g}, max {max(sizes)} "
+            f"(total {sum(sizes)} over {len(sizes)} devices)")
+
+
+def check_model(cfg: Config, found) -> str:
+    """Build the model for the dataset's images and run a batch of two zeros through it."""
+    import torch
+
+    from seafl_dist.models import build_model
+    c, h, w = found.shape
+    name = cfg.model.name
+    with torch.random.fork_rng(devices=[]):  # like the run: building a model must not move torch's generator
+        try:
+            model = build_model(name, found.num_classes, c, width=cfg.model.width, image_size=h, optim=cfg.train,
+                                lightning=False)
+        except ValueError as err:
+            raise ConfigError(f"config key 'model.name' has value {name!r}: {err}") from None
+        x = torch.zeros(2, c, h, w)
+        if is_import_path(name):
+            from seafl_dist.models.custom import check_logits
+            check_logits(name, model, x, found.num_classes)
+        else:
+            with torch.no_grad():
+                try:
+                    model.eval()(x)
+                except RuntimeError as err:
+                    raise ConfigError(f"model.name={name} cannot take {found.name}'s {c}x{h}x{w} images: "
+                                      f"{str(err).splitlines()[0]}") from None
+    params = sum(p.numel() for p in model.parameters())
+    return f"{name} (width {cfg.model.width:g}), {params:,} parameters, {found.num_classes} classes"
+
+
+def layout(cfg: Config, environ) -> str:
+    """The ranks a run started with this environment would have, and the device each computes on."""
+    from seafl_dist.runtime.setup import pick_device
+    try:
+        device = pick_device(cfg.runtime.device, 0)
+    except RuntimeError as err:
+        raise ConfigError(str(err)) from None
+    world = int(environ.get("WORLD_SIZE", "1"))
+    if device.type == "cuda":
+        import torch
+        where = f"cuda ({torch.cuda.device_count()} GPU(s) here; a rank uses cuda:<local rank mod GPUs>)"
+    else:
+        where = "cpu"
+    if world <= 1:
+        return f"one process, on {where}"
+    return (f"{world} ranks: rank 0 aggregates, {world - 1} worker(s) train (runtime.placement="
+            f"{cfg.runtime.placement}), on {where}")
+
+
+def run_dir_plan(cfg: Config, out: Path, explicit: bool) -> str:
+    """What the run would do with ``out``: made fresh, resumed from a checkpoint, or left as completed."""
+    from seafl_dist.runtime.checkpoint import plan
+    check_writable(Path(out))
+    decided = plan(cfg, out, explicit=explicit)  # reads the run dir and the checkpoint's header only
+    if decided.action == "resume":
+        return f"resume from {decided.checkpoint.name} (after aggregation {int(decided.checkpoint.stem[11:])})"
+    if decided.action == "completed":
+        return "holds a completed run of this config; the run would do nothing"
+    return "fresh (made when the run starts)" if not Path(out).exists() else "fresh (the run starts over in it)"
+
+
+def check_writable(out: Path) -> None:
+    """A run dir that can be made (or written) by this user; else one line naming it."""
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--out {out} is a file, not a directory; name a directory (it is made if missing)")
+    probe = out
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir():
+        raise ConfigError(f"--out {out} cannot be made: {probe} is a file, not a directory")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise ConfigError(f"--out {out} cannot be written: {probe} is not writable by this user; choose another --out")

@@ -1,0 +1,72 @@
+"""A job's step plan (SPEC "Local training"): which samples each optimiser step trains on, in
+which order, for how many epochs. Written once and used by every trainer -- one job at a time
+(train/local.py), G jobs fused (train/batched.py) -- and by the worker placement's cost
+(``runtime/distributed.py`` counts a job's steps with :func:`epoch_sizes`), so they cannot
+disagree about a single batch.
+
+    plan = StepPlan(shard_indices, epochs=5, batch_size=32, seed=job_seed, augment=True)
+    for i, idx, draws in plan.batches(data.augment_draws):   # i: the batch's index in its epoch
+        x, y = data.batch(idx, augment=True, draws=draws)
+
+Order: the job's own generator (``seed``) draws a permutation of the shard at the start of every
+epoch, then each batch's augmentation draws (if any), batch after batch, in that order.
+
+Trailing-batch rule: with batch_size > 1, a trailing mini-batch of a single sample is skipped when
+the shard has more than one sample (batch norm cannot train on one sample). batch_size = 1 trains
+sample by sample; the config refuses it for the batch-norm models (ResNet-18, VGG-16).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Iterator
+
+import torch
+
+
+def epoch_bounds(n: int, batch_size: int) -> list[tuple[int, int]]:
+    """``[lo, hi)`` of every batch of one epoch over ``n`` shuffled samples (the trailing-batch rule applied)."""
+    bounds = [(lo, min(lo + batch_size, n)) for lo in range(0, n, batch_size)]
+    if bounds and bounds[-1][1] - bounds[-1][0] == 1 and n > 1 and batch_size > 1:
+        bounds.pop()  # a last batch of one sample
+    return bounds
+
+
+def epoch_sizes(n: int, batch_size: int) -> list[int]:
+    """The batch sizes of one epoch over ``n`` samples."""
+    return [hi - lo for lo, hi in epoch_bounds(n, batch_size)]
+
+
+@dataclass(frozen=True, eq=False)
+class StepPlan:
+    """The steps of one job on the shard ``indices``: ``epochs`` epochs of ``batch_size`` batches."""
+
+    indices: torch.Tensor
+    epochs: int
+    batch_size: int
+    seed: int  # the job's data-order stream: permutations and augmentation draws
+    augment: bool = False
+    bounds: list = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "bounds", epoch_bounds(len(self.indices), self.batch_size))
+
+    @property
+    def steps(self) -> int:
+        """Optimiser steps of the whole job."""
+        return self.epochs * len(self.bounds)
+
+    def size(self, step: int) -> int:
+        """The batch size of step ``step`` (counted from 0 over all epochs)."""
+        lo, hi = self.bounds[step % len(self.bounds)]
+        return hi - lo
+
+    def batches(self, draw: Callable | None = None) -> Iterator[tuple[int, torch.Tensor, tuple | None]]:
+        """``(index in epoch, sample indices, augmentation draws or None)`` per step, drawn lazily
+        from a fresh generator; ``draw(n, generator)`` makes a batch's draws (``ArrayDataset.augment_draws``)."""
+        gen = torch.Generator().manual_seed(self.seed)
+        n = len(self.indices)
+        for _epoch in range(self.epochs):
+            order = self.indices[torch.randperm(n, generator=gen)]
+            for i, (lo, hi) in enumerate(self.bounds):
+                idx = order[lo:hi]
+                yield i, idx, (draw(len(idx), gen) if self.augment else None)

@@ -1,0 +1,58 @@
+"""`seafl run` on FEMNIST (tiny files in LEAF's format) with one device per writer, end to end."""
+import json
+import subprocess
+import sys
+
+import numpy as np
+
+import seafl_dist
+from seafl_dist.report.trace import check_run
+
+from leaf_files import WRITERS, write_leaf
+
+NATURAL = ["data.name=femnist", "data.partition=natural", "devices.num=null", "devices.concurrency=2",
+           "algorithm.buffer_size=1", "train.epochs=1", "train.batch_size=4", "run.max_aggregations=3",
+           "logging.progress=none", "runtime.threads=1"]
+
+
+def seafl(*args):
+    return subprocess.run([sys.executable, "-m", "seafl_dist", *args], capture_output=True, text=True, timeout=300)
+
+
+def test_run_with_every_writer_a_device(tmp_path):
+    made = write_leaf(tmp_path)
+    out = tmp_path / "run"
+    proc = seafl("run", "quickstart", f"data.root={tmp_path}", *NATURAL, "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["aggregations"] == 3
+    run = seafl_dist.load_run(out)
+    assert run.config["devices"]["num"] is None  # the config as written; the writers resolve it
+    part = run.partition
+    assert part["dataset"] == "femnist" and part["method"] == "natural" and sorted(part["writers"]) == sorted(WRITERS)
+    assert part["n_samples"] == [len(made["train"][w][1]) for w in part["writers"]]
+    assert [sum(h) for h in part["label_histograms"]] == part["n_samples"]
+    for w, hist in zip(part["writers"], part["label_histograms"]):
+        assert hist == np.bincount(made["train"][w][1], minlength=62).tolist()
+    devices = {e["device"] for e in run.events if e["event"] == "start"}
+    assert devices <= set(range(len(WRITERS))) and len(devices) >= 2
+    assert check_run(out) == []
+    assert seafl("report", str(out)).returncode == 0
+    before = (out / "summary.json").read_bytes()  # devices.num: null compares equal: the run is found completed
+    again = seafl("run", "quickstart", f"data.root={tmp_path}", *NATURAL, "--out", str(out))
+    assert again.returncode == 0 and (out / "summary.json").read_bytes() == before, again.stderr
+
+
+def test_bad_input_is_one_line(tmp_path):
+    write_leaf(tmp_path)
+    bad = tmp_path / "femnist" / "test" / "all_data_1_niid_1_keep_0_test_9.json"
+    obj = json.loads(bad.read_text())
+    obj["user_data"]["f0004_28"]["y"][0] = 99
+    bad.write_text(json.dumps(obj))
+    proc = seafl("run", "quickstart", f"data.root={tmp_path}", *NATURAL, "--out", str(tmp_path / "r1"))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == (f"seafl: error: FEMNIST file {bad}, writer 'f0004_28': sample "
+                                                    "0: label 99 is not an integer in 0..61")
+    proc = seafl("run", "quickstart", "data.partition=natural", "--out", str(tmp_path / "r2"))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert "'data.partition' has value 'natural'" in proc.stderr and "digits has no writers" in proc.stderr

@@ -1,0 +1,150 @@
+"""The docs match the code: README.md and docs/*.md, read the way a user would follow them.
+
+Fails, naming page and line, on: a relative link or image that does not resolve (anchors included);
+a config key (a dotted name whose first part is a section of seafl_dist.settings.Config, or
+``section.*``) that does not exist; a ``seafl`` command in a shell block that the real parser
+(seafl_dist.cli.build_parser) or the config loader refuses, or a usage line (```text) naming an
+option that does not exist; a Python block that does not compile; a YAML config block that is
+refused; a README test command other than the one .ci/run runs. Python blocks fenced as
+``python run`` are run, page by page in a temporary directory; a Python block whose first line
+is ``# name.py`` is a module the page's commands and blocks may import. The parser and the
+Config are read when the test runs, so flags and keys added later are checked as they are.
+"""
+import os
+
+import pytest
+
+import docs_checks as checks
+from docs_pages import ROOT, pages, read_page
+
+PAGES = pages()
+IDS = [p.name for p in PAGES]
+
+
+def _fail_on(problems):
+    if problems:
+        pytest.fail("\n".join(problems), pytrace=False)
+
+
+@pytest.mark.parametrize("page", PAGES, ids=IDS)
+def test_relative_links_and_images_resolve(page):
+    _fail_on(checks.link_problems(page))
+
+
+@pytest.mark.parametrize("page", PAGES, ids=IDS)
+def test_config_keys_exist(page):
+    _fail_on(checks.key_problems(page))
+
+
+@pytest.mark.parametrize("page", PAGES, ids=IDS)
+def test_seafl_commands_parse_and_load(page, tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)  # commands are run from the repository root
+    _fail_on(checks.command_problems(page, tmp_path, PAGES))  # the modules of docs/extending.md, say
+
+
+@pytest.mark.parametrize("page", PAGES, ids=IDS)
+def test_python_blocks_compile_and_yaml_configs_load(page):
+    _fail_on(checks.python_problems(page) + checks.yaml_problems(page))
+
+
+@pytest.mark.parametrize("page", [p for p in PAGES if checks.run_blocks(p)], ids=lambda p: p.name)
+def test_python_run_blocks_run(page, tmp_path, monkeypatch):
+    """The page's ``python run`` blocks, in order, sharing one namespace, in an empty directory."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    namespace = {"__name__": "__docs__"}
+    with checks.page_modules([page], tmp_path):
+        for block in checks.run_blocks(page):
+            try:
+                exec(compile(block.text, page.where(block.line), "exec"), namespace)
+            except Exception as err:  # noqa: BLE001 (any failure of a documented example is the finding)
+                pytest.fail(f"{page.where(block.line)}: the `python run` block raised {type(err).__name__}: {err}",
+                            pytrace=False)
+
+
+def test_readme_test_command_is_what_ci_runs():
+    readme = next(p for p in PAGES if p.name == "README.md")
+    _fail_on([why] if (why := checks.readme_test_command_problem(readme)) else [])
+
+
+def test_readme_is_a_short_front_page():
+    lines = (ROOT / "README.md").read_text().count("\n")
+    assert lines <= 200, f"README.md has {lines} lines; reference text belongs in docs/ (issue 18: at most 200)"
+
+
+def test_every_docs_page_is_linked_from_the_readme():
+    readme = next(p for p in PAGES if p.name == "README.md")
+    linked = {(ROOT / t.partition("#")[0]).resolve() for _, t in checks.links(readme)}
+    _fail_on([f"{p.name}: not linked from README.md" for p in PAGES[1:] if p.path.resolve() not in linked])
+
+
+# ---- each check can fail: a page with one mistake of each kind --------------------------------
+
+BROKEN = """# A broken page
+
+See [the missing page](no_such_page.md), [a missing anchor](#nowhere) and ![a lost image](img/none.png).
+Set `algorithm.buffer_sise` or `logging.wandb.*` (fine) or `clock.nothing.*`; `run.sbatch` is a file.
+
+```bash
+seafl run configs/quickstart.yaml algorithm.name=fedbux
+seafl run configs/quickstart.yaml --no-such-flag
+seafl run quickstart devices.numm=3 --out runs/x
+sbatch slurm/run.sbatch configs/no_such_config.yaml
+torchrun --nproc_per_node=2 -m seafl_dist run configs/quickstart.yaml model.name=mymod:tiny
+```
+
+```text
+seafl run CONFIG [--outdir DIR]
+```
+
+```python
+def broken(:
+```
+
+```yaml
+algorithm: {theta: 2}
+```
+
+## Tests
+
+```bash
+pytest
+```
+
+Call `model.eval()`; `clock.idle` is a section.
+
+```console
+$ seafl run quickstart --outt x
+seafl: error: it's a console block's output, quotes unbalanced
+$ sbatch slurm/gone.sbatch
+```
+"""
+
+
+def test_each_check_catches_its_mistake(tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    page_file = tmp_path / "broken.md"
+    page_file.write_text(BROKEN)
+    page = read_page(page_file)
+    (tmp_path / "mymod.py").write_text("def tiny(num_classes, in_channels, image_size, width):\n    pass\n")
+    found = "\n".join(checks.link_problems(page) + checks.key_problems(page) + checks.command_problems(page, tmp_path)
+                      + checks.python_problems(page) + checks.yaml_problems(page)
+                      + [checks.readme_test_command_problem(page)])
+    for expected in ["broken.md:3: link 'no_such_page.md' does not resolve", "broken.md:3: link '#nowhere'",
+                     "link 'img/none.png' does not resolve",
+                     "broken.md:4: config key 'algorithm.buffer_sise' does not exist",
+                     "broken.md:4: 'clock.nothing.*': no config section",
+                     "broken.md:7: `seafl run configs/quickstart.yaml algorithm.name=fedbux`: config key 'algorithm.name'",
+                     "broken.md:8: `seafl run configs/quickstart.yaml --no-such-flag`: unrecognized arguments: --no-such-flag",
+                     "broken.md:9: `seafl run quickstart devices.numm=3 --out runs/x`: override 'devices.numm=3'",
+                     "broken.md:10: `seafl run configs/no_such_config.yaml`",
+                     "broken.md:15: `seafl run CONFIG [--outdir DIR]`: seafl run has no option --outdir",
+                     "broken.md:19: Python block does not compile",
+                     "broken.md:23: YAML config is refused: config key 'algorithm.theta'",
+                     "broken.md:29: the test command is 'pytest'; .ci/run runs 'python -m pytest -q'"]:
+        assert expected in found, f"missing {expected!r} in:\n{found}"
+    assert "broken.md:35: `seafl run quickstart --outt x`: unrecognized arguments: --outt" in found, found
+    assert "broken.md:37: no script slurm/gone.sbatch" in found, found
+    for fine in ("logging.wandb.*", "run.sbatch", "model.eval", "clock.idle", "broken.md:36"):
+        assert fine not in found, f"{fine!r} reported:\n{found}"
+    assert "mymod:tiny" not in found  # the torchrun line imports the page's module and passes
