@@ -13,9 +13,7 @@ on a deterministic virtual clock, in one process or across torch.distributed ran
 :class:`RunInterrupted` (a KeyboardInterrupt) after a checkpoint on SIGTERM/SIGINT/SIGUSR1 and
 :class:`RunFailed` when the run fails; ``sweep`` raises :class:`SweepSignal` on those signals.
 """
-from seafl_dist.api import load_run, make_config, run, sweep
-from seafl_dist.runtime.launch import RunFailed
-from seafl_dist.runtime.signals import RunInterrupted, SweepSignal
+from seafl_dist.api import RunFailed, RunInterrupted, SweepSignal, load_run, make_config, run, sweep
 
 __version__ = "0.1.0"
 __all__ = ["RunFailed", "RunInterrupted", "SweepSignal", "load_run", "make_config", "run", "sweep"]

@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from seafl_dist.runtime.launch import RunFailed  # noqa: F401 (re-exported by seafl_dist; imports no torch)
+from seafl_dist.runtime.signals import RunInterrupted, SweepSignal  # noqa: F401
 from seafl_dist.settings import Config, ConfigError, set_dotted, config_from_dict, find_config, load_yaml
 
 SECTIONS = tuple(Config.__dataclass_fields__)
