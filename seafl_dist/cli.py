@@ -217,7 +217,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"seafl: error: {err}", file=sys.stderr)
         return 2
     except FileNotFoundError as err:  # e.g. a dataset that is not on disk
-        print(f"seafl: error: {err}", file=sys.stderr)
+        if os.environ.get("RANK", "0") == "0":
+            print(f"seafl: error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as err:  # RunInterrupted, SweepSignal, or Ctrl-C outside a run
         why = f" ({err})" if str(err) else ""

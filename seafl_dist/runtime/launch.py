@@ -201,6 +201,8 @@ def launch_ranks(cfg, out_dir, explicit: bool, ranks: Ranks, interrupts: Interru
             except KeyboardInterrupt as err:
                 print(f"seafl: rank {rank} stopped: {err or 'interrupted'}", file=sys.stderr)
                 raise
+            except (ConfigError, FileNotFoundError):  # bad input: one line, from rank 0 (the CLI's)
+                raise
             except Exception as err:
                 print(f"seafl: error on rank {rank}: {type(err).__name__}: {err}", file=sys.stderr)
                 raise
