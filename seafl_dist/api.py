@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from seafl_dist.report.sinks import read_config, read_summary
 from seafl_dist.runtime.launch import RunFailed  # noqa: F401 (re-exported by seafl_dist; imports no torch)
 from seafl_dist.runtime.signals import RunInterrupted, SweepSignal  # noqa: F401
 from seafl_dist.settings import Config, ConfigError, set_dotted, config_from_dict, find_config, load_yaml
@@ -60,14 +61,17 @@ def make_config(config, **overrides) -> Config:
     return config_from_dict(tree)
 
 
-def run(config, *, out: str | Path | None = None, **overrides) -> dict | None:
+def run(config, *, out: str | Path | None = None, overwrite: bool = False, **overrides) -> dict | None:
     """Run one experiment and return its summary (what ``summary.json`` holds).
 
     ``out`` is the run directory (default ``runs/<name>-<timestamp>``); as with ``seafl run --out``,
-    a dir holding a checkpoint of the same config is resumed, a completed one returned as it is. In
-    one process unless started by torchrun (WORLD_SIZE > 1): then every rank must call this, and
-    only rank 0 gets the summary (the others None); under ``torchrun --max-restarts`` a lost rank's
-    attempt resumes from the last checkpoint by itself.
+    a dir holding a checkpoint of the same config is resumed, a completed one returned as it is, and
+    a dir holding a run of another config raises :class:`~seafl_dist.settings.ConfigError` unless
+    ``overwrite=True`` (then that run's files are deleted first), as does a dir another live run
+    holds (:class:`~seafl_dist.runtime.runlock.RunDirBusy`). In one process unless started by
+    torchrun (WORLD_SIZE > 1): then every rank must call this, and only rank 0 gets the summary (the
+    others None); under ``torchrun --max-restarts`` a lost rank's attempt resumes from the last
+    checkpoint by itself.
 
     Signals, as ``seafl run``: SIGTERM, SIGINT (Ctrl-C) and SIGUSR1 make rank 0 write a checkpoint
     and summary.json (status ``interrupted``), then :class:`~seafl_dist.RunInterrupted` (a
@@ -80,7 +84,7 @@ def run(config, *, out: str | Path | None = None, **overrides) -> dict | None:
     one-line message) for a bad config, before anything trains. Nothing ends your process."""
     cfg = make_config(config, **overrides)
     from seafl_dist.runtime.launch import launch
-    return launch(cfg, Path(out) if out is not None else None)
+    return launch(cfg, Path(out) if out is not None else None, overwrite=overwrite)
 
 
 def sweep(config, *, grid: dict | None = None, seeds: list[int] | None = None, out: str | Path | None = None,
@@ -108,14 +112,7 @@ def sweep(config, *, grid: dict | None = None, seeds: list[int] | None = None, o
     out_dir = Path(out) if out is not None else Path("runs") / sw.name
     code = run_sweep(sw, out_dir, jobs=jobs, report=report)
     names = [r["name"] for r in json.loads((out_dir / "sweep.json").read_text())["runs"]]
-    return {"dir": out_dir, "ok": code == 0, "runs": {n: _read_json(out_dir / n / "summary.json") for n in names}}
-
-
-def _read_json(path: Path) -> dict | None:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
+    return {"dir": out_dir, "ok": code == 0, "runs": {n: read_summary(out_dir / n) for n in names}}
 
 
 @dataclass
@@ -138,14 +135,12 @@ class Run:
 def load_run(run_dir: str | Path) -> Run:
     """Everything a run wrote, in one call. A file the run did not get to write (a run that failed
     early) reads as empty (metrics, events) or None (summary, partition)."""
-    import yaml
-
-    from seafl_dist.report.sinks import read_events, read_metrics
     from seafl_dist.report.partition import read_partition
+    from seafl_dist.report.sinks import read_events, read_metrics
     d = Path(run_dir)
-    if not (d / "config.yaml").is_file():
-        raise FileNotFoundError(f"{d} is not a run directory: it has no config.yaml (a run writes it first)")
+    config = read_config(d) if (d / "config.yaml").is_file() else None
+    if config is None:
+        raise FileNotFoundError(f"{d} is not a run directory: it has no readable config.yaml (a run writes it first)")
     metrics = read_metrics(d / "metrics.csv") if (d / "metrics.csv").is_file() else []
     events = read_events(d / "events.jsonl") if (d / "events.jsonl").is_file() else []
-    return Run(d, yaml.safe_load((d / "config.yaml").read_text()), metrics, events,
-               _read_json(d / "summary.json"), read_partition(d))
+    return Run(d, config, metrics, events, read_summary(d), read_partition(d))

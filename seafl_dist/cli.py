@@ -7,7 +7,9 @@
         runs/<config-name>-<timestamp>) gets config.yaml, events.jsonl, metrics.csv,
         partition.json, summary.json, model.pt and, while it runs, checkpoint-*.pt. Rerunning
         the same command with the same --out continues from the last checkpoint; so does
-        --resume RUN_DIR (config from the run dir). A completed run is left as it is (exit 0).
+        --resume RUN_DIR (config from the run dir). A completed run is left as it is (exit 0). A dir
+        holding a run of another config is refused (exit 2) unless --overwrite; a dir another
+        live run writes is refused too (its lock, seafl.lock, names the holder).
         Under torchrun --max-restarts=N a lost rank's attempt is restarted and resumes by itself.
         Exit status: 0, 1 (the run failed), 2 (bad input), 130 (SIGTERM/SIGINT/SIGUSR1: checkpointed).
         --dry-run checks config, data, model, partition and run dir and prints what the run
@@ -36,6 +38,7 @@ import sys
 import traceback
 from pathlib import Path
 
+from seafl_dist.report.sinks import RunFileError
 from seafl_dist.settings import ConfigError, load_config
 
 EPILOG = """examples:
@@ -44,6 +47,7 @@ EPILOG = """examples:
   torchrun --nproc_per_node=3 -m seafl_dist run configs/quickstart.yaml
   seafl run --resume runs/fb                 # continue an interrupted run from its checkpoint
   seafl run configs/quickstart.yaml --out runs/q --dry-run   # check everything, train and write nothing
+  seafl run configs/quickstart.yaml --out runs/fb --overwrite   # replace the fedbuff run held there
 Overrides are dotted config keys (every key: docs/configuration.md, or `seafl configs --keys`); values are parsed as YAML
 (null = none/infinity, e.g. algorithm.staleness_limit=null)."""
 
@@ -63,6 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
                      "(config: RUN_DIR/config.yaml unless CONFIG is given)")
     run.add_argument("--dry-run", action="store_true", help="check the config, data, model, partition and run dir, "
                      "print what the run would do; train nothing, write nothing")
+    run.add_argument("--overwrite", action="store_true", help="if the run dir holds a run of another config "
+                     "(finished or not), delete its files and start this one (without it: refused, exit 2)")
     add_sweep_parser(sub)
     add_report_parser(sub)
     configs = sub.add_parser("configs", help="list the packaged configs (usable by name: seafl run quickstart)")
@@ -133,9 +139,10 @@ def cmd_run(args) -> int:
     if args.dry_run:
         from seafl_dist.runtime.dryrun import dry_run
         from seafl_dist.runtime.launch import default_out_dir
-        return dry_run(cfg, out if out is not None else default_out_dir(cfg.name), explicit=bool(args.resume))
+        return dry_run(cfg, out if out is not None else default_out_dir(cfg.name), explicit=bool(args.resume),
+                       overwrite=args.overwrite)
     from seafl_dist.runtime.launch import launch
-    launch(cfg, out, explicit=bool(args.resume))  # the same path as seafl_dist.run
+    launch(cfg, out, explicit=bool(args.resume), overwrite=args.overwrite)  # the same path as seafl_dist.run
     return 0
 
 
@@ -220,6 +227,9 @@ def main(argv: list[str] | None = None) -> int:
         if os.environ.get("RANK", "0") == "0":
             print(f"seafl: error: {err}", file=sys.stderr)
         return 2
+    except RunFileError as err:  # a full disk before the run started (the run's own: RunFailed below)
+        print(f"seafl: error: {err}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt as err:  # RunInterrupted, SweepSignal, or Ctrl-C outside a run
         why = f" ({err})" if str(err) else ""
         print(f"seafl: interrupted{why}; what the run had so far is in its run directory", file=sys.stderr)
@@ -228,7 +238,11 @@ def main(argv: list[str] | None = None) -> int:
         from seafl_dist.runtime.launch import RunFailed
         if not isinstance(err, RunFailed):
             raise
-        if os.environ.get("WORLD_SIZE", "1") == "1":  # under torchrun each rank named its error already
+        if os.environ.get("WORLD_SIZE", "1") != "1":  # under torchrun each rank named its error already
+            return 1
+        if isinstance(err.__cause__, RunFileError):  # a full disk: one line says what is kept and what to do
+            print(f"seafl: error: {err.__cause__}", file=sys.stderr)
+        else:  # a bug (a user's plugin, ours): its traceback, then one line
             traceback.print_exception(err.__cause__ or err, file=sys.stderr)
             print(f"seafl: error: {err}", file=sys.stderr)
         return 1

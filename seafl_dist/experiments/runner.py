@@ -11,9 +11,11 @@ output appended to ``<run>/log.txt``. ``index=I`` runs only the I-th run of ``Sw
 (the order ``seafl sweep --list`` prints), with no report: a SLURM job array runs one index per
 task, all writing the same sweep.json and configs (atomically, so concurrent tasks never read a
 half-written file), and ``seafl report <out>`` follows. A run whose ``summary.json`` says
-``completed`` and whose config is unchanged is skipped, and an interrupted run continues from its
-checkpoint (``seafl run`` resumes a run dir that holds one), so rerunning an interrupted sweep
-resumes it. SIGTERM, SIGINT or SIGUSR1 to the sweep stop it like Ctrl-C: its running runs get
+``completed`` (its files matching the sizes and checksums it records) and whose config is
+unchanged (runtime/rundir.py's comparer, as for ``seafl run``) is skipped, and an interrupted run
+continues from its checkpoint (``seafl run`` resumes a run dir that holds one), so rerunning an
+interrupted sweep resumes it. A run whose config changed (finished or not) is rerun from scratch
+in its own dir: its old files are deleted first (under the dir's lock), so no dir mixes two runs. SIGTERM, SIGINT or SIGUSR1 to the sweep stop it like Ctrl-C: its running runs get
 SIGTERM (each checkpoints first) and are waited for. A failed run does not stop the others; the
 sweep then exits 1 and names the failed runs. With ``jobs`` > 1, or a launcher that starts several
 ranks per run, each rank gets ``cpus // (jobs * ranks)`` torch threads (``runtime.threads``,
@@ -31,10 +33,12 @@ import time
 from collections import deque
 from pathlib import Path
 
-import yaml
 
 from seafl_dist.settings import ConfigError, dump_config
-from seafl_dist.experiments.sweep import Sweep, SweepRun, comparable, load_comparable
+from seafl_dist.experiments.sweep import Sweep, SweepRun
+from seafl_dist.report.sinks import read_config, read_summary
+from seafl_dist.runtime.rundir import clear, config_diff, config_tree, proof_mismatch
+from seafl_dist.runtime.runlock import RunDirLock
 from seafl_dist.runtime.signals import Interrupts, SweepSignal
 
 
@@ -70,16 +74,12 @@ def run_command(sweep: Sweep, config_path: Path, run_dir: Path) -> list[str]:
 
 
 def run_status(run_dir: Path) -> str | None:
-    try:
-        return json.loads((Path(run_dir) / "summary.json").read_text()).get("status")
-    except (OSError, ValueError):
-        return None
+    return (read_summary(run_dir) or {}).get("status")
 
 
 def _done_line(run_dir: Path) -> str:
-    try:
-        s = json.loads((run_dir / "summary.json").read_text())
-    except (OSError, ValueError):
+    s = read_summary(run_dir)
+    if s is None:
         return ""
     ttt = ", ".join(f"{float(t):.0%} " + ("never" if v is None else f"{v:.0f}s") for t, v in s["time_to_target"].items())
     best = s.get("best_accuracy")
@@ -142,6 +142,21 @@ class _Pool:
             log.close()
 
 
+def _why_rerun(run: SweepRun, run_dir: Path) -> str | None:
+    """None: ``run_dir`` holds this run, completed and intact (skip it); "": run it (fresh or resumed);
+    otherwise why its dir must be cleared first (another config's run, or files that are not the run's)."""
+    saved, summary = read_config(run_dir), read_summary(run_dir)
+    if saved is None:
+        return ""
+    diff = config_diff(saved, config_tree(run.config))
+    if diff:
+        return f"its config changed ({', '.join(diff[:4])}{' ...' if len(diff) > 4 else ''})"
+    if (summary or {}).get("status") != "completed":
+        return ""
+    mismatch = proof_mismatch(run_dir, summary)
+    return None if mismatch is None else f"it says completed, but {mismatch}"
+
+
 def prepare_sweep(sweep: Sweep, out: Path, jobs: int, index: int | None = None,
                   write: bool = True) -> list[tuple[SweepRun, Path, Path]]:
     """Expand and validate every run (and ``index``); write sweep.json and the per-run configs
@@ -185,13 +200,15 @@ def run_sweep(sweep: Sweep, out_dir: str | Path, *, jobs: int = 1, stream=None, 
     planned = prepare_sweep(sweep, out, jobs, index=index, write=not dry_run)
     if index is not None:
         planned, report = [planned[index]], False
-    todo = deque()
+    todo, stale = deque(), []
     for r, cfg_path, run_dir in planned:
-        if run_status(run_dir) == "completed":
-            if load_comparable(run_dir / "config.yaml") == comparable(yaml.safe_load(dump_config(r.config))):
-                print(f"skip  {r.name} (completed)", file=stream)
-                continue
-            print(f"rerun {r.name}: its config changed since it completed", file=stream)
+        why = _why_rerun(r, run_dir)
+        if why is None:
+            print(f"skip  {r.name} (completed)", file=stream)
+            continue
+        if why:
+            print(f"rerun {r.name}: {why}; its old files are deleted", file=stream)
+            stale.append(run_dir)
         todo.append((r, cfg_path, run_dir))
     print(f"sweep {sweep.name}: {len(planned)} runs, {len(planned) - len(todo)} already completed, "
           f"{len(todo)} to run, {jobs} at a time; output in {out}", file=stream, flush=True)
@@ -210,6 +227,9 @@ def run_sweep(sweep: Sweep, out_dir: str | Path, *, jobs: int = 1, stream=None, 
             return dry_run(planned[0][0].config, planned[0][2], explicit=False,
                            environ={**os.environ, "WORLD_SIZE": str(ranks)} if ranks > 1 else None)
         return 0
+    for run_dir in stale:
+        with RunDirLock(run_dir):  # never while a run of it is live; then seafl run starts it afresh
+            clear(run_dir, extra=("log.txt",))
     env = dict(os.environ)
     if threads:
         env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))

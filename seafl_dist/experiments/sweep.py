@@ -254,15 +254,3 @@ def load_sweep(path: str | Path, *, grid: list[tuple[str, list]] = (), seeds: li
         sweep.seeds = list(seeds)
     sweep.overrides = list(sweep.overrides) + list(overrides)
     return sweep
-
-
-def comparable(tree: dict) -> dict:
-    """The parts of a resolved config that decide a run's results (not runtime, logging, name)."""
-    return {k: v for k, v in tree.items() if k not in ("runtime", "logging", "name")}
-
-
-def load_comparable(path: Path) -> dict | None:
-    try:
-        return comparable(yaml.safe_load(Path(path).read_text()) or {})
-    except (OSError, yaml.YAMLError):
-        return None

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .sinks import write_json
+from .sinks import write_json, writing
 
 COMPACT_ABOVE = 10_000  # devices; up to this many, partition.json as before, byte for byte
 PER_DEVICE = ("n_samples", "label_histograms", "writers")  # the keys with one entry per device
@@ -49,8 +49,9 @@ def write_partition(run_dir: Path, report: dict) -> None:
     if report.get("writers") is not None:
         arrays["writers"] = np.array(report["writers"], dtype=str)
     tmp = run_dir / f"partition.{os.getpid()}.tmp.npz"
-    np.savez_compressed(tmp, **arrays)
-    os.replace(tmp, columns)  # the columns first: a partition.json that names them finds them whole
+    with writing(columns):  # a full disk: one line naming the file
+        np.savez_compressed(tmp, **arrays)
+        os.replace(tmp, columns)  # the columns first: a partition.json that names them finds them whole
     header = {k: v for k, v in report.items() if k not in PER_DEVICE}
     write_json(run_dir / "partition.json", {**header, "devices": len(hist), "classes": int(hist.shape[1]),
                                             "per_device": columns.name})

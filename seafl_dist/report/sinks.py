@@ -16,6 +16,7 @@ import csv
 import json
 import math
 import os
+from contextlib import contextmanager
 from pathlib import Path
 
 METRIC_COLUMNS = ["version", "time", "accuracy", "loss", "updates", "mean_staleness", "max_staleness",
@@ -33,10 +34,71 @@ def _clean(obj):
     return obj
 
 
+class RunFileError(RuntimeError):
+    """A run file could not be written (a full disk, a quota, an I/O error): one line naming the path and why."""
+
+    def __init__(self, path, cause: str):
+        super().__init__(f"cannot write {path}: {cause}")
+        self.path, self.cause = Path(path), cause
+
+
+def os_error_in(err: BaseException) -> OSError | None:
+    """The OSError behind ``err``, if any (torch.save wraps a full disk in a RuntimeError)."""
+    seen = 0
+    while err is not None and seen < 8:
+        if isinstance(err, OSError):
+            return err
+        err, seen = err.__cause__ or err.__context__, seen + 1
+    return None
+
+
+@contextmanager
+def writing(path):
+    """Turn an OSError while writing ``path`` into a :class:`RunFileError` naming it."""
+    try:
+        yield
+    except RunFileError:
+        raise
+    except Exception as err:
+        os_err = os_error_in(err)
+        if os_err is None:
+            raise
+        raise RunFileError(path, os_err.strerror or str(os_err)) from None
+
+
 def write_json(path: Path, obj) -> None:
+    path = Path(path)
     tmp = Path(str(path) + ".tmp")
-    tmp.write_text(json.dumps(_clean(obj), indent=2) + "\n")
-    tmp.replace(path)
+    try:
+        with writing(path):
+            tmp.write_text(json.dumps(_clean(obj), indent=2) + "\n")
+            tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)  # a write cut short by a full disk must not leave its temp behind
+
+
+def read_json(path: Path) -> dict | None:
+    """A JSON file of a run dir, or None if it is missing or unreadable (a run that died before writing it)."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def read_summary(run_dir: Path) -> dict | None:
+    """``summary.json`` of a run dir (None if absent or unreadable): the one reader of it."""
+    return read_json(Path(run_dir) / "summary.json")
+
+
+def read_config(run_dir: Path) -> dict | None:
+    """``config.yaml`` of a run dir as a dict of sections (None if absent or unreadable): the one reader of it."""
+    import yaml
+    try:
+        tree = yaml.safe_load((Path(run_dir) / "config.yaml").read_text())
+    except (OSError, ValueError, yaml.YAMLError):
+        return None
+    return tree if isinstance(tree, dict) else None
 
 
 class RunWriter:
@@ -58,15 +120,19 @@ class RunWriter:
         self._metrics_file = open(m_path, mode, newline="")
         self._metrics = csv.DictWriter(self._metrics_file, fieldnames=METRIC_COLUMNS)
         if resume_at is None:
-            self._metrics.writeheader()
+            with writing(m_path):
+                self._metrics.writeheader()
 
     def event(self, ev: dict) -> None:
-        self._events.write(json.dumps(_clean(ev)) + "\n")
+        with writing(self._events.name):
+            self._events.write(json.dumps(_clean(ev)) + "\n")
 
     def metrics(self, row: dict) -> None:
-        self._metrics.writerow({k: row.get(k) for k in METRIC_COLUMNS})
-        self._metrics_file.flush()
-        self._events.flush()
+        with writing(self._metrics_file.name):
+            self._metrics.writerow({k: row.get(k) for k in METRIC_COLUMNS})
+            self._metrics_file.flush()
+        with writing(self._events.name):
+            self._events.flush()
 
     def flush(self, sync: bool = False) -> tuple[int, int]:
         """Push both files to the OS (a SIGKILL then loses nothing written so far); ``sync`` also
@@ -74,16 +140,23 @@ class RunWriter:
         Returns their byte lengths."""
         sizes = []
         for f in (self._events, self._metrics_file):
-            f.flush()
-            if sync:
-                os.fsync(f.fileno())
+            with writing(f.name):
+                f.flush()
+                if sync:
+                    os.fsync(f.fileno())
             sizes.append(os.fstat(f.fileno()).st_size)
         return sizes[0], sizes[1]
 
     def close(self) -> None:
+        """Close both files; what cannot be flushed any more (a full disk) is dropped, not raised:
+        the error that stopped the run has been raised already, and a checkpoint records the lengths
+        a resume cuts the files back to."""
         for f in (self._events, self._metrics_file):
             if not f.closed:
-                f.close()
+                try:
+                    f.close()
+                except OSError:
+                    pass
 
 
 def read_events(path: str | Path) -> list[dict]:

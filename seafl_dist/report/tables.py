@@ -20,9 +20,7 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
-from seafl_dist.report.sinks import read_metrics, time_to_target
+from seafl_dist.report.sinks import read_config, read_metrics, read_summary, time_to_target
 
 IGNORED = ("name", "run.seed", "run.targets", "logging.", "runtime.")
 ALWAYS = ("algorithm.name", "algorithm.buffer_size", "algorithm.staleness_limit")
@@ -80,8 +78,7 @@ class RunResult:
 
 def load_run(run_dir: Path, sweep: str = "", label: str | None = None) -> RunResult:
     run_dir = Path(run_dir)
-    config = yaml.safe_load((run_dir / "config.yaml").read_text()) if (run_dir / "config.yaml").exists() else {}
-    summary = json.loads((run_dir / "summary.json").read_text()) if (run_dir / "summary.json").exists() else {}
+    config, summary = read_config(run_dir) or {}, read_summary(run_dir) or {}
     return RunResult(run_dir, flatten(config), read_metrics(run_dir / "metrics.csv"), summary, sweep, label)
 
 

@@ -18,27 +18,30 @@ says ``completed`` and ``model.pt`` holds the final model), so a sweep of ResNet
 keep a gigabyte per run. Checkpoints are read with ``torch.load(weights_only=True)``: plain
 containers and tensors only, nothing executable.
 
-Which config keys may change on resume: ``runtime.*``, ``logging.*``, ``name`` and
-``run.checkpoint_every``/``_s`` (where and how it runs, not what it computes). Any other
-difference is refused with the keys named.
+Which config keys may change on resume: those runtime/rundir.py names (where and how it runs,
+not what it computes: ``runtime.device``/``threads``/``backend``/``placement``/``timeout_s``,
+``logging.*``, ``name``, ``run.checkpoint_every``/``_s``). Any other difference, ``runtime.precision``
+and ``runtime.batch_jobs`` included, is refused with the keys named. :func:`plan` also refuses a
+dir that holds another config's run (unless ``overwrite``), a dir another live run holds
+(runtime/runlock.py), and reports "completed" only when the files are the completed run's own.
 """
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 import yaml
 
-from seafl_dist.settings import ConfigError, dump_config
+from seafl_dist.report.sinks import read_config, read_summary, writing
+from seafl_dist.runtime import runlock
+from seafl_dist.runtime.rundir import (check_writable, checkpoints, config_diff, config_tree, describe_diff,
+                                       proof_mismatch, remove_checkpoints)
+from seafl_dist.settings import ConfigError
 
 FORMAT = 1
 KEEP = 2
-_NAME = re.compile(r"^checkpoint-(\d{8})\.pt$")
-_FREE_SECTIONS = ("runtime", "logging")
-_FREE_KEYS = ("name", "run.checkpoint_every", "run.checkpoint_every_s")
 
 
 class CheckpointError(ConfigError):
@@ -62,20 +65,16 @@ def atomic_save(obj, path: Path) -> None:
     into the file) are too: two runs that end with the same model write the same model.pt."""
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        torch.save(obj, f)
-        f.flush()
-        os.fsync(f.fileno())
+    try:
+        with writing(path), open(tmp, "wb") as f:
+            torch.save(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+    except BaseException:  # a full disk (or a kill's KeyboardInterrupt): the previous file stays, no temp
+        tmp.unlink(missing_ok=True)
+        raise
     os.replace(tmp, path)
     fsync_dir(path.parent)
-
-
-def checkpoints(run_dir: Path) -> list[Path]:
-    """The run dir's checkpoints, oldest first."""
-    if not Path(run_dir).is_dir():
-        return []
-    found = [(int(m.group(1)), p) for p in Path(run_dir).iterdir() if (m := _NAME.match(p.name))]
-    return [p for _, p in sorted(found)]
 
 
 def save(run_dir: Path, state: dict) -> Path:
@@ -87,42 +86,10 @@ def save(run_dir: Path, state: dict) -> Path:
     return path
 
 
-def remove_all(run_dir: Path) -> None:
-    for p in checkpoints(run_dir):
-        p.unlink(missing_ok=True)
+remove_all = remove_checkpoints  # every checkpoint and every temp file of a cut-short write
 
 
 # ---- reading and checking -----------------------------------------------------------------
-
-def _flat(tree, prefix=""):
-    out = {}
-    for k, v in (tree or {}).items():
-        key = f"{prefix}{k}"
-        if isinstance(v, dict):
-            out.update(_flat(v, key + "."))
-        else:
-            out[key] = v
-    return out
-
-
-def config_diff(saved: dict, current: dict) -> list[str]:
-    """Dotted keys whose values differ between two config trees, ignoring the keys free to change."""
-    a, b = _flat(saved), _flat(current)
-    keys = sorted(set(a) | set(b))
-    return [k for k in keys if a.get(k, "<absent>") != b.get(k, "<absent>")
-            and k.split(".")[0] not in _FREE_SECTIONS and k not in _FREE_KEYS]
-
-
-def _describe_diff(keys: list[str], saved: dict, current: dict) -> str:
-    a, b = _flat(saved), _flat(current)
-    shown = ", ".join(f"{k} ({a.get(k, '<absent>')!r} there, {b.get(k, '<absent>')!r} now)" for k in keys[:4])
-    return shown + (f" and {len(keys) - 4} more" if len(keys) > 4 else "")
-
-
-def config_tree(cfg) -> dict:
-    """The config as YAML would give it back (tuples as lists), for comparisons."""
-    return yaml.safe_load(dump_config(cfg))
-
 
 def load(path: Path, cfg, *, mmap: bool = False) -> dict:
     """Read and check a checkpoint against ``cfg``; a :class:`CheckpointError` of one line if unusable.
@@ -145,8 +112,9 @@ def load(path: Path, cfg, *, mmap: bool = False) -> dict:
     saved = yaml.safe_load(state["config"])
     diff = config_diff(saved, config_tree(cfg))
     if diff:
-        raise CheckpointError(f"checkpoint {path} is of another config: {_describe_diff(diff, saved, config_tree(cfg))}"
-                              f"; resume with the run's own config (seafl run --resume {path.parent}) or use another --out")
+        raise CheckpointError(f"checkpoint {path} is of another config: {describe_diff(diff, saved, config_tree(cfg))}"
+                              f"; resume with the run's own config (seafl run --resume {path.parent}), use another "
+                              f"--out, or --overwrite to replace that run")
     for name, key in (("events.jsonl", "events_bytes"), ("metrics.csv", "metrics_bytes")):
         f = path.parent / name
         have = f.stat().st_size if f.exists() else None
@@ -159,40 +127,50 @@ def load(path: Path, cfg, *, mmap: bool = False) -> dict:
 
 @dataclass(frozen=True)
 class Plan:
-    """What ``seafl run`` does with its run dir: ``fresh``, ``resume`` (from ``checkpoint``) or ``completed``."""
+    """What ``seafl run`` does with its run dir: ``fresh``, ``resume`` (from ``checkpoint``) or ``completed``.
+
+    A fresh run clears the dir of any earlier run's files first (runtime/server.py)."""
     action: str
     checkpoint: Path | None = None
 
 
-def _summary_status(run_dir: Path) -> str | None:
-    import json
-    try:
-        return json.loads((run_dir / "summary.json").read_text()).get("status")
-    except (OSError, ValueError, AttributeError):
-        return None
+def _other_config(run_dir: Path, summary: dict | None, diff: list[str], saved: dict, cfg) -> CheckpointError:
+    what = {"completed": "a completed run", "interrupted": "an interrupted run", "failed": "a failed run"}.get(
+        (summary or {}).get("status"), "an unfinished run")
+    return CheckpointError(f"run dir {run_dir} holds {what} of another config: "
+                           f"{describe_diff(diff, saved, config_tree(cfg))}; use another --out, or --overwrite "
+                           f"(overwrite=True in seafl_dist.run) to delete that run and start this one")
 
 
-def plan(cfg, run_dir, *, explicit: bool) -> Plan:
+def plan(cfg, run_dir, *, explicit: bool, overwrite: bool = False) -> Plan:
     """Decide, before anything is written, whether ``run_dir`` is started, resumed or already done.
 
-    ``explicit`` is ``--resume``: then a dir without a checkpoint is an error; without it (``--out``
-    of a new or finished-with-another-config dir) the run starts afresh, as it always did."""
+    ``explicit`` is ``--resume``: then a dir without a checkpoint is an error. A dir holding a run
+    of another config (finished or not) is refused unless ``overwrite``; a dir of this config is
+    completed (its summary says so and every file matches the sizes and sha256 it records),
+    resumed from its last checkpoint, or started over. Reads only; every torchrun rank calls it."""
     run_dir = Path(run_dir)
-    if _summary_status(run_dir) == "completed":
-        try:
-            saved = yaml.safe_load((run_dir / "config.yaml").read_text()) or {}
-        except (OSError, yaml.YAMLError):
-            saved = None
-        diff = config_diff(saved, config_tree(cfg)) if saved is not None else ["config.yaml"]
-        if not diff:
-            return Plan("completed")
-        if explicit:
-            raise CheckpointError(f"run dir {run_dir} holds a completed run of another config: "
-                                  f"{_describe_diff(diff, saved or {}, config_tree(cfg))}; use another --out")
-        return Plan("fresh")
+    check_writable(run_dir)
+    runlock.check_free(run_dir)
+    saved, summary = read_config(run_dir), read_summary(run_dir)
     found = checkpoints(run_dir)
+    diff = config_diff(saved, config_tree(cfg)) if saved is not None else []
+    if diff and overwrite:
+        return Plan("fresh")
+    if diff and not found:
+        raise _other_config(run_dir, summary, diff, saved, cfg)
+    if saved is not None and not diff and (summary or {}).get("status") == "completed":
+        why = proof_mismatch(run_dir, summary)
+        if why is None:
+            return Plan("completed")
+        if not overwrite:
+            raise CheckpointError(f"run dir {run_dir}: its summary.json says completed, but {why}; use another "
+                                  f"--out, or --overwrite (overwrite=True in seafl_dist.run) to run it again")
+        return Plan("fresh")
     if found:
-        load(found[-1], cfg, mmap=True)
+        load(found[-1], cfg, mmap=True)  # another config's checkpoint is refused here, naming the keys
+        if diff:  # config.yaml of another config beside a checkpoint of this one: the dir was tampered with
+            raise _other_config(run_dir, summary, diff, saved, cfg)
         return Plan("resume", found[-1])
     if explicit:
         why = "is not a directory" if not run_dir.is_dir() else "holds no checkpoint (checkpoint-*.pt)"

@@ -25,7 +25,7 @@ from seafl_dist.settings import Config, ConfigError
 from seafl_dist.settings.plugins import is_import_path
 
 
-def dry_run(cfg: Config, out: Path, *, explicit: bool, environ=None, stream=None) -> int:
+def dry_run(cfg: Config, out: Path, *, explicit: bool, overwrite: bool = False, environ=None, stream=None) -> int:
     """Check ``cfg`` and its run dir ``out`` (``explicit``: ``--resume``), print the report; exit status 0."""
     environ = os.environ if environ is None else environ
     if environ.get("RANK", "0") != "0":
@@ -48,7 +48,7 @@ def dry_run(cfg: Config, out: Path, *, explicit: bool, environ=None, stream=None
         lines.append(f"devices: {len(shards)} simulated{each}, {d.concurrency} training at once; shard sizes "
                      f"({cfg.data.partition}): {summarise([len(s) for s in shards])}")
     lines.append(f"ranks: {layout(cfg, environ)}")
-    lines.append(f"run dir: {out}: {run_dir_plan(cfg, out, explicit)}")
+    lines.append(f"run dir: {out}: {run_dir_plan(cfg, out, explicit, overwrite)}")
     print("\n".join(lines), file=stream or sys.stdout)
     print("seafl: dry run: config, data, model, partition and run dir check out; nothing was trained or written",
           file=sys.stderr)
@@ -57,8 +57,8 @@ def dry_run(cfg: Config, out: Path, *, explicit: bool, environ=None, stream=None
 
 def non_default(cfg: Config) -> list[str]:
     """``  key = value`` for each resolved key whose value is not the default's (``name`` aside)."""
-    from seafl_dist.runtime.checkpoint import _flat, config_tree
-    ours, default = _flat(config_tree(cfg)), _flat(config_tree(Config()))
+    from seafl_dist.runtime.rundir import config_tree, flat_keys
+    ours, default = flat_keys(config_tree(cfg)), flat_keys(config_tree(Config()))
     changed = [k for k in ours if k != "name" and ours[k] != default.get(k, "<absent>")]
     return [f"  {k} = {_show(ours[k])}" for k in changed] or ["  (every key at its default)"]
 
@@ -126,26 +126,12 @@ def layout(cfg: Config, environ) -> str:
             f"{cfg.runtime.placement}), on {where}")
 
 
-def run_dir_plan(cfg: Config, out: Path, explicit: bool) -> str:
+def run_dir_plan(cfg: Config, out: Path, explicit: bool, overwrite: bool = False) -> str:
     """What the run would do with ``out``: made fresh, resumed from a checkpoint, or left as completed."""
     from seafl_dist.runtime.checkpoint import plan
-    check_writable(Path(out))
-    decided = plan(cfg, out, explicit=explicit)  # reads the run dir and the checkpoint's header only
+    decided = plan(cfg, out, explicit=explicit, overwrite=overwrite)  # reads the run dir and the checkpoint header only
     if decided.action == "resume":
         return f"resume from {decided.checkpoint.name} (after aggregation {int(decided.checkpoint.stem[11:])})"
     if decided.action == "completed":
         return "holds a completed run of this config; the run would do nothing"
     return "fresh (made when the run starts)" if not Path(out).exists() else "fresh (the run starts over in it)"
-
-
-def check_writable(out: Path) -> None:
-    """A run dir that can be made (or written) by this user; else one line naming it."""
-    if out.exists() and not out.is_dir():
-        raise ConfigError(f"--out {out} is a file, not a directory; name a directory (it is made if missing)")
-    probe = out
-    while not probe.exists() and probe != probe.parent:
-        probe = probe.parent
-    if not probe.is_dir():
-        raise ConfigError(f"--out {out} cannot be made: {probe} is a file, not a directory")
-    if not os.access(probe, os.W_OK | os.X_OK):
-        raise ConfigError(f"--out {out} cannot be written: {probe} is not writable by this user; choose another --out")

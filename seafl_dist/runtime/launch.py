@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from seafl_dist.report.sinks import RunFileError, read_summary
 from seafl_dist.runtime import faults
 from seafl_dist.runtime.signals import Interrupts, RunInterrupted
 from seafl_dist.settings import ConfigError
@@ -55,20 +56,29 @@ def default_out_dir(name: str) -> Path:
     return Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
-def launch(cfg, out_dir=None, *, explicit: bool = False) -> dict | None:
-    """Run ``cfg`` into ``out_dir`` (None: ``runs/<name>-<timestamp>``); ``explicit``: ``--resume``,
-    which refuses a dir without a checkpoint. Returns the summary on rank 0, None elsewhere."""
-    ranks = Ranks.from_env()
+@dataclass(frozen=True)
+class Target:
+    """Where a launch runs and what it may do there: ``explicit`` is ``--resume`` (a dir without a
+    checkpoint is refused), ``overwrite`` replaces a run of another config (``--overwrite``)."""
+    explicit: bool = False
+    overwrite: bool = False
+
+
+def launch(cfg, out_dir=None, *, explicit: bool = False, overwrite: bool = False) -> dict | None:
+    """Run ``cfg`` into ``out_dir`` (None: ``runs/<name>-<timestamp>``). Returns the summary on
+    rank 0, None elsewhere."""
+    ranks, target = Ranks.from_env(), Target(explicit, overwrite)
     with Interrupts() as interrupts:
         if ranks.world > 1:
-            return launch_ranks(cfg, out_dir, explicit, ranks, interrupts)
-        return _one_process(cfg, Path(out_dir) if out_dir is not None else default_out_dir(cfg.name), explicit)
+            return launch_ranks(cfg, out_dir, target, ranks, interrupts)
+        return _one_process(cfg, Path(out_dir) if out_dir is not None else default_out_dir(cfg.name), target)
 
 
-def decide(cfg, out: Path, explicit: bool):
-    """The run dir's plan, decided once per launch (rank 0 alone under torchrun)."""
+def decide(cfg, out: Path, target: Target):
+    """The run dir's plan (fresh, resume, completed; another config's run refused unless overwrite),
+    decided once per launch: rank 0 alone under torchrun."""
     from seafl_dist.runtime.checkpoint import plan
-    return plan(cfg, out, explicit=explicit)
+    return plan(cfg, out, explicit=target.explicit, overwrite=target.overwrite)
 
 
 def say_completed(out: Path) -> None:
@@ -76,8 +86,8 @@ def say_completed(out: Path) -> None:
           file=sys.stderr)
 
 
-def _one_process(cfg, out: Path, explicit: bool) -> dict | None:
-    decided = decide(cfg, out, explicit)
+def _one_process(cfg, out: Path, target: Target) -> dict | None:
+    decided = decide(cfg, out, target)
     if decided.action == "completed":
         say_completed(out)
         return read_summary(out)
@@ -120,14 +130,6 @@ class outcome:
                         self.out, summary) from err
 
 
-def read_summary(out: Path) -> dict | None:
-    import json
-    try:
-        return json.loads((Path(out) / "summary.json").read_text())
-    except (OSError, ValueError):
-        return None
-
-
 def use_threads(cfg) -> None:
     """One process: ``runtime.threads`` torch threads, with a warning when they outnumber the CPUs."""
     if cfg.runtime.threads:
@@ -150,7 +152,7 @@ def bounded(fn, seconds: float, what: str) -> None:
         print(f"seafl: {what} did not finish within {seconds:g}s; left behind", file=sys.stderr)
 
 
-def launch_ranks(cfg, out_dir, explicit: bool, ranks: Ranks, interrupts: Interrupts) -> dict | None:
+def launch_ranks(cfg, out_dir, target: Target, ranks: Ranks, interrupts: Interrupts) -> dict | None:
     """Under torchrun: agree on the attempt and the plan (runtime/elastic.py), form the group, run."""
     import datetime
 
@@ -169,7 +171,7 @@ def launch_ranks(cfg, out_dir, explicit: bool, ranks: Ranks, interrupts: Interru
         if rank == 0:
             out = Path(out_dir) if out_dir is not None else \
                 Path(elastic.agree_run_dir(base, run_key, str(default_out_dir(cfg.name))))
-            plan, error = _plan_for_all(cfg, out, explicit, elastic.previous_interrupted(base, run_key))
+            plan, error = _plan_for_all(cfg, out, target, elastic.previous_interrupted(base, run_key))
             attempt = elastic.lead(base, run_key, world, plan)
         else:
             attempt = elastic.join(base, run_key, rank)
@@ -213,12 +215,12 @@ def launch_ranks(cfg, out_dir, explicit: bool, ranks: Ranks, interrupts: Interru
         bounded(elastic.end_group, 60.0 if ok else 10.0, "process group teardown")
 
 
-def _plan_for_all(cfg, out: Path, explicit: bool, interrupted: bool) -> tuple[dict, Exception | None]:
+def _plan_for_all(cfg, out: Path, target: Target, interrupted: bool) -> tuple[dict, Exception | None]:
     """Rank 0's decision, as the other ranks receive it (and the error to raise here, if any)."""
     if interrupted:
         return {"action": "interrupted"}, None
     try:
-        decided = decide(cfg, out, explicit)
-    except (ConfigError, FileNotFoundError) as err:
+        decided = decide(cfg, out, target)
+    except (ConfigError, FileNotFoundError, RunFileError) as err:  # another config's run, a busy or unwritable dir
         return {"action": "error", "error": str(err)}, err
     return {"action": decided.action, "checkpoint": str(decided.checkpoint) if decided.checkpoint else None}, None

@@ -11,7 +11,11 @@ The end of each aggregation (its new jobs dispatched, its eval and start events 
 flushed) is a consistent state: the server snapshots it (references, no copies), writes it as
 a checkpoint when one is due (runtime/checkpoint.py), and on an interrupt or failure writes the
 last snapshot, never the half-done aggregation. ``resume=`` a checkpoint path continues a run;
-at the normal end the final model goes to ``model.pt`` and the checkpoints are deleted.
+at the normal end the final model goes to ``model.pt``, ``summary.json`` records every run file's
+size and sha256 (the proof runtime/rundir.py checks) and the checkpoints are deleted. The run
+holds the run dir's lock (runtime/runlock.py) from before its first write to after its last.
+A file it cannot write (a full disk) ends it with a :class:`RunFileError` naming the file and
+the checkpoint kept.
 """
 from __future__ import annotations
 
@@ -27,7 +31,9 @@ from seafl_dist.algo import BufferedUpdate, aggregate
 from seafl_dist.settings import dump_config
 from seafl_dist.report import Progress, RunWriter, time_to_target, write_json
 from seafl_dist.report.partition import write_partition
-from seafl_dist.runtime import checkpoint
+from seafl_dist.report.sinks import RunFileError, writing
+from seafl_dist.runtime import checkpoint, rundir
+from seafl_dist.runtime.runlock import RunDirLock
 from seafl_dist.runtime.executor import JobSpec
 from seafl_dist.runtime.faults import NO_FAULT
 from seafl_dist.train import evaluate, load_flat
@@ -91,16 +97,22 @@ class Server:
         return result.new_global
 
     def run(self) -> dict:
+        with RunDirLock(self.dir):  # one writer per run dir (runtime/runlock.py), held until the summary is written
+            return self._run()
+
+    def _run(self) -> dict:
         cfg = self.cfg
         self._t0 = time.monotonic()
         state = checkpoint.load(self.resume, cfg) if self.resume else None  # before anything is written
         self.dir.mkdir(parents=True, exist_ok=True)
         if state is None:
-            checkpoint.remove_all(self.dir)  # a fresh run must not resume from an older run's files
-            (self.dir / "config.yaml").write_text(dump_config(cfg))
+            rundir.clear(self.dir)  # nothing of an earlier run may mix with this one's files
+            with writing(self.dir / "config.yaml"):
+                (self.dir / "config.yaml").write_text(dump_config(cfg))
             write_partition(self.dir, self.partition_report)  # compact above COMPACT_ABOVE devices
             self.writer = RunWriter(self.dir)
         else:
+            rundir.remove_temps(self.dir)  # of writes the interrupted part did not finish
             self.writer = RunWriter(self.dir, resume_at=(state["events_bytes"], state["metrics_bytes"]))
         status, error = "failed", None
         try:
@@ -115,6 +127,10 @@ class Server:
             error = f"interrupted ({err or 'Ctrl-C'})" + getattr(self.executor, "diagnose", lambda: "")()
             self._checkpoint_last()
             raise
+        except RunFileError as err:  # a full disk: one line naming the file, what is kept, how to go on
+            self._checkpoint_last(quiet=True)
+            error = f"{err}; {self._kept()}"
+            raise RunFileError(err.path, f"{err.cause}; {self._kept()}") from None
         except BaseException as err:
             error = f"{type(err).__name__}: {err}" + getattr(self.executor, "diagnose", lambda: "")()
             self._checkpoint_last()
@@ -123,12 +139,28 @@ class Server:
             self.progress.close()
             self.writer.close()
             summary = self.summary(status, error, self._wall())
-            write_json(self.dir / "summary.json", summary)
+            if status == "completed":  # the proof that the dir's files are this run's (runtime/rundir.py)
+                summary["files"] = rundir.file_proof(self.dir)
+            self._write_summary(summary, raise_error=status == "completed")
             if status == "completed":
                 checkpoint.remove_all(self.dir)
             for cb in self.callbacks:
                 cb.close(summary)
         return summary
+
+    def _write_summary(self, summary: dict, *, raise_error: bool) -> None:
+        """summary.json; if the disk is full, a failed run's own error is the one reported."""
+        try:
+            write_json(self.dir / "summary.json", summary)
+        except RunFileError:
+            if raise_error:
+                raise
+
+    def _kept(self) -> str:
+        if self._saved_version is None:
+            return "no checkpoint was written yet: make room (or fix the cause) and rerun the same command"
+        return (f"checkpoint-{self._saved_version:08d}.pt is kept: make room (or fix the cause) and rerun the "
+                f"same command to resume from aggregation {self._saved_version}")
 
     def _wall(self) -> float:
         return self.wall_before + time.monotonic() - self._t0
@@ -176,12 +208,13 @@ class Server:
             "metrics_bytes": snap["metrics_bytes"], "wall_s": self._wall()})
         self._saved_version, self._last_save = snap["version"], time.monotonic()
 
-    def _checkpoint_last(self) -> None:
+    def _checkpoint_last(self, quiet: bool = False) -> None:
         """On the way out: keep the last consistent state; a failure here must not hide the first one."""
         try:
             self._write_checkpoint()
         except BaseException as err:
-            print(f"seafl: could not write a checkpoint: {type(err).__name__}: {err}", file=sys.stderr)
+            if not quiet:
+                print(f"seafl: could not write a checkpoint: {type(err).__name__}: {err}", file=sys.stderr)
 
     def _restore(self, state: dict):
         self.rows, self.staleness = list(state["rows"]), list(state["staleness"])

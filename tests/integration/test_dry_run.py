@@ -215,7 +215,7 @@ def test_plugin_whose_model_does_not_fit_the_data(where, capsys):
 def test_out_is_a_file(where, capsys):
     (where[0] / "afile").write_text("x")
     line = bad(["run", *TINY, "--out", "afile"], capsys, where)
-    assert "--out afile is a file" in line
+    assert "--out afile is an existing file, not a directory" in line  # the same check as a real run (rundir)
 
 
 def test_resume_of_a_dir_without_checkpoint(where, capsys):

@@ -1,0 +1,161 @@
+"""What a run dir holds and whose run it is: the config comparer, the files' proof, clearing, writability.
+
+A run dir belongs to one config. ``summary.json`` of a completed run records the size and
+sha256 of every file the run wrote (``files``), so a later ``seafl run`` reports "completed"
+only when the dir's files are that run's, byte for byte; the files themselves stay identical
+between runs. :func:`config_diff` is the one comparison of configs that ``seafl run``, resume
+(runtime/checkpoint.py) and ``seafl sweep`` use.
+
+Which config keys may differ between a run dir and the command that reuses it (resume, or the
+"completed" check): where and how it runs, not what it computes: ``runtime.device``,
+``.threads``, ``.backend``, ``.placement``, ``.timeout_s``, every ``logging.*`` key, ``name`` and
+``run.checkpoint_every``/``_s``. Every other key, ``runtime.precision`` and ``runtime.batch_jobs``
+included (they change the trained bits far beyond the last ones), must be equal.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from pathlib import Path
+
+import yaml
+
+from seafl_dist.settings import ConfigError, dump_config
+
+FREE_SECTIONS = ("logging",)
+FREE_KEYS = ("name", "run.checkpoint_every", "run.checkpoint_every_s", "runtime.device", "runtime.threads",
+             "runtime.backend", "runtime.placement", "runtime.timeout_s")
+# What a run writes (and a fresh start or --overwrite removes); the proof covers those a completed run keeps.
+PROVEN = ("config.yaml", "events.jsonl", "metrics.csv", "model.pt", "partition.json", "partition.npz")
+RUN_FILES = PROVEN + ("summary.json",)
+CHECKPOINT = re.compile(r"^checkpoint-(\d{8})\.pt$")
+# Temp names of the run's own atomic writes (runtime/checkpoint.py atomic_save, report/sinks.py write_json).
+TEMP_PATTERNS = ("checkpoint-*.pt.tmp", "model.pt.tmp", "summary.json.tmp", "partition.json.tmp", "partition.*.tmp.npz")
+
+
+# ---- the config comparer ------------------------------------------------------------------
+
+def flat_keys(tree, prefix="") -> dict:
+    """A config tree as ``{dotted key: value}``."""
+    out = {}
+    for k, v in (tree or {}).items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(flat_keys(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def is_free(key: str) -> bool:
+    """A key that may differ between a run dir's config and the command reusing it."""
+    return key.split(".")[0] in FREE_SECTIONS or key in FREE_KEYS
+
+
+def config_diff(saved: dict, current: dict) -> list[str]:
+    """Dotted keys whose values differ between two config trees, ignoring the keys free to change."""
+    a, b = flat_keys(saved), flat_keys(current)
+    keys = sorted(set(a) | set(b))
+    return [k for k in keys if a.get(k, "<absent>") != b.get(k, "<absent>") and not is_free(k)]
+
+
+def describe_diff(keys: list[str], saved: dict, current: dict) -> str:
+    """``key (old there, new now), ...``: at most four keys, then how many more."""
+    a, b = flat_keys(saved), flat_keys(current)
+    shown = ", ".join(f"{k} ({a.get(k, '<absent>')!r} there, {b.get(k, '<absent>')!r} now)" for k in keys[:4])
+    return shown + (f" and {len(keys) - 4} more" if len(keys) > 4 else "")
+
+
+def config_tree(cfg) -> dict:
+    """The config as YAML would give it back (tuples as lists), for comparisons."""
+    return yaml.safe_load(dump_config(cfg))
+
+
+# ---- the proof that the files are the run's -----------------------------------------------
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def file_proof(run_dir: Path) -> dict:
+    """``{name: {"bytes": n, "sha256": hex}}`` of the run files present (summary.json's ``files``)."""
+    run_dir = Path(run_dir)
+    return {name: {"bytes": (run_dir / name).stat().st_size, "sha256": _sha256(run_dir / name)}
+            for name in PROVEN if (run_dir / name).is_file()}
+
+
+def proof_mismatch(run_dir: Path, summary: dict) -> str | None:
+    """Why the dir's files are not those ``summary`` recorded (None: they are, byte for byte)."""
+    files = summary.get("files")
+    if not isinstance(files, dict) or "config.yaml" not in files:
+        return "its summary.json records no sizes and checksums of the run's files (an older seafl wrote it)"
+    for name, want in sorted(files.items()):
+        path = Path(run_dir) / name
+        if not path.is_file():
+            return f"{name} is missing"
+        if path.stat().st_size != want.get("bytes") or _sha256(path) != want.get("sha256"):
+            return f"{name} is not the file the run wrote (size or sha256 differs from summary.json)"
+    return None
+
+
+# ---- checkpoints and clearing -------------------------------------------------------------
+
+def checkpoints(run_dir: Path) -> list[Path]:
+    """The run dir's checkpoints (``checkpoint-<version:08d>.pt``), oldest first."""
+    if not Path(run_dir).is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in Path(run_dir).iterdir() if (m := CHECKPOINT.match(p.name))]
+    return [p for _, p in sorted(found)]
+
+
+def remove_checkpoints(run_dir: Path) -> None:
+    """Delete every checkpoint and every temp file of a cut-short write."""
+    for p in checkpoints(run_dir):
+        p.unlink(missing_ok=True)
+    remove_temps(run_dir)
+
+
+def remove_temps(run_dir: Path) -> None:
+    """Delete the temp files of writes a kill or a full disk cut short (hundreds of MB for ResNet checkpoints)."""
+    run_dir = Path(run_dir)
+    if run_dir.is_dir():
+        for pattern in TEMP_PATTERNS:
+            for p in run_dir.glob(pattern):
+                p.unlink(missing_ok=True)
+
+
+def clear(run_dir: Path, extra: tuple = ()) -> None:
+    """Remove every file an earlier run wrote (checkpoints and temps included), so nothing mixes.
+
+    Only the run's own names go; anything else a user keeps in the dir stays, and so does ``wandb/``:
+    W&B keeps each run in its own folder there, and the sink of the run about to start has opened
+    its own already (it is built before the server takes the dir)."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        return
+    remove_checkpoints(run_dir)
+    for name in RUN_FILES + tuple(extra):
+        (run_dir / name).unlink(missing_ok=True)
+
+
+# ---- what the dir is ----------------------------------------------------------------------
+
+def check_writable(run_dir: Path) -> None:
+    """A :class:`ConfigError` of one line if ``run_dir`` cannot be a run dir; writes nothing."""
+    run_dir = Path(run_dir)
+    if run_dir.exists() and not run_dir.is_dir():
+        raise ConfigError(f"--out {run_dir} is an existing file, not a directory; give a new or run directory")
+    here = run_dir.absolute()
+    while not here.exists() and here != here.parent:  # the nearest existing ancestor must be a writable dir
+        here = here.parent
+    if not here.is_dir():
+        raise ConfigError(f"--out {run_dir}: {here} is a file, so the run dir cannot be created under it")
+    read_only = bool(os.statvfs(here).f_flag & os.ST_RDONLY)
+    if read_only or not os.access(here, os.W_OK | os.X_OK):
+        why = "is on a read-only file system" if read_only else "is not writable by this user"
+        raise ConfigError(f"--out {run_dir}: {here} {why}; give a --out where the run can write")

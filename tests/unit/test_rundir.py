@@ -1,0 +1,132 @@
+"""What a run dir holds (runtime/rundir.py): the one config comparer, the files' proof, clearing, --out checks."""
+import pytest
+
+from seafl_dist.report.sinks import RunFileError, read_config, read_summary, write_json
+from seafl_dist.runtime import rundir
+from seafl_dist.settings import ConfigError, dump_config, load_config
+from small_runs import QUICKSTART, SMALL
+from tmpfs import fill, tmpfs
+
+
+def tree(*overrides):
+    return rundir.config_tree(load_config(QUICKSTART, [*SMALL, *overrides]))
+
+
+@pytest.mark.parametrize("override", ["runtime.device=auto", "runtime.threads=4", "runtime.backend=nccl",
+                                      "runtime.placement=device", "runtime.timeout_s=30", "logging.progress=bar",
+                                      "logging.wandb.enabled=true", "name=other", "run.checkpoint_every=9",
+                                      "run.checkpoint_every_s=5"])
+def test_where_and_how_a_run_runs_may_differ(override):
+    assert rundir.config_diff(tree(), tree(override)) == []
+
+
+@pytest.mark.parametrize("override, key", [("runtime.precision=bf16", "runtime.precision"),
+                                           ("runtime.batch_jobs=3", "runtime.batch_jobs"),
+                                           ("train.lr=0.2", "train.lr"), ("run.seed=3", "run.seed"),
+                                           ("run.max_aggregations=9", "run.max_aggregations")])
+def test_what_changes_the_results_may_not(override, key):
+    assert rundir.config_diff(tree(), tree(override)) == [key]
+    assert f"{key} (" in rundir.describe_diff([key], tree(), tree(override))
+
+
+def fake_run(d, *, completed=True):
+    """A run dir's files with a summary that proves them (as runtime/server.py writes it)."""
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "config.yaml").write_text(dump_config(load_config(QUICKSTART, SMALL)))
+    for name, text in (("events.jsonl", '{"event": "start"}\n'), ("metrics.csv", "version\n0\n"),
+                       ("partition.json", "{}\n"), ("model.pt", "weights")):
+        (d / name).write_text(text)
+    write_json(d / "summary.json", {"status": "completed" if completed else "failed", "files": rundir.file_proof(d)})
+    return d
+
+
+def test_the_proof_holds_until_a_file_changes(tmp_path):
+    d = fake_run(tmp_path / "run")
+    summary = read_summary(d)
+    assert set(summary["files"]) == set(rundir.PROVEN) - {"partition.npz"}  # the columns only above 10,000 devices
+    assert rundir.proof_mismatch(d, summary) is None
+    assert summary["files"]["model.pt"]["bytes"] == len("weights")
+    (d / "events.jsonl").write_text('{"event": "stop"}\n')  # same size, other bytes
+    assert "events.jsonl is not the file the run wrote" in rundir.proof_mismatch(d, summary)
+    (d / "events.jsonl").write_text('{"event": "start"}\n')
+    assert rundir.proof_mismatch(d, summary) is None
+    (d / "model.pt").unlink()
+    assert rundir.proof_mismatch(d, summary) == "model.pt is missing"
+    assert "records no sizes" in rundir.proof_mismatch(d, {"status": "completed"})
+
+
+def test_clear_removes_the_runs_files_only(tmp_path):
+    d = fake_run(tmp_path / "run")
+    for name in ("checkpoint-00000002.pt", "checkpoint-00000004.pt", "checkpoint-00000006.pt.tmp",
+                 "model.pt.tmp", "log.txt", "notes.md"):
+        (d / name).write_text("x")
+    (d / "wandb").mkdir()
+    (d / "wandb" / "run.wandb").write_text("x")
+    rundir.clear(d)
+    # the sweep's log, the user's own file, W&B's folder of runs (one subfolder each)
+    assert sorted(p.name for p in d.iterdir()) == ["log.txt", "notes.md", "wandb"]
+    rundir.clear(d, extra=("log.txt",))
+    assert sorted(p.name for p in d.iterdir()) == ["notes.md", "wandb"]
+
+
+def test_remove_temps_leaves_the_checkpoints(tmp_path):
+    for name in ("checkpoint-00000002.pt", "checkpoint-00000004.pt.tmp", "summary.json.tmp", "partition.json.tmp"):
+        (tmp_path / name).write_text("x")
+    rundir.remove_temps(tmp_path)
+    assert [p.name for p in tmp_path.iterdir()] == ["checkpoint-00000002.pt"]
+    assert rundir.checkpoints(tmp_path) == [tmp_path / "checkpoint-00000002.pt"]
+
+
+def test_readers_give_none_for_what_is_missing_or_unreadable(tmp_path):
+    assert read_summary(tmp_path) is None and read_config(tmp_path) is None
+    (tmp_path / "summary.json").write_text("{cut")
+    (tmp_path / "config.yaml").write_text("algorithm: [cut\n")
+    assert read_summary(tmp_path) is None and read_config(tmp_path) is None
+
+
+def test_an_out_that_is_a_file_or_under_one_is_refused(tmp_path):
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(ConfigError, match="is an existing file, not a directory"):
+        rundir.check_writable(tmp_path / "f")
+    with pytest.raises(ConfigError, match="is a file, so the run dir cannot be created under it"):
+        rundir.check_writable(tmp_path / "f" / "run")
+    rundir.check_writable(tmp_path / "new" / "run")  # creatable: fine, and nothing is made
+    assert not (tmp_path / "new").exists()
+
+
+def test_an_out_on_a_read_only_file_system_is_refused(tmp_path):
+    with tmpfs(tmp_path / "ro", "size=1m,ro") as ro, pytest.raises(ConfigError, match="read-only file system"):
+        rundir.check_writable(ro / "run")
+
+
+def test_write_json_names_the_file_when_the_disk_is_full(tmp_path):
+    with tmpfs(tmp_path / "full", "size=256k") as full:
+        fill(full, leave=4096)
+        with pytest.raises(RunFileError, match=f"cannot write {full / 'summary.json'}: No space left on device"):
+            write_json(full / "summary.json", {"rows": ["x" * 100] * 200})
+        assert sorted(p.name for p in full.iterdir()) == ["filler"], "the temp file of the failed write is gone"
+
+
+def test_plan_reports_completed_only_for_this_configs_intact_run(tmp_path):
+    from seafl_dist.runtime.checkpoint import CheckpointError, Plan, plan
+    from seafl_dist.runtime.runlock import RunDirBusy, RunDirLock
+    d = fake_run(tmp_path / "run")
+    cfg = load_config(QUICKSTART, SMALL)
+    assert plan(cfg, d, explicit=False) == Plan("completed")
+    assert plan(load_config(QUICKSTART, [*SMALL, "runtime.threads=3"]), d, explicit=True) == Plan("completed")
+    other = load_config(QUICKSTART, [*SMALL, "train.lr=0.2"])
+    with pytest.raises(CheckpointError, match=r"holds a completed run of another config: train.lr \(0.05 there"):
+        plan(other, d, explicit=False)
+    assert plan(other, d, explicit=False, overwrite=True) == Plan("fresh")
+    write_json(d / "summary.json", {"status": "completed"})  # as an older seafl wrote it: no proof
+    with pytest.raises(CheckpointError, match="records no sizes and checksums"):
+        plan(cfg, d, explicit=False)
+    assert plan(cfg, d, explicit=False, overwrite=True) == Plan("fresh")
+    write_json(d / "summary.json", {"status": "failed"})  # this config, no checkpoint: started over
+    assert plan(cfg, d, explicit=False) == Plan("fresh")
+    with pytest.raises(CheckpointError, match="holds no checkpoint"):
+        plan(cfg, d, explicit=True)
+    with pytest.raises(CheckpointError, match="holds a failed run of another config"):
+        plan(other, d, explicit=False)
+    with RunDirLock(d), pytest.raises(RunDirBusy, match="is in use by another run"):
+        plan(cfg, d, explicit=False)
