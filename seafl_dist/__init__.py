@@ -9,9 +9,11 @@ on a deterministic virtual clock, in one process or across torch.distributed ran
     r = seafl_dist.load_run("runs/fb")            # config, metrics, events, summary
     seafl_dist.sweep("quickstart", grid={"algorithm.name": ["seafl", "fedbuff"]}, seeds=[0, 1])
 
-(:mod:`seafl_dist.api`; importing the package does not import torch.)
+(:mod:`seafl_dist.api`; importing the package does not import torch.) ``run`` raises
+:class:`RunInterrupted` (a KeyboardInterrupt) after a checkpoint on SIGTERM/SIGINT/SIGUSR1 and
+:class:`RunFailed` when the run fails; ``sweep`` raises :class:`SweepSignal` on those signals.
 """
-from seafl_dist.api import load_run, make_config, run, sweep
+from seafl_dist.api import RunFailed, RunInterrupted, SweepSignal, load_run, make_config, run, sweep
 
 __version__ = "0.1.0"
-__all__ = ["load_run", "make_config", "run", "sweep"]
+__all__ = ["RunFailed", "RunInterrupted", "SweepSignal", "load_run", "make_config", "run", "sweep"]

@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from seafl_dist.report.sinks import read_config, read_summary
+from seafl_dist.runtime.launch import RunFailed  # noqa: F401 (re-exported by seafl_dist; imports no torch)
+from seafl_dist.runtime.signals import RunInterrupted, SweepSignal  # noqa: F401
 from seafl_dist.settings import Config, ConfigError, set_dotted, config_from_dict, find_config, load_yaml
 
 SECTIONS = tuple(Config.__dataclass_fields__)
@@ -67,29 +68,23 @@ def run(config, *, out: str | Path | None = None, overwrite: bool = False, **ove
     a dir holding a checkpoint of the same config is resumed, a completed one returned as it is, and
     a dir holding a run of another config raises :class:`~seafl_dist.settings.ConfigError` unless
     ``overwrite=True`` (then that run's files are deleted first), as does a dir another live run
-    holds (:class:`~seafl_dist.runtime.runlock.RunDirBusy`). In one process unless
-    started by torchrun (WORLD_SIZE > 1): then every rank must call this, and only rank 0 gets the
-    summary (the others None). A failed run raises, after writing ``summary.json``."""
+    holds (:class:`~seafl_dist.runtime.runlock.RunDirBusy`). In one process unless started by
+    torchrun (WORLD_SIZE > 1): then every rank must call this, and only rank 0 gets the summary (the
+    others None); under ``torchrun --max-restarts`` a lost rank's attempt resumes from the last
+    checkpoint by itself.
+
+    Signals, as ``seafl run``: SIGTERM, SIGINT (Ctrl-C) and SIGUSR1 make rank 0 write a checkpoint
+    and summary.json (status ``interrupted``), then :class:`~seafl_dist.RunInterrupted` (a
+    ``KeyboardInterrupt``) is raised on every rank; calling ``run`` again resumes. Your own signal
+    handlers are back when ``run`` returns or raises. Off the main thread no handler can be
+    installed: the run goes on without them and says so once.
+
+    Raises :class:`~seafl_dist.RunFailed` on every rank when the run fails (after summary.json
+    says ``failed``; the last checkpoint is kept) and :class:`~seafl_dist.settings.ConfigError` (a
+    one-line message) for a bad config, before anything trains. Nothing ends your process."""
     cfg = make_config(config, **overrides)
-    from seafl_dist.cli import default_out_dir
-    from seafl_dist.runtime.checkpoint import plan
-    out_dir = Path(out) if out is not None else default_out_dir(cfg.name)
-    world, rank = int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("RANK", "0"))
-    decided = plan(cfg, out_dir, explicit=False, overwrite=overwrite)  # as `seafl run --out`
-    if decided.action == "completed":
-        return read_summary(out_dir) if rank == 0 else None
-    if world > 1:
-        from seafl_dist.runtime.distributed import run_distributed
-        run_distributed(cfg, out_dir, rank=rank, world_size=world, local_rank=int(os.environ.get("LOCAL_RANK", "0")),
-                        resume=decided.checkpoint)
-        return read_summary(out_dir) if rank == 0 else None
-    from seafl_dist.runtime.inprocess import run_inprocess
-    from seafl_dist.runtime.launch import use_threads
-    use_threads(cfg)
-    run_inprocess(cfg, out_dir, resume=decided.checkpoint)
-    # what summary.json holds (a never-reached target is null there, not inf), so a rerun that finds the
-    # run completed returns the same dict
-    return read_summary(out_dir)
+    from seafl_dist.runtime.launch import launch
+    return launch(cfg, Path(out) if out is not None else None, overwrite=overwrite)
 
 
 def sweep(config, *, grid: dict | None = None, seeds: list[int] | None = None, out: str | Path | None = None,

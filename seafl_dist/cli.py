@@ -10,6 +10,8 @@
         --resume RUN_DIR (config from the run dir). A completed run is left as it is (exit 0). A dir
         holding a run of another config is refused (exit 2) unless --overwrite; a dir another
         live run writes is refused too (its lock, seafl.lock, names the holder).
+        Under torchrun --max-restarts=N a lost rank's attempt is restarted and resumes by itself.
+        Exit status: 0, 1 (the run failed), 2 (bad input), 130 (SIGTERM/SIGINT/SIGUSR1: checkpointed).
         --dry-run checks config, data, model, partition and run dir and prints what the run
         would do, training and writing nothing (seafl_dist/runtime/dryrun.py).
 
@@ -37,7 +39,7 @@ import argparse
 import gc
 import os
 import sys
-import time
+import traceback
 from pathlib import Path
 
 from seafl_dist.report.sinks import RunFileError
@@ -131,19 +133,15 @@ def add_devices_parser(sub) -> None:
     fs.add_argument("--rows", type=int, metavar="N", help="rows to write (default: the larger file's clients)")
 
 
-def default_out_dir(name: str) -> Path:
-    return Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
-
-
 def _run_target(args):
-    """(config, run dir) of ``seafl run``, from CONFIG/--out or from --resume RUN_DIR."""
+    """(config, run dir) of ``seafl run``, from CONFIG/--out or from --resume RUN_DIR; the run dir
+    is None when neither names one (the launch path picks runs/<name>-<timestamp>)."""
     if args.config and "=" in args.config and not Path(args.config).exists():  # `--resume D key=value`
         args.overrides, args.config = [args.config, *args.overrides], None
     if not args.resume:
         if not args.config:
             raise ConfigError("seafl run needs a CONFIG file (e.g. configs/quickstart.yaml) or --resume RUN_DIR")
-        cfg = load_config(args.config, args.overrides)
-        return cfg, Path(args.out) if args.out else default_out_dir(cfg.name)
+        return load_config(args.config, args.overrides), Path(args.out) if args.out else None
     run_dir = Path(args.resume)
     if args.out and Path(args.out).resolve() != run_dir.resolve():
         raise ConfigError(f"--resume {args.resume} and --out {args.out} name different run dirs; give only "
@@ -159,16 +157,12 @@ def cmd_run(args) -> int:
     cfg, out = _run_target(args)  # before importing torch: config errors come fast
     if args.dry_run:
         from seafl_dist.runtime.dryrun import dry_run
-        return dry_run(cfg, out, explicit=bool(args.resume), overwrite=args.overwrite)
-    from seafl_dist.runtime.checkpoint import plan
+        from seafl_dist.runtime.launch import default_out_dir
+        return dry_run(cfg, out if out is not None else default_out_dir(cfg.name), explicit=bool(args.resume),
+                       overwrite=args.overwrite)
     from seafl_dist.runtime.launch import launch
-    decided = plan(cfg, out, explicit=bool(args.resume), overwrite=args.overwrite)  # reads the run dir only
-    if decided.action == "completed":
-        if os.environ.get("RANK", "0") == "0":
-            print(f"seafl: {out} already holds a completed run of this config (summary.json, model.pt); "
-                  f"nothing to do", file=sys.stderr)
-        return 0
-    return launch(cfg, out, resume=decided.checkpoint)
+    launch(cfg, out, explicit=bool(args.resume), overwrite=args.overwrite)  # the same path as seafl_dist.run
+    return 0
 
 
 def cmd_sweep(args) -> int:
@@ -177,8 +171,6 @@ def cmd_sweep(args) -> int:
     if args.dry_run:  # as for `seafl run --dry-run`: plugin modules leave no __pycache__
         sys.dont_write_bytecode = True
 
-    from seafl_dist.runtime import signals
-    signals.install()  # SIGTERM/SIGUSR1 stop the sweep like Ctrl-C: each running child checkpoints
     from seafl_dist.experiments import load_sweep, parse_grid_arg, run_sweep
     from seafl_dist.experiments.sweep import parse_seeds
     sweep = load_sweep(args.config, grid=[parse_grid_arg(g) for g in args.grid],
@@ -209,6 +201,7 @@ def cmd_report(args) -> int:
         targets = [float(t) for t in split_top_level(args.target)] if args.target else None
     except ValueError:
         raise ConfigError(f"--target {args.target!r} is not a comma-separated list of accuracies (e.g. 0.5,0.7)")
+    from seafl_dist.runtime.launch import default_out_dir
     out = Path(args.out) if args.out else Path(args.dirs[0]) if len(args.dirs) == 1 else default_out_dir("report")
     result = write_report(args.dirs, out, targets=targets, baseline=args.baseline, until=args.until)
     print(result["markdown"])
@@ -258,19 +251,39 @@ def main(argv: list[str] | None = None) -> int:
             print(f"seafl: error: {err}", file=sys.stderr)
         return 2
     except FileNotFoundError as err:  # e.g. a dataset that is not on disk
-        print(f"seafl: error: {err}", file=sys.stderr)
+        if os.environ.get("RANK", "0") == "0":
+            print(f"seafl: error: {err}", file=sys.stderr)
         return 2
-    except RunFileError as err:  # a full disk: the run stopped, its last checkpoint kept
+    except RunFileError as err:  # a full disk before the run started (the run's own: RunFailed below)
         print(f"seafl: error: {err}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        print("seafl: interrupted; what the run had so far is in its run directory", file=sys.stderr)
+    except KeyboardInterrupt as err:  # RunInterrupted, SweepSignal, or Ctrl-C outside a run
+        why = f" ({err})" if str(err) else ""
+        print(f"seafl: interrupted{why}; what the run had so far is in its run directory", file=sys.stderr)
         return 130
+    except RuntimeError as err:
+        from seafl_dist.runtime.launch import RunFailed
+        if not isinstance(err, RunFailed):
+            raise
+        if os.environ.get("WORLD_SIZE", "1") != "1":  # under torchrun each rank named its error already
+            return 1
+        if isinstance(err.__cause__, RunFileError):  # a full disk: one line says what is kept and what to do
+            print(f"seafl: error: {err.__cause__}", file=sys.stderr)
+        else:  # a bug (a user's plugin, ours): its traceback, then one line
+            traceback.print_exception(err.__cause__ or err, file=sys.stderr)
+            print(f"seafl: error: {err}", file=sys.stderr)
+        return 1
 
 
 def entry() -> None:
     """The ``seafl`` command and ``python -m seafl_dist``: :func:`main`, then exit."""
     code = main()
+    if code != 0 and os.environ.get("WORLD_SIZE", "1") != "1":
+        # a torchrun rank that failed: its peers may be gone, and threads still blocked on them
+        # must not hold up (or abort) the interpreter's exit; everything is written by now
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
     # Python's exit ends with a full garbage collection over every object torch and Lightning
     # made at import: ~1.3 s per process here, paid by every rank of a torchrun job. The
     # process is ending, so take them all out of the collector's reach first.

@@ -27,10 +27,8 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import threading
 import time
 from collections import deque
 from pathlib import Path
@@ -41,6 +39,7 @@ from seafl_dist.experiments.sweep import Sweep, SweepRun
 from seafl_dist.report.sinks import FINISHED, read_config, read_summary
 from seafl_dist.runtime.rundir import clear, config_diff, config_tree, profile_mismatch, proof_mismatch
 from seafl_dist.runtime.runlock import RunDirLock
+from seafl_dist.runtime.signals import Interrupts, SweepSignal
 
 
 def ranks_per_run(launcher: list[str], cpus: int) -> int:
@@ -143,26 +142,6 @@ class _Pool:
             log.close()
 
 
-class SweepSignal(KeyboardInterrupt):
-    """SIGTERM or SIGUSR1 reached the sweep (scancel, preemption, a SLURM time-limit warning)."""
-
-
-def _stop_on_signals() -> dict:
-    """Make SIGTERM/SIGUSR1 stop the sweep like Ctrl-C: its runs get SIGTERM and are waited for.
-
-    Without this the sweep process would die at once, and under SLURM the job step ends with it,
-    killing the runs before they have written their checkpoint and summary. Returns the handlers
-    to restore.
-    """
-    def stop(signum, frame):
-        raise SweepSignal(signal.Signals(signum).name)
-    previous = {}
-    if threading.current_thread() is threading.main_thread():
-        for signum in (signal.SIGTERM, signal.SIGUSR1):
-            previous[signum] = signal.signal(signum, stop)
-    return previous
-
-
 def _why_rerun(run: SweepRun, run_dir: Path) -> str | None:
     """None: ``run_dir`` holds this run, completed and intact (skip it); "": run it (fresh or resumed);
     otherwise why its dir must be cleared first (another config's run, or files that are not the run's)."""
@@ -254,27 +233,18 @@ def run_sweep(sweep: Sweep, out_dir: str | Path, *, jobs: int = 1, stream=None, 
     env = dict(os.environ)
     if threads:
         env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
-    pool, failed, n = _Pool(jobs, env, stream), [], len(todo)
-    previous = _stop_on_signals()
-    try:
-        for i in range(n):
-            while len(pool.running) >= jobs:
-                failed += [r.name for r, ok in pool.reap() if not ok]
-                time.sleep(0.1)
-            r, cfg_path, run_dir = todo[i]
-            pool.start(f"[{i + 1}/{n}]", r, run_command(sweep, cfg_path, run_dir), run_dir)
-        while pool.running:
-            failed += [r.name for r, ok in pool.reap() if not ok]
-            time.sleep(0.1)
-    except BaseException:
-        for signum in previous:  # under SLURM the same signal may come twice: let nothing cut the wait short
-            signal.signal(signum, signal.SIG_IGN)
-        pool.say(f"sweep {sweep.name}: stopping {len(pool.running)} running run(s); rerun the same command to resume")
-        pool.stop()
-        raise
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
+    pool, failed = _Pool(jobs, env, stream), []
+    # Without this a SIGTERM/SIGUSR1 would end the sweep at once, and under Slurm the job step
+    # with it, killing the runs before they wrote their checkpoint and summary. After the first
+    # signal later ones are ignored, so nothing cuts the wait for the runs short.
+    with Interrupts(raise_as=SweepSignal, what="the sweep"):
+        try:
+            _run_all(sweep, pool, todo, jobs, failed)
+        except BaseException:
+            pool.say(f"sweep {sweep.name}: stopping {len(pool.running)} running run(s); rerun the same command "
+                     f"to resume")
+            pool.stop()
+            raise
     if report:
         _report(sweep, out, stream)
     if failed:
@@ -286,6 +256,20 @@ def run_sweep(sweep: Sweep, out_dir: str | Path, *, jobs: int = 1, stream=None, 
         return 0
     print(f"sweep {sweep.name}: all {len(planned)} runs completed", file=stream)
     return 0
+
+
+def _run_all(sweep: Sweep, pool: _Pool, todo, jobs: int, failed: list) -> None:
+    """Start every run, ``jobs`` at a time, and wait for all; failed runs' names go to ``failed``."""
+    n = len(todo)
+    for i in range(n):
+        while len(pool.running) >= jobs:
+            failed += [r.name for r, ok in pool.reap() if not ok]
+            time.sleep(0.1)
+        r, cfg_path, run_dir = todo[i]
+        pool.start(f"[{i + 1}/{n}]", r, run_command(sweep, cfg_path, run_dir), run_dir)
+    while pool.running:
+        failed += [r.name for r, ok in pool.reap() if not ok]
+        time.sleep(0.1)
 
 
 def _report(sweep: Sweep, out: Path, stream) -> None:

@@ -14,28 +14,28 @@ or whose progress stands still for ``runtime.timeout_s`` (at least 3 s) while ra
 for a result it owes (alive but stuck; a long job keeps stepping, so it is never mistaken for
 one), writes what it has and exits non-zero; workers exit when rank 0 goes silent. SIGTERM,
 SIGINT and SIGUSR1 (runtime/signals.py) end every rank: rank 0 checkpoints the last completed
-aggregation and writes summary.json (status interrupted), workers just exit; all exit non-zero.
+aggregation and writes summary.json (status interrupted), workers just exit; every rank raises
+(runtime/launch.py). Under ``torchrun --max-restarts`` a lost rank's attempt is restarted and
+resumes from the last checkpoint (runtime/elastic.py).
 A checkpoint written with W ranks resumes with any W (the jobs in flight are dispatched again).
 """
 from __future__ import annotations
 
-import datetime
 import os
 import sys
 import time
 from functools import partial
 
 import torch
-import torch.distributed as dist
 
-from seafl_dist.runtime import signals
+from seafl_dist.runtime.faults import NO_FAULT
 from seafl_dist.runtime.liveness import POLL_S, Heartbeat, StepCounter, Watcher
 from seafl_dist.runtime.server import Server, format_summary
 from seafl_dist.runtime.fetch import once_per_node
 from seafl_dist.runtime.setup import cpus_here, keep_only, oversubscription, pick_device, prepare
-from seafl_dist.runtime.worker import run_worker
+from seafl_dist.runtime.worker import GONE_FAILED, GONE_INTERRUPTED, gone, run_worker
 from seafl_dist.train.plan import epoch_sizes
-from seafl_dist.transport import JOB, RESULT, STOP, Channel, Header, Mailbox, Outbox, make_links
+from seafl_dist.transport import BYE, JOB, RESULT, STOP, Channel, Header, Mailbox, Outbox, TransportError, make_links
 
 
 class WorkerLost(RuntimeError):
@@ -97,13 +97,12 @@ class DistributedExecutor:
     stall_floor_s = 3.0
 
     def __init__(self, world_size: int, numel: int, watcher: Watcher, timeout_s: float, placement: Placement,
-                 links=(Channel(), Channel())):
+                 links=(Channel(), Channel()), ends=None):
         self.world, self.numel = world_size, numel
         self.placement = placement
         self.watcher, self.timeout = watcher, timeout_s
         self.workers = list(range(1, world_size))
-        down, up = links
-        self.mailbox, self.outbox = Mailbox(self.workers, numel, up), Outbox(down)
+        self.mailbox, self.outbox = ends or open_ends(0, world_size, numel, links)
         self.last_sent = {r: None for r in self.workers}
         self.owed: dict[int, tuple[int, float]] = {}  # job -> (worker rank, when it was sent)
         self.results: dict[int, torch.Tensor] = {}
@@ -121,7 +120,9 @@ class DistributedExecutor:
 
     def _pump(self, wait_s: float = 0.0) -> bool:
         got = self.mailbox.poll(timeout=wait_s)
-        for _, h, payload in got:
+        for r, h, payload in got:
+            if h.kind == BYE and h.device in (GONE_INTERRUPTED, GONE_FAILED):
+                raise gone(r, h)
             if h.kind == RESULT:
                 self.results[h.job] = payload
                 self.owed.pop(h.job, None)
@@ -185,21 +186,17 @@ def pick_backend(choice: str, device: torch.device) -> str:
     return "nccl" if choice == "nccl" else "gloo"
 
 
-def run_distributed(cfg, out_dir, *, rank: int, world_size: int, local_rank: int, resume=None) -> int:
-    signals.install()
+def run_distributed(cfg, out_dir, *, rank: int, world_size: int, local_rank: int, store, pg_timeout_s: float,
+                    resume=None, hook=NO_FAULT) -> dict | None:
+    """This rank's part of a run whose process group is up (runtime/launch.py forms it): rank 0
+    serves and returns the summary, a worker trains and returns None; errors are raised."""
     if cfg.runtime.threads:
         torch.set_num_threads(cfg.runtime.threads)
     device = pick_device(cfg.runtime.device, local_rank)
     backend = pick_backend(cfg.runtime.backend, device)
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    # A worker may legitimately hear nothing for hours; liveness comes from the heartbeats,
-    # so the process group's own timeout is only a last resort. The default group and every
-    # header are gloo (CPU); only opt-in NCCL payloads use the GPU's own groups.
-    pg_timeout_s = max(cfg.runtime.timeout_s, 86400)
-    dist.init_process_group("gloo", rank=rank, world_size=world_size, timeout=datetime.timedelta(seconds=pg_timeout_s))
     links = make_links(backend, device)
-    store = dist.distributed_c10d._get_default_store()
     fetch = partial(once_per_node, store=store, node=int(os.environ.get("GROUP_RANK", "0")), local_rank=local_rank,
                     root=cfg.data.root, timeout_s=pg_timeout_s)
     exp = prepare(cfg, local_rank=local_rank, need_test=(rank == 0), fetch=fetch)
@@ -213,33 +210,52 @@ def run_distributed(cfg, out_dir, *, rank: int, world_size: int, local_rank: int
     beat = Heartbeat(store, rank, progress=progress)
     numel = exp.initial_flat().numel()
     placement = Placement(cfg.runtime.placement, world_size, exp.n_samples, cfg.train.batch_size)
-    ok = False
+    ends = open_ends(rank, world_size, numel, links)
     try:
-        if rank == 0:
-            watcher = Watcher(store, range(1, world_size), hb_limit)
-            report = exp.partition_report()
-            exp = keep_only(exp, [])  # rank 0 trains nothing: keep only what evaluation needs
-            print(f"seafl: running {cfg.name} ({cfg.algorithm.name}) on {world_size} ranks ({backend}): rank 0 "
-                  f"aggregates, {world_size - 1} workers train; output in {out_dir}", file=sys.stderr)
-            from seafl_dist.report.wandb_sink import make_callbacks
-            executor = DistributedExecutor(world_size, numel, watcher, cfg.runtime.timeout_s, placement, links)
-            summary = Server(exp, executor, out_dir, callbacks=make_callbacks(cfg, out_dir, resume),
-                             partition_report=report, resume=resume).run()
-            print(format_summary(summary))
-        else:
+        if rank > 0:
             watcher = Watcher(store, [0], hb_limit)
             exp = keep_only(exp, placement.devices_of(rank, exp.num_devices))  # devices.num null: the writers
-            run_worker(exp, rank, numel, watcher, links, progress)
-        ok = True
-    except KeyboardInterrupt as err:
-        print(f"seafl: rank {rank} stopped: {err or 'interrupted'}", file=sys.stderr)
-    except Exception as err:
-        print(f"seafl: error on rank {rank}: {type(err).__name__}: {err}", file=sys.stderr)
+            run_worker(exp, rank, numel, watcher, links, progress, ends=ends)
+            return None
+        watcher = Watcher(store, range(1, world_size), hb_limit)
+        report = exp.partition_report()
+        exp = keep_only(exp, [])  # rank 0 trains nothing: keep only what evaluation needs
+        print(f"seafl: running {cfg.name} ({cfg.algorithm.name}) on {world_size} ranks ({backend}): rank 0 "
+              f"aggregates, {world_size - 1} workers train; output in {out_dir}", file=sys.stderr)
+        from seafl_dist.report.wandb_sink import make_callbacks
+        executor = DistributedExecutor(world_size, numel, watcher, cfg.runtime.timeout_s, placement, links, ends)
+        summary = Server(exp, executor, out_dir, callbacks=make_callbacks(cfg, out_dir, resume),
+                         partition_report=report, resume=resume, hook=hook).run()
+        print(format_summary(summary))
+        return summary
+    except BaseException as err:
+        farewell(*ends, GONE_INTERRUPTED if isinstance(err, KeyboardInterrupt) else GONE_FAILED)
+        raise
     finally:
         beat.stop()
-    if not ok:  # peers may be gone: don't wait on collective teardown
-        sys.stderr.flush()
-        sys.stdout.flush()
-        os._exit(1)
-    dist.destroy_process_group()
-    return 0
+
+
+def open_ends(rank: int, world_size: int, numel: int, links) -> tuple[Mailbox, Outbox]:
+    """This rank's mailbox and outbox: rank 0 hears every worker and sends down; a worker the reverse."""
+    down, up = links
+    if rank == 0:
+        return Mailbox(range(1, world_size), numel, up), Outbox(down)
+    return Mailbox([0], numel, down), Outbox(up)
+
+
+def farewell(mailbox: Mailbox, outbox: Outbox, why: int, wait_s: float = 15.0) -> None:
+    """After an interrupt or a failure (``why``): tell every peer we are gone, wait briefly for theirs.
+
+    A gloo receive cannot be cancelled: a receiver thread still waiting when the process ends
+    aborts it, and the caller's process (seafl_dist.run) must go on. So each rank sends its peers
+    a BYE, which ends their receiver for it and says why (a worker told of rank 0's interrupt stops
+    as interrupted, told of its failure as failed), and hears theirs: ranks stopped by one signal
+    all do so (a worker takes messages between optimiser steps); a dead peer's connection fails
+    at once."""
+    for r in mailbox.peers:
+        try:
+            outbox.send(r, Header(BYE, device=why))
+        except TransportError:  # an earlier send failed: that peer is gone
+            pass
+    mailbox.wait_closed(wait_s)
+    outbox.close()

@@ -3,12 +3,14 @@ from __future__ import annotations
 
 from seafl_dist.report.wandb_sink import make_callbacks
 from seafl_dist.runtime.executor import InProcessExecutor
+from seafl_dist.runtime.faults import NO_FAULT
 from seafl_dist.runtime.server import Server
 from seafl_dist.runtime.setup import prepare
 
 
-def run_inprocess(cfg, out_dir, *, callbacks=(), resume=None) -> dict:
-    """Run (or, from checkpoint ``resume``, continue) ``cfg`` into ``out_dir``; returns the summary."""
+def run_inprocess(cfg, out_dir, *, callbacks=(), resume=None, hook=NO_FAULT) -> dict:
+    """Run (or, from checkpoint ``resume``, continue) ``cfg`` into ``out_dir``; returns the summary.
+    ``hook``: the runner's test hook (runtime/faults.py)."""
     exp = prepare(cfg)
     callbacks = list(callbacks) + make_callbacks(cfg, out_dir, resume)
-    return Server(exp, InProcessExecutor(exp), out_dir, callbacks=callbacks, resume=resume).run()
+    return Server(exp, InProcessExecutor(exp), out_dir, callbacks=callbacks, resume=resume, hook=hook).run()

@@ -1,69 +1,101 @@
-"""Stopping a run cleanly: SIGTERM, SIGINT and SIGUSR1, and the fault-injection hook the tests use.
+"""Stopping cleanly on SIGTERM, SIGINT and SIGUSR1: one mechanism for runs and sweeps.
 
-Every process of a run (the one process, each torchrun rank, each sweep child) calls
-:func:`install`: the first of these signals raises ``KeyboardInterrupt`` wherever the process is
-(training, waiting on a worker, evaluating). Rank 0's server then writes a checkpoint of the
-last completed aggregation (never the half-done one: it keeps a snapshot of that consistent
-state), flushes the run files, writes ``summary.json`` with status ``interrupted`` and exits
-non-zero; a worker just exits. Later signals are ignored, so a second SIGTERM (SLURM and
-torchrun both send more than one) cannot cut the checkpoint short. SIGUSR1 is what
-``#SBATCH --signal=B:USR1@120`` sends before a job's time limit.
+:class:`Interrupts` is a context manager. Inside it the first of these signals raises
+:class:`RunInterrupted` (a ``KeyboardInterrupt``) wherever the main thread is (training,
+waiting on a worker, evaluating); later ones are ignored, so a second SIGTERM (Slurm and
+torchrun both send more than one) cannot cut a checkpoint short. On leaving it the caller's
+own handlers come back and nothing is left set, so two runs in a row in one process (a
+notebook) both honour Ctrl-C. SIGUSR1 is what ``#SBATCH --signal=USR1@120`` sends before a
+job's time limit. A run then checkpoints the last completed aggregation, writes summary.json
+with status ``interrupted`` and raises; a sweep stops its runs (each checkpoints) and raises
+:class:`SweepSignal`.
 
-Testing hook (documented, not for production): ``SEAFL_FAULT=POINT:N[:SIGNAL]`` makes the
-server send itself SIGNAL (default KILL) at POINT of aggregation N, after flushing the run
-files, so tests can interrupt a run at an exact place without timing races:
-- ``after_aggregate:N``: aggregation N is complete (and checkpointed, if one was due);
-- ``during_aggregate:N``: aggregation N's event is written and its new jobs dispatched, its
-  evaluation not yet done.
+Off the main thread Python cannot install handlers: the run goes on without them (a signal
+then does what the process's own handlers make of it) and says so once per process.
+
+:meth:`Interrupts.default_disposition` puts the operating system's default back for a while
+(the signal ends the process at once): a blocking C++ call such as forming a process group
+never returns to Python, so a Python handler would leave torchrun's SIGTERM unanswered until
+torchrun's 30 s SIGKILL. Nothing is lost there: nothing has been written yet.
 """
 from __future__ import annotations
 
-import os
 import signal
+import sys
 import threading
+from contextlib import contextmanager
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
-_stopping = False
 
 
-def _interrupt(signum, _frame):
-    global _stopping
-    if _stopping:
-        return
-    _stopping = True
-    raise KeyboardInterrupt(f"received signal {signal.Signals(signum).name}")
+class RunInterrupted(KeyboardInterrupt):
+    """A run was stopped by SIGTERM, SIGINT or SIGUSR1 (``.signal``: its name, e.g. ``"SIGTERM"``).
+
+    Raised by :func:`seafl_dist.run` on every rank after rank 0 wrote a checkpoint and
+    summary.json (status ``interrupted``); rerunning the same call resumes the run. A
+    ``KeyboardInterrupt``, so code that already stops on Ctrl-C stops on it too."""
+
+    def __init__(self, message: str = "interrupted", signal_name: str | None = None):
+        super().__init__(message)
+        self.signal = signal_name
 
 
-def install() -> None:
-    """Turn SIGTERM, SIGINT and SIGUSR1 into one KeyboardInterrupt (main thread only)."""
-    if threading.current_thread() is threading.main_thread():
+class SweepSignal(RunInterrupted):
+    """SIGTERM, SIGINT or SIGUSR1 reached a sweep (scancel, preemption, a Slurm time-limit
+    warning, Ctrl-C): its running runs were stopped, each with a checkpoint; rerun to resume."""
+
+
+_warned_off_main = False
+
+
+class Interrupts:
+    """``with Interrupts(): ...``: the signals raise ``raise_as`` once; the caller's handlers come back after."""
+
+    def __init__(self, raise_as: type[RunInterrupted] = RunInterrupted, what: str = "the run"):
+        self.raise_as, self.what = raise_as, what
+        self.fired: str | None = None  # the first signal's name, once one came
+        self._previous: dict = {}
+        self.active = False
+
+    def __enter__(self) -> "Interrupts":
+        global _warned_off_main
+        if threading.current_thread() is not threading.main_thread():
+            if not _warned_off_main:
+                _warned_off_main = True
+                print(f"seafl: {self.what} is not on the main thread, where Python delivers signals: SIGTERM, "
+                      f"SIGINT and SIGUSR1 are not caught (no checkpoint on them); call it from the main "
+                      f"thread for that", file=sys.stderr)
+            return self
+        self.active = True
+        self._previous = {sig: signal.getsignal(sig) for sig in SIGNALS}
+        self._install()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.active:
+            for sig, handler in self._previous.items():
+                signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+            self.active = False
+
+    def _install(self) -> None:
         for sig in SIGNALS:
-            signal.signal(sig, _interrupt)
+            signal.signal(sig, self._handle)
 
-
-class Fault:
-    """The ``SEAFL_FAULT`` hook: ``hit(point, version, writer)`` fires once, where asked."""
-
-    POINTS = ("after_aggregate", "during_aggregate")
-
-    def __init__(self, spec: str | None):
-        self.point = None
-        if not spec:
+    def _handle(self, signum, _frame) -> None:
+        if self.fired:
             return
-        parts = spec.split(":")
-        if len(parts) not in (2, 3) or parts[0] not in self.POINTS or not parts[1].isdigit():
-            raise ValueError(f"SEAFL_FAULT={spec!r}: expected POINT:N[:SIGNAL] with POINT one of "
-                             f"{', '.join(self.POINTS)} (e.g. after_aggregate:3 or during_aggregate:2:TERM)")
-        self.point, self.version = parts[0], int(parts[1])
-        name = parts[2].upper() if len(parts) == 3 else "KILL"
-        self.signal = getattr(signal, name if name.startswith("SIG") else "SIG" + name)
+        self.fired = signal.Signals(signum).name
+        raise self.raise_as(f"received signal {self.fired}", self.fired)
 
-    @classmethod
-    def from_env(cls) -> "Fault":
-        return cls(os.environ.get("SEAFL_FAULT"))
-
-    def hit(self, point: str, version: int, writer) -> None:
-        if self.point == point and self.version == version:
-            self.point = None
-            writer.flush()
-            os.kill(os.getpid(), self.signal)
+    @contextmanager
+    def default_disposition(self):
+        """The OS default (end the process) for these signals, then this object's handler again."""
+        if not self.active:
+            yield
+            return
+        for sig in SIGNALS:
+            signal.signal(sig, signal.SIG_DFL)
+        try:
+            yield
+        finally:
+            self._install()

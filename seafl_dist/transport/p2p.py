@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from typing import NamedTuple
 
 import torch
@@ -182,9 +183,17 @@ class Mailbox:
         self._queue: queue.Queue = queue.Queue()
         self.peers = list(peers)
         self.closed: set[int] = set()
-        for r in self.peers:
-            threading.Thread(target=_receive_loop, args=(r, numel, channel, self._queue),
-                             name=f"seafl-recv-{r}", daemon=True).start()
+        self._threads = [threading.Thread(target=_receive_loop, args=(r, numel, channel, self._queue),
+                                          name=f"seafl-recv-{r}", daemon=True) for r in self.peers]
+        for t in self._threads:
+            t.start()
+
+    def wait_closed(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for every peer's last message (or its error); True if all came."""
+        deadline = time.monotonic() + timeout
+        for t in self._threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+        return not any(t.is_alive() for t in self._threads)
 
     def poll(self, timeout: float | None = 0.0) -> list[tuple[int, Header, torch.Tensor | None]]:
         """Every message that has arrived, waiting up to ``timeout`` seconds for the first: 0 returns

@@ -13,8 +13,8 @@ def launcher():
     """launcher(world, *run_args, cwd=...) -> Launch; every launch is killed at teardown if still alive."""
     started = []
 
-    def start(world, *run_args, cwd):
-        started.append(Launch(world, *run_args, cwd=cwd))
+    def start(world, *run_args, cwd, **kw):
+        started.append(Launch(world, *run_args, cwd=cwd, **kw))
         return started[-1]
 
     yield start

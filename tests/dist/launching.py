@@ -14,30 +14,34 @@ from pathlib import Path
 from small_runs import QUICKSTART
 
 
-def torchrun_cmd(world: int, *run_args) -> list[str]:
+def torchrun_cmd(world: int, *run_args, restarts: int = 0) -> list[str]:
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={world}",
-            "-m", "seafl_dist", "run", str(QUICKSTART), *map(str, run_args)]
+            f"--max-restarts={restarts}", "-m", "seafl_dist", "run", str(QUICKSTART), *map(str, run_args)]
 
 
-def clean_env() -> dict:
-    """This environment without a surrounding torchrun's variables (a nested launch must not see them)."""
+def clean_env(fault: str | None = None) -> dict:
+    """This environment without a surrounding torchrun's variables (a nested launch must not see
+    them); ``fault`` sets SEAFL_FAULT (runtime/faults.py)."""
     drop = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-            "GROUP_RANK", "TORCHELASTIC_RUN_ID"}
+            "GROUP_RANK", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_USE_AGENT_STORE",
+            "SEAFL_FAULT"}
     env = {k: v for k, v in os.environ.items() if k not in drop}
     env["OMP_NUM_THREADS"] = "1"
+    if fault:
+        env["SEAFL_FAULT"] = fault
     return env
 
 
-def run_torchrun(world: int, *run_args, cwd, timeout=240) -> subprocess.CompletedProcess:
-    return subprocess.run(torchrun_cmd(world, *run_args), cwd=cwd, env=clean_env(), capture_output=True,
-                          text=True, timeout=timeout)
+def run_torchrun(world: int, *run_args, cwd, timeout=240, restarts: int = 0, fault=None) -> subprocess.CompletedProcess:
+    return subprocess.run(torchrun_cmd(world, *run_args, restarts=restarts), cwd=cwd, env=clean_env(fault),
+                          capture_output=True, text=True, timeout=timeout)
 
 
 class Launch:
     """A torchrun started in the background, in its own process group (so a test can always clean up)."""
 
-    def __init__(self, world: int, *run_args, cwd):
-        self.proc = subprocess.Popen(torchrun_cmd(world, *run_args), cwd=cwd, env=clean_env(),
+    def __init__(self, world: int, *run_args, cwd, restarts: int = 0, fault=None):
+        self.proc = subprocess.Popen(torchrun_cmd(world, *run_args, restarts=restarts), cwd=cwd, env=clean_env(fault),
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                      start_new_session=True)
 
@@ -59,6 +63,16 @@ class Launch:
     def children(self) -> list[int]:
         return [int(p) for p in subprocess.run(["pgrep", "-P", str(self.proc.pid)], capture_output=True,
                                                  text=True).stdout.split()]
+
+    def terminate(self, timeout: float = 60.0):
+        """SIGTERM to torchrun: (exit code, stderr, seconds until it ended); no rank may outlive it."""
+        ranks = self.children()
+        self.proc.send_signal(signal.SIGTERM)
+        t0 = time.monotonic()
+        rc, _, err = self.wait(timeout)
+        elapsed = time.monotonic() - t0
+        assert not any(os.path.exists(f"/proc/{pid}") for pid in ranks), "a rank outlived torchrun"
+        return rc, err, elapsed
 
     def wait(self, timeout: float):
         out, err = self.proc.communicate(timeout=timeout)

@@ -107,6 +107,7 @@ def test_a_population_that_never_comes_back_stalls(tmp_path, capsys):
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert run(out, [*SMALL, f"devices.profile={profile}", "run.max_aggregations=100"]) == 0  # finished: nothing to do
     assert summary(out) == s
+    assert f"{out} already holds a stalled run of this config" in capsys.readouterr().err
 
 
 def test_bad_profile_is_one_line_exit_2_from_run_and_dry_run(tmp_path, capsys):

@@ -208,9 +208,6 @@ def rank_pids(job, rank):
     return found
 
 
-@pytest.mark.xfail(reason="torchrun --max-restarts needs the lifecycle branch (issue 16 point 2): on torch 2.14.1 "
-                          "the restarted gloo ranks read the previous attempt's addresses from the store and die "
-                          "in connectFullMesh; the restart-scoped store comes with that branch", strict=False)
 def test_worker_killed_mid_job_is_restarted_by_torchrun_and_ends_byte_identical(slurm, submit, references, tmp_path):
     """SIGKILL of worker rank 1 under run.sbatch: torchrun (--max-restarts) restarts the ranks, which resume
     from the run dir's checkpoint; the job completes with the trace and model of an uninterrupted run."""
