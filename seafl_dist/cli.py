@@ -25,6 +25,10 @@
     seafl report RUN_OR_SWEEP_DIR... [--target 0.5,0.7] [--baseline fedbuff] [--out DIR]
         report.md/.csv, runs.csv, accuracy_vs_time.png and (for one run) timeline.png.
 
+    seafl devices import-fedscale CAPACITY BEHAVE --out profile.csv [--rows N]
+        Convert FedScale's client_device_capacity and client_behave_trace (pickles, read as plain
+        data only) into a device profile CSV for devices.profile (docs/devices.md).
+
     seafl configs [--keys]
         The configs shipped with the package; CONFIG may be one of these names (``quickstart``).
         --keys prints every config key instead: type, default and help (docs/configuration.md).
@@ -71,6 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
                      "(finished or not), delete its files and start this one (without it: refused, exit 2)")
     add_sweep_parser(sub)
     add_report_parser(sub)
+    add_devices_parser(sub)
     configs = sub.add_parser("configs", help="list the packaged configs (usable by name: seafl run quickstart)")
     configs.add_argument("--keys", action="store_true", help="list every config key: type, default and help")
     return parser
@@ -112,6 +117,20 @@ def add_report_parser(sub) -> None:
     p.add_argument("--baseline", help="grid point label or algorithm to take time ratios against (e.g. fedbuff)")
     p.add_argument("--out", metavar="DIR", help="output dir (default: the one dir given, else runs/report-<timestamp>)")
     p.add_argument("--until", type=float, metavar="SECONDS", help="timeline.png: draw up to this virtual time")
+
+
+def add_devices_parser(sub) -> None:
+    p = sub.add_parser("devices", help="device profiles: convert real traces (docs/devices.md)",
+                       description="Device profiles for devices.profile (docs/devices.md).")
+    what = p.add_subparsers(dest="devices_command", metavar="SUBCOMMAND", required=True)
+    fs = what.add_parser("import-fedscale", help="FedScale's device capacity and behaviour traces -> a profile CSV",
+                         description="Convert FedScale's client_device_capacity and client_behave_trace pickles "
+                                     "(read as plain data only; a pickle naming any class is refused) into a "
+                                     "device profile CSV, as FedScale's own client reads them (docs/devices.md).")
+    fs.add_argument("capacity", metavar="CAPACITY", help="FedScale's client_device_capacity")
+    fs.add_argument("behave", metavar="BEHAVE", help="FedScale's client_behave_trace")
+    fs.add_argument("--out", required=True, metavar="FILE", help="the profile CSV to write")
+    fs.add_argument("--rows", type=int, metavar="N", help="rows to write (default: the larger file's clients)")
 
 
 def _run_target(args):
@@ -190,6 +209,13 @@ def cmd_report(args) -> int:
     return 0
 
 
+def cmd_devices(args) -> int:
+    from seafl_dist.sim.fedscale import import_fedscale
+    n = import_fedscale(args.capacity, args.behave, args.out, rows=args.rows)
+    print(f"wrote {n} device profiles to {args.out}; use it with devices.profile={args.out}", file=sys.stderr)
+    return 0
+
+
 def cmd_configs(args) -> int:
     if args.keys:
         from seafl_dist.settings.reference import text
@@ -218,7 +244,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return {"run": cmd_run, "sweep": cmd_sweep, "report": cmd_report, "configs": cmd_configs}[args.command](args)
+        return {"run": cmd_run, "sweep": cmd_sweep, "report": cmd_report, "devices": cmd_devices,
+                "configs": cmd_configs}[args.command](args)
     except ConfigError as err:
         if os.environ.get("RANK", "0") == "0":  # under torchrun every rank finds the same mistake
             print(f"seafl: error: {err}", file=sys.stderr)

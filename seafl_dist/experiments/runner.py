@@ -36,8 +36,8 @@ from pathlib import Path
 
 from seafl_dist.settings import ConfigError, dump_config
 from seafl_dist.experiments.sweep import Sweep, SweepRun
-from seafl_dist.report.sinks import read_config, read_summary
-from seafl_dist.runtime.rundir import clear, config_diff, config_tree, proof_mismatch
+from seafl_dist.report.sinks import FINISHED, read_config, read_summary
+from seafl_dist.runtime.rundir import clear, config_diff, config_tree, profile_mismatch, proof_mismatch
 from seafl_dist.runtime.runlock import RunDirLock
 from seafl_dist.runtime.signals import Interrupts, SweepSignal
 
@@ -119,7 +119,7 @@ class _Pool:
         for proc in [p for p in self.running if p.poll() is not None]:
             tag, run, run_dir, log, t0 = self.running.pop(proc)
             log.close()
-            ok = proc.returncode == 0 and run_status(run_dir) == "completed"
+            ok = proc.returncode == 0 and run_status(run_dir) in FINISHED
             wall = time.monotonic() - t0
             if ok:
                 self.say(f"{tag} done  {run.name} in {wall:.0f}s: {_done_line(run_dir)}")
@@ -151,10 +151,10 @@ def _why_rerun(run: SweepRun, run_dir: Path) -> str | None:
     diff = config_diff(saved, config_tree(run.config))
     if diff:
         return f"its config changed ({', '.join(diff[:4])}{' ...' if len(diff) > 4 else ''})"
-    if (summary or {}).get("status") != "completed":
+    if (summary or {}).get("status") not in FINISHED:
         return ""
-    mismatch = proof_mismatch(run_dir, summary)
-    return None if mismatch is None else f"it says completed, but {mismatch}"
+    mismatch = proof_mismatch(run_dir, summary) or profile_mismatch(run.config, summary.get("profile_sha256"))
+    return None if mismatch is None else f"it says {summary['status']}, but {mismatch}"
 
 
 def prepare_sweep(sweep: Sweep, out: Path, jobs: int, index: int | None = None,

@@ -8,7 +8,10 @@ Writes into ``--out`` (default: the one directory given, else ``runs/report-<tim
 - ``report.csv``: the per-point table (``inf`` = never reached, ``nan`` = no ratio),
 - ``runs.csv``: the per-run table,
 - ``accuracy_vs_time.png``: accuracy against virtual time, targets as dashed lines,
-- ``timeline.png``: the Gantt chart of device jobs, when the report covers a single run.
+- ``timeline.png``: the Gantt chart of device jobs (drops marked; at most 200 devices' rows),
+  when the report covers a single run,
+- ``population.png``: devices online and jobs in flight against virtual time, for a single run with
+  a device profile (report/churn_plots.py).
 Targets default to the sweep file's ``targets``, else the union of the runs' ``run.targets``;
 the baseline defaults to the sweep file's ``baseline``.
 """
@@ -151,7 +154,24 @@ def write_report(paths, out: str | Path, *, targets: list[float] | None = None, 
              "accuracy_vs_time.png": plot_accuracy_vs_time(groups, targets, out / "accuracy_vs_time.png", title=title)}
     if len(runs) == 1 and (runs[0].dir / "events.jsonl").exists():
         files["timeline.png"] = plot_timeline(runs[0].dir / "events.jsonl", out / "timeline.png", until=until)
+        files.update(population_plot(runs[0].dir, out, until))
     return {"markdown": md, "files": files, "groups": grows, "runs": rrows, "targets": targets, "baseline": baseline}
+
+
+def population_plot(run_dir: Path, out: Path, until: float | None) -> dict:
+    """``population.png`` for a run with a device profile (docs/devices.md); {} without one, or with a
+    warning when its profile cannot be read here."""
+    from seafl_dist.report.sinks import read_config
+    from seafl_dist.settings import ConfigError
+    config = read_config(run_dir) or {}
+    if not (config.get("devices") or {}).get("profile"):
+        return {}
+    from seafl_dist.report.churn_plots import plot_population
+    try:
+        return {"population.png": plot_population(run_dir, config, out / "population.png", until=until)}
+    except ConfigError as err:  # the profile moved or changed: the other files still come
+        print(f"seafl: warning: no population.png: {err}", file=sys.stderr)
+        return {}
 
 
 def plot_title(names: list[str], width: int = 70) -> str:

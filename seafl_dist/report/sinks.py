@@ -19,6 +19,7 @@ import os
 from contextlib import contextmanager
 from pathlib import Path
 
+FINISHED = ("completed", "stalled")  # statuses of a run that ended by itself (a stalled one would only stall again)
 METRIC_COLUMNS = ["version", "time", "accuracy", "loss", "updates", "mean_staleness", "max_staleness",
                   "notifications", "rejected"]
 
@@ -108,8 +109,9 @@ class RunWriter:
     back to the lengths the checkpoint recorded (dropping what the interrupted run wrote after
     it) and appended to."""
 
-    def __init__(self, out_dir: str | Path, resume_at: tuple[int, int] | None = None):
-        self.dir = Path(out_dir)
+    def __init__(self, out_dir: str | Path, resume_at: tuple[int, int] | None = None,
+                 columns: list[str] = METRIC_COLUMNS):
+        self.dir, self.columns = Path(out_dir), list(columns)
         self.dir.mkdir(parents=True, exist_ok=True)
         ev_path, m_path = self.dir / "events.jsonl", self.dir / "metrics.csv"
         if resume_at is not None:  # runtime/checkpoint.py checked that both are at least this long
@@ -118,7 +120,7 @@ class RunWriter:
         mode = "a" if resume_at is not None else "w"
         self._events = open(ev_path, mode)
         self._metrics_file = open(m_path, mode, newline="")
-        self._metrics = csv.DictWriter(self._metrics_file, fieldnames=METRIC_COLUMNS)
+        self._metrics = csv.DictWriter(self._metrics_file, fieldnames=self.columns)
         if resume_at is None:
             with writing(m_path):
                 self._metrics.writeheader()
@@ -129,7 +131,7 @@ class RunWriter:
 
     def metrics(self, row: dict) -> None:
         with writing(self._metrics_file.name):
-            self._metrics.writerow({k: row.get(k) for k in METRIC_COLUMNS})
+            self._metrics.writerow({k: row.get(k) for k in self.columns})
             self._metrics_file.flush()
         with writing(self._events.name):
             self._events.flush()

@@ -105,8 +105,7 @@ def check_run(run_dir: str | Path, *, profile: Optional[str] = None, **overrides
               staleness_limit=alg["staleness_limit"], partial=alg["name"] == "seafl2" or bool(alg.get("partial")),
               upload_s=cfg["clock"]["upload_s"], epochs=cfg["train"]["epochs"], num_devices=cfg["devices"]["num"],
               population=_population(cfg, profile))
-    if "dropout" in cfg["devices"]:  # the key exists once the population settings are wired
-        kw["dropout"] = cfg["devices"]["dropout"] or 0.0
+    kw["dropout"] = cfg["devices"].get("dropout") or 0.0  # config.yaml leaves it out when null: no random drops
     kw.update(overrides)
     return check_trace(read_events(run_dir / "events.jsonl"), **kw)
 

@@ -42,7 +42,7 @@ import sys
 from pathlib import Path
 
 from seafl_dist.report import wandb_files
-from seafl_dist.report.sinks import read_metrics, write_json
+from seafl_dist.report.sinks import FINISHED, read_metrics, write_json
 
 LEDGER = "wandb_run.json"
 
@@ -153,7 +153,8 @@ class WandbSink:
         self.best = max(self.best, row["accuracy"])
         return {"virtual_time": row["time"], "version": row["version"], "eval/accuracy": row["accuracy"],
                 "eval/loss": row["loss"], "eval/best_accuracy": self.best,
-                "eval/notifications": row["notifications"], "eval/rejected": row["rejected"]}
+                "eval/notifications": row["notifications"], "eval/rejected": row["rejected"],
+                **({"eval/drops": row["drops"]} if "drops" in row else {})}  # device churn only (docs/devices.md)
 
     def _agg_values(self, event: dict) -> dict:
         ups = event["updates"]
@@ -187,7 +188,7 @@ class WandbSink:
 
     def _close(self, summary: dict) -> None:
         self._ready(math.inf)  # a resumed run that ended before logging a row of its own
-        if summary.get("status") == "completed":
+        if summary.get("status") in FINISHED:
             self._flush_pending()
         # else the run resumes from a checkpoint at or before the pending version, and logs it then
         flat = {}
@@ -205,7 +206,7 @@ class WandbSink:
                           for name, path in files.items() if name.endswith(".png")})
         except Exception as err:
             _warn(f"could not log the plots to W&B: {type(err).__name__}: {err}")
-        self.run.finish(exit_code=0 if summary.get("status") == "completed" else 1)
+        self.run.finish(exit_code=0 if summary.get("status") in FINISHED else 1)
         self._write_note()
 
 
@@ -227,7 +228,7 @@ def _metric_rows(path: Path) -> list[dict]:
         rows = read_metrics(path)
     except (OSError, ValueError):
         return []
-    return [{**r, **{k: int(r[k]) for k in ("notifications", "rejected", "updates") if r.get(k) is not None}}
+    return [{**r, **{k: int(r[k]) for k in ("notifications", "rejected", "updates", "drops") if r.get(k) is not None}}
             for r in rows if r.get("accuracy") is not None]
 
 

@@ -34,10 +34,10 @@ from pathlib import Path
 import torch
 import yaml
 
-from seafl_dist.report.sinks import read_config, read_summary, writing
+from seafl_dist.report.sinks import FINISHED, read_config, read_summary, writing
 from seafl_dist.runtime import runlock
 from seafl_dist.runtime.rundir import (check_writable, checkpoints, config_diff, config_tree, describe_diff,
-                                       proof_mismatch, remove_checkpoints)
+                                       profile_mismatch, proof_mismatch, remove_checkpoints)
 from seafl_dist.settings import ConfigError
 
 FORMAT = 1
@@ -115,6 +115,10 @@ def load(path: Path, cfg, *, mmap: bool = False) -> dict:
         raise CheckpointError(f"checkpoint {path} is of another config: {describe_diff(diff, saved, config_tree(cfg))}"
                               f"; resume with the run's own config (seafl run --resume {path.parent}), use another "
                               f"--out, or --overwrite to replace that run")
+    why = profile_mismatch(cfg, state.get("profile_sha256"))
+    if why:
+        raise CheckpointError(f"checkpoint {path}: {why}; resume with the run's own profile file (at any path), use "
+                              f"another --out, or --overwrite to replace that run")
     for name, key in (("events.jsonl", "events_bytes"), ("metrics.csv", "metrics_bytes")):
         f = path.parent / name
         have = f.stat().st_size if f.exists() else None
@@ -159,12 +163,13 @@ def plan(cfg, run_dir, *, explicit: bool, overwrite: bool = False) -> Plan:
         return Plan("fresh")
     if diff and not found:
         raise _other_config(run_dir, summary, diff, saved, cfg)
-    if saved is not None and not diff and (summary or {}).get("status") == "completed":
-        why = proof_mismatch(run_dir, summary)
+    status = (summary or {}).get("status")
+    if saved is not None and not diff and status in FINISHED:
+        why = proof_mismatch(run_dir, summary) or profile_mismatch(cfg, summary.get("profile_sha256"))
         if why is None:
             return Plan("completed")
         if not overwrite:
-            raise CheckpointError(f"run dir {run_dir}: its summary.json says completed, but {why}; use another "
+            raise CheckpointError(f"run dir {run_dir}: its summary.json says {status}, but {why}; use another "
                                   f"--out, or --overwrite (overwrite=True in seafl_dist.run) to run it again")
         return Plan("fresh")
     if found:
@@ -184,13 +189,17 @@ def replay(lookahead, version: int) -> list[dict]:
 
     Returns the start events of the jobs that were dispatched then and not yet aggregated (the
     in-flight jobs to train again), in job order, which is also non-decreasing version order, the
-    order workers expect. Start events only come at time 0 and right after an aggregation."""
+    order workers expect. Starts come at time 0 and right after an aggregation, and with device
+    churn (docs/devices.md) also between aggregations; dropped jobs were never dispatched."""
     in_flight: dict[int, dict] = {}
+
+    def keep(st):
+        if lookahead.final_epochs(st["job"]) is not None:  # as Server._dispatch decides
+            in_flight[st["job"]] = st
 
     def take_starts():
         for st in lookahead.take_while(lambda e: e["event"] == "start"):
-            if lookahead.final_epochs(st["job"]) is not None:  # as Server._dispatch decides
-                in_flight[st["job"]] = st
+            keep(st)
 
     take_starts()
     done = 0
@@ -199,7 +208,9 @@ def replay(lookahead, version: int) -> list[dict]:
         if ev is None:
             raise CheckpointError(f"the schedule ends before aggregation {version}, where the checkpoint was "
                                   f"taken; it does not belong to this config")
-        if ev["event"] == "aggregate":
+        if ev["event"] == "start":  # a start between aggregations (a slot refilled after a drop or a wait)
+            keep(ev)
+        elif ev["event"] == "aggregate":
             for u in ev["updates"]:
                 in_flight.pop(u["job"], None)
             done = ev["version"]

@@ -8,8 +8,9 @@ plugins imported), the dataset (formats and sizes only, :mod:`seafl_dist.data.ch
 downloaded, no cache built), the model (built for the dataset's images and given a batch of
 zeros), the partition (the run's own, from the same seed), the compute device, and the run dir
 (can it be made, and would the run start fresh, resume from a checkpoint, or find it completed).
-Then one report on stdout: the non-default config keys, the dataset, the model, the devices and
-their shard sizes, the rank layout (``WORLD_SIZE`` ranks under torchrun, else one process) and the
+A device profile (``devices.profile``) is read and checked like the run reads it. Then one report
+on stdout: the non-default config keys, the dataset, the model, the devices and their shard sizes,
+the device population (profile rows, who is online at t = 0, a stall known before the run), the rank layout (``WORLD_SIZE`` ranks under torchrun, else one process) and the
 run dir. Nothing is trained and nothing is written: no run dir, no data cache, no ``__pycache__``
 of a user's plugin module (the CLI turns bytecode writing off first). Under torchrun only rank 0
 checks and prints; the other ranks exit at once, and no process group is formed.
@@ -38,7 +39,8 @@ def dry_run(cfg: Config, out: Path, *, explicit: bool, overwrite: bool = False, 
     lines.append(f"data: {found.name} ({found.where}): " + (
         f"{len(found.labels)} training and {found.n_test} test images of {'x'.join(map(str, found.shape))}, "
         f"{found.num_classes} classes" if found.labels is not None else "") + (f"; {found.note}" if found.note else ""))
-    lines.append(f"model: {check_model(cfg, found)}")
+    model_line, numel = check_model(cfg, found)
+    lines.append(f"model: {model_line}")
     d = cfg.devices
     if found.labels is None:
         lines.append(f"devices: {d.num} simulated, {d.concurrency} training at once; shards: made after the download")
@@ -47,6 +49,7 @@ def dry_run(cfg: Config, out: Path, *, explicit: bool, overwrite: bool = False, 
         each = f" (one per writer, of {len(found.writers)})" if writers is not None else ""
         lines.append(f"devices: {len(shards)} simulated{each}, {d.concurrency} training at once; shard sizes "
                      f"({cfg.data.partition}): {summarise([len(s) for s in shards])}")
+        lines += population_lines(cfg, [len(s) for s in shards], 4 * numel)
     lines.append(f"ranks: {layout(cfg, environ)}")
     lines.append(f"run dir: {out}: {run_dir_plan(cfg, out, explicit, overwrite)}")
     print("\n".join(lines), file=stream or sys.stdout)
@@ -104,7 +107,36 @@ def check_model(cfg: Config, found) -> str:
                     raise ConfigError(f"model.name={name} cannot take {found.name}'s {c}x{h}x{w} images: "
                                       f"{str(err).splitlines()[0]}") from None
     params = sum(p.numel() for p in model.parameters())
-    return f"{name} (width {cfg.model.width:g}), {params:,} parameters, {found.num_classes} classes"
+    numel = sum(t.numel() for t in model.state_dict().values())  # the flat vector a transfer moves
+    return f"{name} (width {cfg.model.width:g}), {params:,} parameters, {found.num_classes} classes", numel
+
+
+def population_lines(cfg: Config, n_samples: list[int], model_bytes: int) -> list[str]:
+    """The device population a profile or a dropout makes (docs/devices.md): read and checked as the run
+    reads it; who is online at t = 0; the stall the run would end in at once, if any."""
+    d = cfg.devices
+    lines = [f"dropout: each job drops with probability {d.dropout:g}"] if d.dropout is not None else []
+    if d.profile is None:
+        return lines
+    import numpy as np
+
+    from seafl_dist.sim.clock import ProfiledSpeed, SpeedModel
+    from seafl_dist.sim.population import Population
+    from seafl_dist.sim.profiles import read_profiles
+    table = read_profiles(d.profile)
+    pop = Population(table, len(n_samples), cfg.data_seed, availability_scale=d.availability_scale,
+                     compute_scale=cfg.clock.compute_scale, model_bytes=model_bytes)
+    online = int(np.count_nonzero(pop.profiles_online(0.0)[pop.device_profiles()]))
+    sps = pop.sec_per_sample * pop.compute_scale
+    lines.append(f"profile: {d.profile} ({len(table)} rows, sha256 {table.sha256[:12]}...): {online} of "
+                 f"{len(n_samples)} devices online at t=0, {int(pop.always.sum())} row(s) always on; seconds per "
+                 f"sample {summarise(sorted(sps.tolist()))}")
+    idle = None if cfg.clock.idle.distribution == "none" else SpeedModel(cfg.clock, n_samples, cfg.run.seed,
+                                                                          cfg.train.epochs)
+    why = ProfiledSpeed(pop, n_samples, cfg.train.epochs, idle).stall_reason()
+    if why:
+        lines.append(f"warning: the run would stall at once: {why}")
+    return lines
 
 
 def layout(cfg: Config, environ) -> str:

@@ -82,7 +82,8 @@ def decide(cfg, out: Path, target: Target):
 
 
 def say_completed(out: Path) -> None:
-    print(f"seafl: {out} already holds a completed run of this config (summary.json, model.pt); nothing to do",
+    status = (read_summary(out) or {}).get("status", "completed")  # or "stalled" (docs/devices.md)
+    print(f"seafl: {out} already holds a {status} run of this config (summary.json, model.pt); nothing to do",
           file=sys.stderr)
 
 

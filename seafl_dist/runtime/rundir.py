@@ -9,7 +9,8 @@ between runs. :func:`config_diff` is the one comparison of configs that ``seafl 
 Which config keys may differ between a run dir and the command that reuses it (resume, or the
 "completed" check): where and how it runs, not what it computes: ``runtime.device``,
 ``.threads``, ``.backend``, ``.placement``, ``.timeout_s``, every ``logging.*`` key, ``name`` and
-``run.checkpoint_every``/``_s``. Every other key, ``runtime.precision`` and ``runtime.batch_jobs``
+``run.checkpoint_every``/``_s``, and ``devices.profile``'s path: its content is compared instead (the
+sha256 that summary.json and the checkpoints record). Every other key, ``runtime.precision`` and ``runtime.batch_jobs``
 included (they change the trained bits far beyond the last ones), must be equal.
 """
 from __future__ import annotations
@@ -25,7 +26,7 @@ from seafl_dist.settings import ConfigError, dump_config
 
 FREE_SECTIONS = ("logging",)
 FREE_KEYS = ("name", "run.checkpoint_every", "run.checkpoint_every_s", "runtime.device", "runtime.threads",
-             "runtime.backend", "runtime.placement", "runtime.timeout_s")
+             "runtime.backend", "runtime.placement", "runtime.timeout_s", "devices.profile")
 # What a run writes (and a fresh start or --overwrite removes); the proof covers those a completed run keeps.
 PROVEN = ("config.yaml", "events.jsonl", "metrics.csv", "model.pt", "partition.json", "partition.npz")
 RUN_FILES = PROVEN + ("summary.json",)
@@ -70,6 +71,30 @@ def describe_diff(keys: list[str], saved: dict, current: dict) -> str:
 def config_tree(cfg) -> dict:
     """The config as YAML would give it back (tuples as lists), for comparisons."""
     return yaml.safe_load(dump_config(cfg))
+
+
+def profile_sha256(cfg) -> str | None:
+    """The sha256 of ``devices.profile``'s bytes (None without a profile)."""
+    path = cfg.devices.profile
+    if path is None:
+        return None
+    try:
+        return _sha256(Path(path))
+    except OSError as err:
+        from seafl_dist.sim.profiles import ProfileError
+        raise ProfileError(f"profile {path} cannot be read ({err.strerror or err}); check devices.profile") from None
+
+
+def profile_mismatch(cfg, recorded: str | None) -> str | None:
+    """Why ``cfg``'s device profile is not the run's (``recorded``: the sha256 the run dir holds), or None.
+    The path may change; the content may not."""
+    now = profile_sha256(cfg)
+    if now == recorded:
+        return None
+    if recorded is None or now is None:
+        return f"devices.profile is {cfg.devices.profile!r} now, the run had {'none' if recorded is None else 'one'}"
+    return (f"devices.profile {cfg.devices.profile} has other content (sha256 {now[:12]}...) than the profile the "
+            f"run used (sha256 {recorded[:12]}...)")
 
 
 # ---- the proof that the files are the run's -----------------------------------------------

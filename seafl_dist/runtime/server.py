@@ -2,8 +2,9 @@
 
 The same loop serves the in-process runner and the distributed runtime; only the executor
 (who trains a job) differs. For each scheduler event:
-- start: look ahead for the epochs the job will really train, hand it to the executor,
-- notify / finish: record,
+- start: look ahead for the epochs the job will really train, hand it to the executor (a job
+  that drops is never trained),
+- notify / finish / drop: record; stall (device churn, docs/devices.md): record, end ``stalled``,
 - aggregate: collect the jobs' models, apply the rule of ``algorithm.name``, bump the
   version, evaluate, stop early at ``run.target_accuracy``.
 
@@ -19,7 +20,6 @@ the checkpoint kept.
 """
 from __future__ import annotations
 
-import math
 import sys
 import time
 from collections import Counter
@@ -31,11 +31,12 @@ from seafl_dist.algo import BufferedUpdate, aggregate
 from seafl_dist.settings import dump_config
 from seafl_dist.report import Progress, RunWriter, time_to_target, write_json
 from seafl_dist.report.partition import write_partition
-from seafl_dist.report.sinks import RunFileError, writing
+from seafl_dist.report.sinks import FINISHED, METRIC_COLUMNS, RunFileError, writing
 from seafl_dist.runtime import checkpoint, rundir
 from seafl_dist.runtime.runlock import RunDirLock
 from seafl_dist.runtime.executor import JobSpec
 from seafl_dist.runtime.faults import NO_FAULT
+from seafl_dist.runtime.summary import churn_figures, format_summary  # noqa: F401  (format_summary re-exported)
 from seafl_dist.train import evaluate, load_flat
 
 
@@ -65,6 +66,11 @@ class Server:
         self.rows: list[dict] = []
         self.counts: Counter = Counter()
         self.staleness: list[int] = []
+        # device churn (docs/devices.md): drop counts in metrics.csv and summary.json only when it is on
+        self.churn = self.cfg.devices.profile is not None or self.cfg.devices.dropout is not None
+        self.columns = METRIC_COLUMNS + (["drops"] if self.churn else [])
+        self.profile_sha256 = exp.profile.sha256 if exp.profile is not None else None
+        self.stalled: str | None = None  # why the run could make no more progress
 
     # ---- evaluation and metrics ---------------------------------------------------------
     def _evaluate(self, version: int, now: float, flat: torch.Tensor, agg: dict | None) -> dict:
@@ -76,6 +82,8 @@ class Server:
         row = {"version": version, "time": now, "accuracy": acc, "loss": loss, "updates": len(st),
                "mean_staleness": sum(st) / len(st) if st else 0.0, "max_staleness": max(st, default=0),
                "notifications": self.counts["notify"], "rejected": self.counts["rejected"]}
+        if self.churn:
+            row["drops"] = self.counts["drop"]
         self.writer.metrics(row)
         self.rows.append(row)
         self.progress.update(version, now, acc)
@@ -110,10 +118,11 @@ class Server:
             with writing(self.dir / "config.yaml"):
                 (self.dir / "config.yaml").write_text(dump_config(cfg))
             write_partition(self.dir, self.partition_report)  # compact above COMPACT_ABOVE devices
-            self.writer = RunWriter(self.dir)
+            self.writer = RunWriter(self.dir, columns=self.columns)
         else:
             rundir.remove_temps(self.dir)  # of writes the interrupted part did not finish
-            self.writer = RunWriter(self.dir, resume_at=(state["events_bytes"], state["metrics_bytes"]))
+            self.writer = RunWriter(self.dir, resume_at=(state["events_bytes"], state["metrics_bytes"]),
+                                    columns=self.columns)
         status, error = "failed", None
         try:
             final = self._loop(state)
@@ -121,7 +130,7 @@ class Server:
             # gone already, and waiting on them must not cost us the summary
             self.executor.close()
             self._save_model(final)
-            status = "completed"
+            status = "stalled" if self.stalled else "completed"
         except KeyboardInterrupt as err:
             status = "interrupted"
             error = f"interrupted ({err or 'Ctrl-C'})" + getattr(self.executor, "diagnose", lambda: "")()
@@ -139,10 +148,10 @@ class Server:
             self.progress.close()
             self.writer.close()
             summary = self.summary(status, error, self._wall())
-            if status == "completed":  # the proof that the dir's files are this run's (runtime/rundir.py)
+            if status in FINISHED:  # the proof that the dir's files are this run's (runtime/rundir.py)
                 summary["files"] = rundir.file_proof(self.dir)
-            self._write_summary(summary, raise_error=status == "completed")
-            if status == "completed":
+            self._write_summary(summary, raise_error=status in FINISHED)
+            if status in FINISHED:
                 checkpoint.remove_all(self.dir)
             for cb in self.callbacks:
                 cb.close(summary)
@@ -167,6 +176,8 @@ class Server:
 
     def _record(self, ev: dict) -> None:
         self.counts[ev["event"]] += 1
+        if ev["event"] == "drop":
+            self.counts["drop_" + ev.get("cause", "offline")] += 1
         self.writer.event(ev)
 
     def _submit(self, ev: dict, versions: dict) -> None:
@@ -205,7 +216,8 @@ class Server:
             "refs": {int(v): int(n) for v, n in snap["refs"].items() if n > 0},
             "rows": self.rows[:snap["n_rows"]], "staleness": self.staleness[:snap["n_staleness"]],
             "counts": dict(snap["counts"]), "events_bytes": snap["events_bytes"],
-            "metrics_bytes": snap["metrics_bytes"], "wall_s": self._wall()})
+            "metrics_bytes": snap["metrics_bytes"], "wall_s": self._wall(),
+            **({"profile_sha256": self.profile_sha256} if self.profile_sha256 else {})})
         self._saved_version, self._last_save = snap["version"], time.monotonic()
 
     def _checkpoint_last(self, quiet: bool = False) -> None:
@@ -250,9 +262,16 @@ class Server:
                 self._submit(st, versions)
             print(f"seafl: resumed {self.dir} after aggregation {version} (virtual time {now:.1f}s)", file=sys.stderr)
         self._consistent(version, now, versions, refs)
-        target = cfg.run.target_accuracy
+        target, stall = cfg.run.target_accuracy, None
         for ev in self.lookahead:
-            if ev["event"] != "aggregate":  # start events come with their aggregation, below
+            if ev["event"] == "start":  # device churn: a slot refilled between aggregations (after a drop or a wait)
+                self._dispatch(ev, versions, refs)
+                self._record(ev)
+                continue
+            if ev["event"] == "stall":  # no progress possible any more: recorded last, after the final eval
+                stall = ev
+                break
+            if ev["event"] != "aggregate":  # the starts an aggregation makes come with it, below
                 self._record(ev)
                 continue
             now, new = ev["time"], self._aggregate(ev, version, versions)
@@ -282,6 +301,9 @@ class Server:
             self._consistent(version, now, versions, refs)
         if self.rows[-1]["version"] != version:
             self._evaluate(version, now, versions[version], None)
+        if stall is not None:
+            self._record(stall)
+            self.stalled = stall["reason"]
         return versions[version]
 
     # ---- summary ------------------------------------------------------------------------
@@ -300,22 +322,5 @@ class Server:
             "notifications": self.counts["notify"], "rejected_updates": self.counts["rejected"],
             "events": {k: self.counts[k] for k in ("start", "notify", "finish", "aggregate", "eval")},
             "wall_time_s": wall,
+            **churn_figures(self.counts, churn=self.churn, profile_sha256=self.profile_sha256, stalled=self.stalled),
         }
-
-
-def format_summary(summary: dict) -> str:
-    """The human summary the CLI prints at the end of a run."""
-    ttt = ", ".join(f"{float(t):.0%}: " + ("never" if v is None or math.isinf(v) else f"{v:.1f}s")
-                    for t, v in summary["time_to_target"].items())
-    ev = summary["events"]
-    acc = summary["final_accuracy"]
-    return "\n".join([
-        f"run {summary['name']} ({summary['algorithm']}): {summary['status']}",
-        f"  final accuracy {acc:.4f}, best {summary['best_accuracy']:.4f}" if acc is not None else "  no evaluation",
-        f"  virtual time {summary['virtual_time'] or 0:.1f}s over {summary['aggregations']} aggregations,"
-        f" real time {summary['wall_time_s']:.1f}s",
-        f"  time to target accuracy: {ttt}",
-        f"  events: {ev['start']} start, {ev['finish']} finish, {ev['notify']} notify, "
-        f"{ev['aggregate']} aggregate, {ev['eval']} eval; mean staleness {summary['mean_staleness']:.2f},"
-        f" rejected updates {summary['rejected_updates']}",
-    ])

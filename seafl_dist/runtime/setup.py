@@ -20,6 +20,8 @@ from seafl_dist.data.partition import label_counts
 from seafl_dist.models import build_model
 from seafl_dist.settings.plugins import is_import_path
 from seafl_dist.sim import Lookahead, Scheduler, SpeedModel, stream_seed
+from seafl_dist.sim.devices import population_settings
+from seafl_dist.sim.profiles import read_profiles
 from seafl_dist.algo import FlatParts
 from seafl_dist.train import FlatLayout, flatten
 
@@ -71,6 +73,7 @@ class Experiment:
     device: torch.device
     _n_samples: list | None = None  # kept by restrict(): the clock needs every device's n_k
     writers: list | None = None  # data.partition=natural: device k's writer, for the partition record
+    profile: object | None = None  # devices.profile's ProfileTable, read (and checked) by prepare()
 
     @property
     def n_samples(self) -> list[int]:
@@ -127,16 +130,25 @@ class Experiment:
         for d, idx in keep.items():
             shards[d] = np.searchsorted(rows, idx).astype(np.int64)
         return Experiment(cfg=self.cfg, train=sub, test=self.test, shards=shards, device=self.device,
-                          _n_samples=self.n_samples, writers=self.writers)
+                          _n_samples=self.n_samples, writers=self.writers, profile=self.profile)
 
     def schedule(self) -> Lookahead:
         cfg = self.cfg
         speed = SpeedModel(cfg.clock, self.n_samples, cfg.run.seed, cfg.train.epochs)
+        churn = {}  # device profiles, availability, dropouts (docs/devices.md); {} without them: as before
+        if self.profile is not None or cfg.devices.dropout is not None:
+            churn = population_settings(
+                profile=self.profile, dropout=cfg.devices.dropout, num_devices=self.num_devices,
+                data_seed=cfg.data_seed, n_samples=self.n_samples, epochs=cfg.train.epochs,
+                model_bytes=4 * FlatLayout.of(self.new_model()).numel, availability_scale=cfg.devices.availability_scale,
+                compute_scale=cfg.clock.compute_scale, download_s=cfg.clock.download_s,
+                idle=None if cfg.clock.idle.distribution == "none" else speed)
+            churn.pop("profile_sha256", None)  # the server records it (runtime/server.py)
         sched = Scheduler(num_devices=self.num_devices, concurrency=cfg.devices.concurrency,
                           buffer_size=cfg.algorithm.buffer_size, staleness_limit=cfg.algorithm.staleness_limit,
-                          partial=cfg.algorithm.partial_training, plan=speed.plan, seed=cfg.run.seed,
+                          partial=cfg.algorithm.partial_training, plan=churn.pop("plan", speed.plan), seed=cfg.run.seed,
                           upload_s=cfg.clock.upload_s, n_samples=self.n_samples,
-                          max_aggregations=cfg.run.max_aggregations, max_time=cfg.run.max_time)
+                          max_aggregations=cfg.run.max_aggregations, max_time=cfg.run.max_time, **churn)
         return Lookahead(sched.events())
 
 
@@ -190,7 +202,7 @@ def prepare(cfg: Config, *, local_rank: int = 0, need_test: bool = True, fetch=N
     train, test = fetch(load) if fetch is not None and d.download else load(d.download)
     shards, writers = make_shards(cfg, train)
     exp = Experiment(cfg=cfg, train=train, test=test, shards=shards, device=pick_device(cfg.runtime.device, local_rank),
-                     writers=writers)
+                     writers=writers, profile=read_profiles(cfg.devices.profile) if cfg.devices.profile else None)
     if is_import_path(cfg.model.name):  # a user's model: check it gives logits before any job trains
         with torch.random.fork_rng(devices=[]):  # building it must not move torch's global generator
             from seafl_dist.models.custom import check_logits  # imports Lightning: custom models only

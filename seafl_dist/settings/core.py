@@ -170,7 +170,13 @@ def config_from_dict(data: dict, overrides: list[str] | tuple = ()) -> Config:
     for text in overrides:
         key, value = parse_override(text)
         set_dotted(tree, key, value)
-    return _build(Config, tree)
+    cfg = _build(Config, tree)
+    clock = tree.get("clock")
+    if cfg.devices.profile is not None and not (isinstance(clock, dict) and "idle" in clock):
+        # a profile carries each device's speed: idle times are added only when the config asks for them.
+        # Resolved here, from the tree as written, so config.yaml records `none` and reloads the same
+        cfg.clock.idle.distribution = "none"
+    return cfg
 
 
 def _deep_copy(d: Any) -> Any:
@@ -200,5 +206,15 @@ def load_config(path: str | Path, overrides: list[str] | tuple = ()) -> Config:
     return config_from_dict(data, overrides)
 
 
+# Keys of device populations (docs/devices.md) left out of config.yaml at their defaults, so the file of a run
+# without them is byte for byte what it was before they existed (and older run dirs still compare equal).
+OMITTED_AT_DEFAULT = {("devices", "profile"): None, ("devices", "dropout"): None,
+                      ("devices", "availability_scale"): 1.0, ("clock", "compute_scale"): 1.0}
+
+
 def dump_config(cfg: Config) -> str:
-    return yaml.safe_dump(cfg.to_dict(), sort_keys=False)
+    tree = cfg.to_dict()
+    for (sec, name), default in OMITTED_AT_DEFAULT.items():
+        if tree[sec][name] == default:
+            del tree[sec][name]
+    return yaml.safe_dump(tree, sort_keys=False)

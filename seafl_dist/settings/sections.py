@@ -109,10 +109,22 @@ class AlgorithmConfig:
 class DevicesConfig:
     num: Optional[int] = key(100, "N: simulated devices; `null` (with `data.partition: natural` only): one per writer")
     concurrency: int = key(20, "M: devices training at once, at most `devices.num`")
+    profile: Optional[str] = key(None, "a device profile CSV (speed, bandwidth, availability windows; "
+                                 "docs/devices.md); `null`: every device always online at the clock's constants",
+                                 note="With a profile, `clock.idle` is `none` unless the config sets a `clock.idle` "
+                                      "key (then its idle times are added). A resumed run compares the file's content "
+                                      "(sha256), not its path.")
+    dropout: Optional[float] = key(None, "p in [0, 1): each job drops with probability p at a uniform point of its "
+                                   "span; `null`: no random drops")
+    availability_scale: float = key(1.0, "multiplies the profile's window times and periods (0.001 maps a week "
+                                    "onto about 10 minutes)")
 
     def __post_init__(self) -> None:
         _at_least("devices.num", self.num, 1)
         _at_least("devices.concurrency", self.concurrency, 1)
+        if self.dropout is not None and not 0 <= self.dropout < 1:
+            _fail("devices.dropout", self.dropout, "null or a number in [0, 1)")
+        _at_least("devices.availability_scale", self.availability_scale, 0, strict=True)
         if self.num is not None and self.concurrency > self.num:  # null: checked against the writers at load
             _fail("devices.concurrency", self.concurrency, f"at most devices.num ({self.num})")
 
@@ -163,12 +175,14 @@ class ClockConfig:
              "(`clock.idle.distribution`); its update reaches the server at b_E + `clock.upload_s`.")
     download_s: float = key(0.0, "time to receive the global model, before epoch 1, virtual seconds")
     upload_s: float = key(0.0, "time to send the update, after the last epoch, virtual seconds")
+    compute_scale: float = key(1.0, "multiplies a device profile's `sec_per_sample` (`devices.profile` only)")
     idle: IdleConfig = section(IdleConfig, "each device's idle time between epochs")
 
     def __post_init__(self) -> None:
         _at_least("clock.sec_per_sample", self.sec_per_sample, 0)
         _at_least("clock.download_s", self.download_s, 0)
         _at_least("clock.upload_s", self.upload_s, 0)
+        _at_least("clock.compute_scale", self.compute_scale, 0)
 
 
 @dataclass(kw_only=True)

@@ -41,7 +41,9 @@ from seafl_dist.sim.scheduler import Job
 
 
 class AlwaysOnline:
-    """The availability of a run without a profile: every device, at every time."""
+    """The availability of a run without a profile: every device, at every time (one residue class)."""
+
+    perm = np.zeros(1, dtype=np.int64)
 
     def __init__(self, num_devices: int):
         self.num_devices = num_devices
@@ -49,12 +51,40 @@ class AlwaysOnline:
     def window_end(self, device: int, t: float) -> float:
         return math.inf
 
-    def eligible(self, t: float, busy: np.ndarray) -> np.ndarray:
-        return np.flatnonzero(~busy)
+    def residue_online(self, t: float) -> np.ndarray:
+        return np.ones(1, dtype=bool)
 
-    def next_wake(self, t: float, busy: np.ndarray):
-        idle = np.flatnonzero(~busy)
-        return (t, idle) if len(idle) else (math.inf, idle)
+    def residue_next_online(self, t: float) -> np.ndarray:
+        return np.full(1, t)
+
+
+class Idle:
+    """The devices idle and online at one instant, ordered by id, without listing all N of them.
+
+    Device k is online iff its residue r = k mod P is (``online[r]``), so the j-th online device is
+    found from a prefix sum over the P residues, and the ≤ M busy ones are stepped over: O(P + M log M)
+    to build, O(log P + log M) per device asked for. ``take(i)`` gives the i-th idle online devices
+    (0-based, increasing id): exactly ``eligible(t, busy)[i]`` of the whole-population scan."""
+
+    def __init__(self, online: np.ndarray, num_devices: int, busy: list):
+        self.P, self.N = len(online), num_devices
+        self.cum = np.cumsum(online, dtype=np.int64)  # online residues in [0, r]
+        per = int(self.cum[-1])
+        full, rest = divmod(num_devices, self.P)
+        self.per = per
+        n_online = full * per + (int(self.cum[rest - 1]) if rest else 0)
+        b = np.asarray(busy, dtype=np.int64)
+        b = np.sort(b[online[b % self.P]]) if len(b) else b
+        # each busy online device's rank among the online devices, minus how many busy ones precede it
+        ranks = (b // self.P) * per + np.where(b % self.P > 0, self.cum[(b % self.P) - 1], 0)
+        self.skip = ranks - np.arange(len(b))
+        self.count = n_online - len(b)
+
+    def take(self, i: np.ndarray) -> np.ndarray:
+        i = np.asarray(i, dtype=np.int64)
+        j = i + np.searchsorted(self.skip, i, side="right")  # the rank among online devices, busy stepped over
+        q, rem = np.divmod(j, self.per) if self.per else (j, j)
+        return q * self.P + np.searchsorted(self.cum, rem + 1)
 
 
 class ChurnLoop:
@@ -63,7 +93,6 @@ class ChurnLoop:
         self.avail = sched.availability if sched.availability is not None else AlwaysOnline(sched.num_devices)
         self.version, self.next_id, self.owed, self.refills = 0, 0, 0, 0
         self.in_flight: dict[int, Job] = {}
-        self.busy = np.zeros(sched.num_devices, dtype=bool)
         self.heap: list = []  # (time, device, job): its finish or drop
         self.buffer: list[Job] = []
         self.dry = 0  # jobs dropped since the last one landed
@@ -91,7 +120,6 @@ class ChurnLoop:
             if u < s.dropout and point < job.drop_at:
                 job.drop_at, job.drop_cause = point, "dropout"
         self.in_flight[job.job] = job
-        self.busy[device] = True
         heapq.heappush(self.heap, (job.ends_at, device, job.job))
         return {"event": "start", "time": now, "device": device, "job": job.job, "version": job.version,
                 "epoch_ends": list(job.epoch_ends), "download_s": down, "upload_s": up}
@@ -100,14 +128,14 @@ class ChurnLoop:
         """Start jobs in owed slots: a refill draws when devices outnumber slots; a wait takes the lowest ids."""
         if self.owed <= 0:
             return []
-        pool = self.avail.eligible(now, self.busy)
-        if len(pool) <= self.owed:
-            chosen = pool
-        elif draw:
+        idle = Idle(self.avail.residue_online(now), self.s.num_devices, [j.device for j in self.in_flight.values()])
+        if idle.count <= self.owed:
+            chosen = idle.take(np.arange(idle.count))
+        elif draw:  # choice(pool, k) is pool[choice(len(pool), k)]: the pool itself is never listed
             rng = stream(self.s.seed, "select", self.version, self.refills)
-            chosen = np.sort(rng.choice(pool, size=self.owed, replace=False))
+            chosen = np.sort(idle.take(rng.choice(idle.count, size=self.owed, replace=False)))
         else:
-            chosen = pool[:self.owed]
+            chosen = idle.take(np.arange(self.owed))
         if draw:
             self.refills += 1
         self.owed -= len(chosen)
@@ -138,7 +166,6 @@ class ChurnLoop:
 
     def _leave(self, job: Job) -> None:
         del self.in_flight[job.job]
-        self.busy[job.device] = False
 
     def _on_finish(self, job: Job) -> Iterator[dict]:
         now = job.finish
@@ -166,6 +193,15 @@ class ChurnLoop:
         else:
             yield from self._fill(now, draw=True)
 
+    def _next_wake(self, t: float) -> float:
+        """The first time >= t a device not busy now is online: per residue, those with an idle device."""
+        nxt = self.avail.residue_next_online(t)
+        P, n = len(nxt), self.s.num_devices
+        size = n // P + (np.arange(P) < n % P)  # devices per residue
+        busy = np.bincount(np.asarray([j.device for j in self.in_flight.values()], dtype=np.int64) % P, minlength=P)
+        free = nxt[size > busy]
+        return float(free.min()) if len(free) else math.inf
+
     # ---- the loop -----------------------------------------------------------------------
     def _next_job(self):
         """The job whose finish or drop comes next (stale heap entries of notified jobs skipped)."""
@@ -188,7 +224,7 @@ class ChurnLoop:
         while s.max_aggregations is None or self.version < s.max_aggregations:
             job = self._next_job()
             t_job = job.ends_at if job is not None else math.inf
-            wake, _ = self.avail.next_wake(now, self.busy) if self.owed > 0 else (math.inf, None)
+            wake = self._next_wake(now) if self.owed > 0 else math.inf
             if math.isinf(t_job) and math.isinf(wake):
                 yield {"event": "stall", "time": now, "reason": (
                     f"no device can come online again after t={now:g}s: nothing in flight, {len(self.buffer)} "

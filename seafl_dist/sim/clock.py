@@ -43,7 +43,9 @@ class SpeedModel:
         self.n_samples = list(n_samples)
         idle = clock.idle
         self._per_device = None
-        if idle.resample == "per_device":
+        if idle.distribution == "none":  # no draw at all: a million devices cost nothing here
+            self._per_device = [0.0] * len(self.n_samples)
+        elif idle.resample == "per_device":
             self._per_device = [float(draw_idle(stream(seed, "idle", k), idle.distribution, s=idle.s, a=idle.a,
                                                 cap=idle.max, size=1)[0]) for k in range(len(self.n_samples))]
 

@@ -25,16 +25,16 @@ The conversion does what FedScale's own client does (fedscale/cloud/internal/cli
   max(len(capacity), len(behave)) rows unless ``rows`` says otherwise. (Which device takes which
   row is then our seeded rule, not FedScale's c = k + 1.)
 
-A pickle is a program: the files are read by :func:`load_plain` which admits dicts, lists,
-tuples, strings, numbers, booleans and None, and refuses anything that names a global (a class
-or a function) with one line, before it runs.
+A pickle is a program: the files are read by :func:`load_plain` (the package's one safe
+unpickler, seafl_dist/data/safepickle.py) which admits dicts, lists, tuples, strings, numbers,
+booleans and None, and refuses anything that names a global (a class or a function) with one
+line, before it runs.
 """
 from __future__ import annotations
 
 import argparse
 import csv
 import io
-import pickle
 import sys
 from pathlib import Path
 from typing import Optional
@@ -51,12 +51,6 @@ class TraceError(ConfigError):
     """A FedScale trace file that cannot be converted; printed as one line."""
 
 
-class _PlainUnpickler(pickle.Unpickler):
-    def find_class(self, module: str, name: str):
-        raise TraceError(f"it names {module}.{name}; a pickle that names classes or functions can run code, "
-                         f"and only plain dicts, lists, strings and numbers are admitted")
-
-
 def _check_plain(obj, path: str) -> None:
     stack = [obj]
     while stack:
@@ -71,20 +65,16 @@ def _check_plain(obj, path: str) -> None:
 
 
 def load_plain(path: str | Path):
-    """Unpickle ``path`` admitting plain data only (the coordinator may point this at the project's
-    shared safe unpickler, seafl_dist/data/safepickle.py, once both branches are merged)."""
-    path = str(path)
+    """Unpickle ``path`` admitting plain data only: the project's one safe unpickler
+    (seafl_dist/data/safepickle.py, ``allow=PLAIN``) refuses any global before it runs; sets and bytes,
+    which need none, are refused after."""
+    from seafl_dist.data.missing import DataError  # here: importing seafl_dist.data loads torch
+    from seafl_dist.data.safepickle import PLAIN, load_pickle
     try:
-        raw = Path(path).read_bytes()
-    except OSError as err:
-        raise TraceError(f"{path} cannot be read ({err.strerror or err})") from None
-    try:
-        obj = _PlainUnpickler(io.BytesIO(raw)).load()
-    except TraceError as err:
-        raise TraceError(f"{path} is refused: {err}") from None
-    except Exception as err:  # truncated or not a pickle at all: many exception types
-        raise TraceError(f"{path} is not a readable pickle ({type(err).__name__}: {err})") from None
-    _check_plain(obj, path)
+        obj = load_pickle(path, allow=PLAIN)
+    except DataError as err:  # a refused global, a truncated file, a file that cannot be read: one line
+        raise TraceError(str(err)) from None
+    _check_plain(obj, str(path))
     return obj
 
 

@@ -20,7 +20,9 @@ and ``window_end`` is exactly the instant a job is dropped. Without a period the
 once; ``always`` is online at every t >= 0.
 
 The vectorised forms (``eligible``, ``next_wake``) answer for all N devices at once in numpy,
-O(N + windows) per call: what the scheduler asks when it refills slots.
+O(N + windows) per call (the trace checker's questions). The scheduler asks by residue instead
+(``residue_online``, ``residue_next_online``: O(P + windows)), since device k's row depends only on
+k mod P; sim/churn.py's :class:`~seafl_dist.sim.churn.Idle` turns that into the idle online devices.
 """
 from __future__ import annotations
 
@@ -167,6 +169,15 @@ class Population:
         nxt[busy] = math.inf
         first = float(nxt.min()) if len(nxt) else math.inf
         return first, (np.flatnonzero(nxt == first) if math.isfinite(first) else np.zeros(0, dtype=np.int64))
+
+    # ---- by residue: device k has row perm[k mod P], so a refill needs O(P), not O(N) ---------
+    def residue_online(self, t: float) -> np.ndarray:
+        """Per residue r in [0, P): whether devices k ≡ r (mod P) are online at t."""
+        return self.profiles_online(t)[self.perm]
+
+    def residue_next_online(self, t: float) -> np.ndarray:
+        """Per residue r in [0, P): the first time >= t devices k ≡ r (mod P) are online (inf: never again)."""
+        return self.profiles_next_online(t)[self.perm]
 
     def longest_windows(self) -> np.ndarray:
         """Per profile row: the longest time online in one stretch (inf: always)."""

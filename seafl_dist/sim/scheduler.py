@@ -109,10 +109,12 @@ class Scheduler:
         return beta is not None and version - job.version >= beta
 
     def _start_jobs(self, version: int, now: float, in_flight: dict, heap: list, next_id: int) -> list[Job]:
-        busy = {j.device for j in in_flight.values()}
-        free = np.array([d for d in range(self.num_devices) if d not in busy])
+        from seafl_dist.sim.churn import Idle  # the free devices by rank, never listed: O(M log M), not O(N)
+        free = Idle(np.ones(1, dtype=bool), self.num_devices, [j.device for j in in_flight.values()])
         need = self.concurrency - len(in_flight)
-        chosen = sorted(int(d) for d in stream(self.seed, "select", version).choice(free, size=need, replace=False))
+        # choice(free ids, k) is free[choice(len, k)]: the same draws as when the list of free ids was built
+        picked = free.take(stream(self.seed, "select", version).choice(free.count, size=need, replace=False))
+        chosen = sorted(int(d) for d in picked)
         started = []
         for i, device in enumerate(chosen):
             ends = self.plan(device, self._device_jobs[device], now)

@@ -177,3 +177,19 @@ def test_versions_w_and_b_already_holds_are_skipped(tmp_path, wandb_offline_env)
     fresh.close({"status": "failed"})
     assert fresh.run.id != first.run.id
     assert json.loads((out / "wandb_run.json").read_text())["id"] == fresh.run.id
+
+
+def test_drop_counts_reach_w_and_b(tmp_path):
+    """Device churn (devices.dropout): every eval row carries the drops so far, the summary the totals."""
+    out = tmp_path / "run"
+    proc = seafl_offline(tmp_path, out, "devices.dropout=0.3")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    wb = read_offline_run(next(out.glob("wandb/offline-run-*/run-*.wandb")))
+    with open(out / "metrics.csv") as f:
+        rows = list(csv.DictReader(f))
+    evals = [h for h in wb["history"] if "eval/accuracy" in h]
+    assert [h["eval/drops"] for h in evals] == [int(r["drops"]) for r in rows]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["drops"]["total"] > 0
+    assert wb["summary"]["drops/total"] == summary["drops"]["total"] == int(rows[-1]["drops"])
+    assert wb["summary"]["drops/dropout"] == summary["drops"]["total"]

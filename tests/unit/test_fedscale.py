@@ -79,10 +79,10 @@ def test_a_malicious_pickle_is_refused_before_it_runs(tmp_path):
     if os.path.exists(target):
         os.remove(target)
     bad = dump(tmp_path, "evil", {1: Evil()})
-    with pytest.raises(TraceError, match=r"is refused: it names (posix|os)\.system; a pickle that names"):
+    with pytest.raises(TraceError, match=r"is refused: the pickle asks for (posix|os)\.system, and only plain data"):
         load_plain(bad)
     assert not os.path.exists(target)
-    with pytest.raises(TraceError, match="names numpy"):  # numpy numbers are classes too
+    with pytest.raises(TraceError, match=r"asks for numpy\S*scalar"):  # numpy numbers are classes too
         load_plain(dump(tmp_path, "np", {1: np.float64(2.0)}))
     with pytest.raises(TraceError, match="holds a set"):
         load_plain(dump(tmp_path, "set", {1: {2, 3}}))
