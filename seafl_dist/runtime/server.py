@@ -29,14 +29,14 @@ import torch
 
 from seafl_dist.algo import BufferedUpdate, aggregate
 from seafl_dist.settings import dump_config
-from seafl_dist.report import Progress, RunWriter, time_to_target, write_json
+from seafl_dist.report import Progress, RunWriter, write_json
 from seafl_dist.report.partition import write_partition
 from seafl_dist.report.sinks import FINISHED, METRIC_COLUMNS, RunFileError, writing
 from seafl_dist.runtime import checkpoint, rundir
 from seafl_dist.runtime.runlock import RunDirLock
 from seafl_dist.runtime.executor import JobSpec
 from seafl_dist.runtime.faults import NO_FAULT
-from seafl_dist.runtime.summary import churn_figures, format_summary  # noqa: F401  (format_summary re-exported)
+from seafl_dist.runtime.summary import build_summary, format_summary  # noqa: F401  (format_summary re-exported)
 from seafl_dist.train import evaluate, load_flat
 
 
@@ -308,19 +308,5 @@ class Server:
 
     # ---- summary ------------------------------------------------------------------------
     def summary(self, status: str, error: str | None, wall: float) -> dict:
-        rows = self.rows
-        targets = sorted(set(self.cfg.run.targets) | ({self.cfg.run.target_accuracy} - {None}))
-        last = rows[-1] if rows else {}
-        return {
-            "status": status, "error": error, "name": self.cfg.name, "algorithm": self.cfg.algorithm.name,
-            "final_accuracy": last.get("accuracy"), "final_loss": last.get("loss"),
-            "best_accuracy": max((r["accuracy"] for r in rows), default=None),
-            "aggregations": self.counts["aggregate"], "virtual_time": last.get("time"),
-            "time_to_target": {str(t): time_to_target(rows, t) for t in targets},
-            "mean_staleness": sum(self.staleness) / len(self.staleness) if self.staleness else 0.0,
-            "max_staleness": max(self.staleness, default=0),
-            "notifications": self.counts["notify"], "rejected_updates": self.counts["rejected"],
-            "events": {k: self.counts[k] for k in ("start", "notify", "finish", "aggregate", "eval")},
-            "wall_time_s": wall,
-            **churn_figures(self.counts, churn=self.churn, profile_sha256=self.profile_sha256, stalled=self.stalled),
-        }
+        return build_summary(self.cfg, self.rows, self.counts, self.staleness, status=status, error=error, wall=wall,
+                             churn=self.churn, profile_sha256=self.profile_sha256, stalled=self.stalled)

@@ -3,6 +3,28 @@ from __future__ import annotations
 
 import math
 
+from seafl_dist.report import time_to_target
+
+
+def build_summary(cfg, rows: list[dict], counts, staleness: list, *, status: str, error: str | None, wall: float,
+                  churn: bool, profile_sha256: str | None, stalled: str | None) -> dict:
+    """What summary.json holds: the run's outcome from its metric rows and the server's counters."""
+    targets = sorted(set(cfg.run.targets) | ({cfg.run.target_accuracy} - {None}))
+    last = rows[-1] if rows else {}
+    return {
+        "status": status, "error": error, "name": cfg.name, "algorithm": cfg.algorithm.name,
+        "final_accuracy": last.get("accuracy"), "final_loss": last.get("loss"),
+        "best_accuracy": max((r["accuracy"] for r in rows), default=None),
+        "aggregations": counts["aggregate"], "virtual_time": last.get("time"),
+        "time_to_target": {str(t): time_to_target(rows, t) for t in targets},
+        "mean_staleness": sum(staleness) / len(staleness) if staleness else 0.0,
+        "max_staleness": max(staleness, default=0),
+        "notifications": counts["notify"], "rejected_updates": counts["rejected"],
+        "events": {k: counts[k] for k in ("start", "notify", "finish", "aggregate", "eval")},
+        "wall_time_s": wall,
+        **churn_figures(counts, churn=churn, profile_sha256=profile_sha256, stalled=stalled),
+    }
+
 
 def churn_figures(counts, *, churn: bool, profile_sha256: str | None, stalled: str | None) -> dict:
     """summary.json's device-churn entries (docs/devices.md); {} without churn, so the file stays what it was."""

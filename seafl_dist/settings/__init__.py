@@ -7,7 +7,7 @@ overrides, validation, packaged configs by name, and import-path plugins.
 Modules, each importing only those above it (tests/unit/test_config_package.py checks it):
 ``errors`` (ConfigError and the wording of every check), ``keys`` (a field with its help:
 ``key(default, "help")``), ``plugins`` (import paths as names), ``sections`` (one dataclass per
-section), ``files`` (configs by path or name), ``core`` (the Config, YAML load and dump,
+section; ``execution``: runtime and logging), ``files`` (configs by path or name), ``core`` (the Config, YAML load and dump,
 overrides), ``reference`` (docs/configuration.md and ``seafl configs --keys``, generated from the
 help). Named ``settings`` so it is not confused with the YAML files in ``configs/``.
 

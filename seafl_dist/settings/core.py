@@ -20,9 +20,10 @@ from typing import Any
 import yaml
 
 from seafl_dist.settings.files import find_config
+from seafl_dist.settings.execution import LoggingConfig, RuntimeConfig, WandbConfig  # noqa: F401  (re-exported)
 from seafl_dist.settings.sections import (  # noqa: F401  (re-exported: the public config API, see __all__)
     ALGORITHMS, SIMILARITY_MODES, SIMILARITY_OVER, AlgorithmConfig, ClockConfig, ConfigError, DataConfig, DevicesConfig,
-    IdleConfig, LoggingConfig, ModelConfig, RunConfig, RuntimeConfig, TrainConfig, WandbConfig,
+    IdleConfig, ModelConfig, RunConfig, TrainConfig,
 )
 from seafl_dist.settings.errors import _fail  # this module's own checks word their errors the same way
 from seafl_dist.settings.keys import key, section

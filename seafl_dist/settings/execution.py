@@ -1,0 +1,68 @@
+"""The sections of how a run executes and reports, not what it computes: ``runtime`` and ``logging``.
+
+Most of these may change when a run resumes (docs/failures.md, "What may change on resume");
+``runtime.precision`` and ``runtime.batch_jobs`` change the trained bits and may not. Declared as in
+:mod:`.sections`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from seafl_dist.settings.errors import _at_least, _choice, _fail
+from seafl_dist.settings.keys import key, section
+
+
+@dataclass(kw_only=True)
+class RuntimeConfig:
+    device: str = key("auto", "where models train and evaluate: `auto` (a GPU when there is one), `cpu` or `cuda`")
+    backend: str = key("auto", "payload transport: `auto` (= gloo), `gloo`, or `nccl` (opt-in)",
+                       note="`auto` and `gloo` send payloads over gloo, through pinned host buffers on a GPU. "
+                            "`nccl` needs one GPU per rank and has not yet run on ≥ 2 GPUs.")
+    timeout_s: float = key(600.0, "a dead, frozen or stuck (no training progress) worker is named within this many "
+                           "real seconds")
+    precision: str = key("32", "`32`, or `bf16` (autocast on a GPU)")
+    threads: Optional[int] = key(None, "torch intra-op threads per process; `null`: torch's default (a sweep's runs: "
+                                 "their share of the CPUs)")
+    batch_jobs: int = key(1, "G: pending jobs a rank trains together (torch.func); 1 = one at a time, bit for bit",
+                          note="G > 1 keeps the schedule identical but changes the trained bits by floating-point "
+                               "rounding, so such a run is another sample of the same experiment, not a replay. "
+                               "On a CPU G > 1 is slower; out of GPU memory a group is retrained in halves.")
+    placement: str = key("balanced", "which worker trains a job under torchrun: `balanced` or `device`",
+                         note="`balanced`: the worker with the least queued work (every worker holds the training "
+                              "set). `device`: device k on worker 1 + k mod (W−1), so a worker holds only its "
+                              "devices' rows.")
+
+    def __post_init__(self) -> None:
+        _choice("runtime.device", self.device, ("auto", "cpu", "cuda"))
+        _choice("runtime.backend", self.backend, ("auto", "gloo", "nccl"))
+        _choice("runtime.placement", self.placement, ("balanced", "device"))
+        _at_least("runtime.timeout_s", self.timeout_s, 0, strict=True)
+        _choice("runtime.precision", self.precision, ("32", "bf16"))
+        _at_least("runtime.threads", self.threads, 1)
+        if isinstance(self.batch_jobs, bool) or not isinstance(self.batch_jobs, int) or self.batch_jobs < 1:
+            _fail("runtime.batch_jobs", self.batch_jobs, "an integer >= 1 (jobs a rank trains together; 1 = one at a time)")
+
+
+@dataclass(kw_only=True)
+class WandbConfig:
+    enabled: bool = key(False, "log to Weights & Biases (from rank 0 only)")
+    mode: str = key("offline", "`online`, `offline` (sync later: the run dir's `wandb_sync.txt`) or `disabled`")
+    project: str = key("seafl", "W&B project")
+    entity: Optional[str] = key(None, "W&B entity (user or team); `null`: your default")
+    group: Optional[str] = key(None, "W&B group; `null`: none (a sweep's runs: the sweep's name)")
+    tags: list = key([], "W&B tags")
+
+    def __post_init__(self) -> None:
+        _choice("logging.wandb.mode", self.mode, ("online", "offline", "disabled"))
+
+
+@dataclass(kw_only=True)
+class LoggingConfig:
+    wandb: WandbConfig = section(WandbConfig, "Weights & Biases tracking")
+    progress: str = key("auto", "`auto` (a bar on a terminal, lines otherwise), `bar`, `lines` or `none`")
+    progress_every_s: float = key(10.0, "real seconds between plain progress lines")
+
+    def __post_init__(self) -> None:
+        _choice("logging.progress", self.progress, ("auto", "bar", "lines", "none"))
+        _at_least("logging.progress_every_s", self.progress_every_s, 0)
