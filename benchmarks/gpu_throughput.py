@@ -145,6 +145,25 @@ def ours(name, width, g, steps, device, precision, data, batch=32) -> float:
     return g * per_job / (time.perf_counter() - t0)
 
 
+def profile(name, width, g, steps, device, precision, data, rows=14) -> None:
+    """Where ours' time goes: torch.profiler over one timed call of ``ours`` (after its warm-up),
+    the top operators by time on the device, and how busy the device was over the wall time."""
+    from torch.profiler import ProfilerActivity, profile as torch_profile
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    ours(name, width, g, steps, device, precision, data)  # warm-up outside the profile
+    with torch_profile(activities=activities) as prof:
+        t0 = time.perf_counter()
+        ips = ours(name, width, g, steps, device, precision, data)
+        wall = time.perf_counter() - t0
+    stats = prof.key_averages()
+    key = "self_device_time_total" if device.type == "cuda" else "self_cpu_time_total"
+    busy = sum(getattr(e, key) for e in stats) / 1e6
+    print(f"\nprofile: {name} ours G={g} {precision}, {steps} steps per job: {ips:,.0f} images/s while profiled; "
+          f"wall {wall:.2f} s (warm-up and timed call), self {'device' if device.type == 'cuda' else 'CPU'} time "
+          f"{busy:.2f} s", flush=True)
+    print(stats.table(sort_by=key, row_limit=rows), flush=True)
+
+
 def out_of_memory_line(what: str, g: int) -> str:
     fits = max(1, g // 2)
     return f"  {what}: out of GPU memory at G={g}; set runtime.batch_jobs={fits} or less"
@@ -240,6 +259,8 @@ def main(argv=None) -> int:
     p.add_argument("--groups", default=None, help="G values for ours (default 1,10,20,40; --smoke: 1,2,4)")
     p.add_argument("--channels-last", action="store_true")
     p.add_argument("--no-full-run", action="store_true")
+    p.add_argument("--profile", default=None, metavar="MODEL:G",
+                   help="only profile ours for MODEL at G (e.g. resnet18:20): the top operators, device busy time")
     args = p.parse_args(argv)
     args.groups = [int(g) for g in (args.groups or ("1,2,4" if args.smoke else "1,10,20,40")).split(",")]
     device = torch.device(args.device)
@@ -256,6 +277,12 @@ def main(argv=None) -> int:
     print(f"device: {gpu}; torch {torch.__version__}; model width {args.width}; channels_last={args.channels_last}",
           flush=True)
     t_start = time.perf_counter()
+    if args.profile:
+        name, g = args.profile.split(":")
+        g = int(g)
+        profile(name, args.width, g, max(args.steps, args.g1_steps // g), device, "32",
+                synthetic(name, args.images, device))
+        return 0
     header = f"{'model':<9} {'what':<36} {'images/s':>10} {'/ ceiling':>9}"
     print(header)
     for name in args.models.split(","):
