@@ -259,6 +259,7 @@ def main(argv=None) -> int:
     p.add_argument("--groups", default=None, help="G values for ours (default 1,10,20,40; --smoke: 1,2,4)")
     p.add_argument("--channels-last", action="store_true")
     p.add_argument("--no-full-run", action="store_true")
+    p.add_argument("--full-groups", default=None, help="runtime.batch_jobs of the full runs (default 20,1; --smoke: 4,1)")
     p.add_argument("--profile", default=None, metavar="MODEL:G",
                    help="only profile ours for MODEL at G (e.g. resnet18:20): the top operators, device busy time")
     args = p.parse_args(argv)
@@ -285,7 +286,7 @@ def main(argv=None) -> int:
         return 0
     header = f"{'model':<9} {'what':<36} {'images/s':>10} {'/ ceiling':>9}"
     print(header)
-    for name in args.models.split(","):
+    for name in filter(None, args.models.split(",")):  # --models "": the full runs only
         for model, what, ips, ceiling, _g in bench_model(name, args, device):
             ratio = f"{ips / ceiling:9.2f}" if ips and ceiling else f"{'-':>9}"
             print(f"{model:<9} {what:<36} {ips if ips else float('nan'):>10,.0f} {ratio}", flush=True)
@@ -293,7 +294,7 @@ def main(argv=None) -> int:
         with tempfile.TemporaryDirectory() as root:
             s = args.full_scale
             write_cifar(Path(root), s["n_train"], s["n_test"])
-            for g in (20 if not args.smoke else 4, 1):
+            for g in [int(g) for g in (args.full_groups or ("4,1" if args.smoke else "20,1")).split(",")]:
                 try:
                     ips, jobs, wall = full_run(args, g, Path(root), device)
                 except torch.cuda.OutOfMemoryError:

@@ -30,5 +30,11 @@ def assert_trained_alike(ref_dir, got_dir, *, accuracy: float, model: float, wei
     weights = [(u["weight"], v["weight"]) for r, g in zip(ref, got) if r["event"] == g["event"] == "aggregate"
                for u, v in zip(r["updates"], g["updates"])]
     assert weights and max(abs(a - b) for a, b in weights) <= weight
+    apart = model_distance(ref_dir, got_dir)
+    assert apart <= model, f"final models {apart:.2e} apart (relative L2), more than {model}"
+
+
+def model_distance(ref_dir, got_dir) -> float:
+    """Relative L2 distance of the final models."""
     m_ref, m_got = final_model(ref_dir), final_model(got_dir)
-    assert float((m_got - m_ref).norm() / m_ref.norm()) <= model
+    return float((m_got - m_ref).norm() / m_ref.norm())

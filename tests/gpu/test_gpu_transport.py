@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from seafl_dist.transport import JOB, RESULT, Header, Mailbox, Outbox
+from seafl_dist.transport import BYE, JOB, RESULT, STOP, Header, Mailbox, Outbox
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
@@ -46,6 +46,9 @@ def _idle_peer(rank, init_file, report):
         [(_, h, payload)] = _poll(mailbox)
         expected = torch.arange(NUMEL, dtype=torch.float32).cuda().mul_(3).add_(1).cpu()
         report.put(("result", h.kind, payload.device.type, bool(torch.equal(payload, expected))))
+        outbox.send(1, Header(STOP))
+        [(_, h, _)] = _poll(mailbox)
+        assert h.kind == BYE
     else:  # a receive from rank 0 is posted; GPU work on the default stream must not wait for it
         x = torch.randn(2048, 2048, device="cuda")
         t0 = time.monotonic()
@@ -57,6 +60,12 @@ def _idle_peer(rank, init_file, report):
         result = torch.arange(NUMEL, dtype=torch.float32, device="cuda").mul_(3).add_(payload.cuda())
         outbox.send(0, Header(RESULT, job=h.job, has_payload=True, payload_numel=NUMEL), result)
         del result  # the outbox keeps the CUDA tensor alive until its copy to the host is done
+        [(_, h, _)] = _poll(mailbox)
+        assert h.kind == STOP
+        outbox.send(0, Header(BYE))
+    # the runtime's shutdown: STOP, then BYE, end each peer's receiver thread before the group goes
+    # (a receive still posted when the process group is destroyed aborts the process)
+    assert mailbox.wait_closed(30.0)
     outbox.flush()
     outbox.close()
     dist.barrier()
@@ -108,5 +117,11 @@ def test_three_ranks_sharing_one_gpu_give_the_inprocess_run(tmp_path):
           f"{s3['final_accuracy']:.4f} (one process {s1['final_accuracy']:.4f})")
     assert s3["status"] == "completed"
     if not identical:
-        trained.assert_trained_alike(tmp_path / "one", tmp_path / "three", accuracy=0.03, model=0.03, weight=2e-3,
-                                     evaluations=9, learned=0.3)
+        # GPU kernels (atomics in convolution backward) round differently from run to run: the floor
+        # is what a second one-process run of the same command gives; W = 3 may not be further off
+        _run([*small, "--out", str(tmp_path / "again")], tmp_path, (sys.executable, "-m", "seafl_dist"))
+        floor = trained.model_distance(tmp_path / "one", tmp_path / "again")
+        apart = trained.model_distance(tmp_path / "one", tmp_path / "three")
+        print(f"final model vs one process (relative L2): W=3 {apart:.2e}, a second one-process run {floor:.2e}")
+        trained.assert_trained_alike(tmp_path / "one", tmp_path / "three", accuracy=0.03, model=max(0.03, 3 * floor),
+                                     weight=2e-3, evaluations=9, learned=0.3)
