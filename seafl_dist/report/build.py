@@ -28,7 +28,7 @@ from seafl_dist.report.tables import find_runs, fmt_value, group_rows, group_run
 
 FIGURES = [("best_accuracy", "best acc", 4), ("final_accuracy", "final acc", 4), ("aggregations", "aggregations", 0),
            ("virtual_time", "virtual time (s)", 1), ("mean_staleness", "mean staleness", 2),
-           ("notifications", "notifications", 0)]
+           ("notifications", "notifications", 0), ("drops", "drops", 0)]
 
 
 def _sweep_meta(paths) -> list[dict]:

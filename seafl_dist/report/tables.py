@@ -72,6 +72,7 @@ class RunResult:
             "virtual_time": rows[-1]["time"] if rows else 0.0,
             "mean_staleness": s.get("mean_staleness", stale),
             "notifications": s.get("notifications", rows[-1]["notifications"] if rows else 0),
+            "drops": (s.get("drops") or {}).get("total", 0),  # jobs lost to churn (docs/devices.md)
             "wall_time_s": s.get("wall_time_s", math.nan),
         }
 

@@ -74,12 +74,14 @@ def _show(value) -> str:
     return str(value)
 
 
-def summarise(sizes: list[int]) -> str:
-    """Every size for a small population; min / median / max (and the total) for a large one."""
+def summarise(sizes: list, total: bool = True) -> str:
+    """Every value for a small population; min / median / max (and the total, for counts) for a large one."""
+    def fmt(v) -> str:
+        return f"{v:g}" if isinstance(v, float) else str(v)
     if len(sizes) <= 12:
-        return ", ".join(map(str, sizes))
-    return (f"min {min(sizes)}, median {statistics.median(sizes):g}, max {max(sizes)} "
-            f"(total {sum(sizes)} over {len(sizes)} devices)")
+        return ", ".join(map(fmt, sizes))
+    return (f"min {fmt(min(sizes))}, median {statistics.median(sizes):g}, max {fmt(max(sizes))}"
+            + (f" (total {sum(sizes)} over {len(sizes)} devices)" if total else f" over {len(sizes)} devices"))
 
 
 def check_model(cfg: Config, found) -> str:
@@ -130,7 +132,7 @@ def population_lines(cfg: Config, n_samples: list[int], model_bytes: int) -> lis
     sps = pop.sec_per_sample * pop.compute_scale
     lines.append(f"profile: {d.profile} ({len(table)} rows, sha256 {table.sha256[:12]}...): {online} of "
                  f"{len(n_samples)} devices online at t=0, {int(pop.always.sum())} row(s) always on; seconds per "
-                 f"sample {summarise(sorted(sps.tolist()))}")
+                 f"sample {summarise(sorted(sps.tolist()), total=False)}")
     idle = None if cfg.clock.idle.distribution == "none" else SpeedModel(cfg.clock, n_samples, cfg.run.seed,
                                                                           cfg.train.epochs)
     why = ProfiledSpeed(pop, n_samples, cfg.train.epochs, idle).stall_reason()

@@ -11,7 +11,7 @@ from seafl_dist.report.sinks import METRIC_COLUMNS
 from seafl_dist.report.tables import find_runs, group_rows, group_runs, run_rows
 
 
-def make_run(path, curve, *, algorithm="seafl", seed=0, label=None, status="completed", extra=(), notify=0):
+def make_run(path, curve, *, algorithm="seafl", seed=0, label=None, status="completed", extra=(), notify=0, drops=None):
     """A run dir whose metrics.csv has one row per (time, accuracy) in ``curve``."""
     path.mkdir(parents=True)
     cfg = config_from_dict({"algorithm": {"name": algorithm}, "run": {"seed": seed}}, list(extra))
@@ -25,6 +25,8 @@ def make_run(path, curve, *, algorithm="seafl", seed=0, label=None, status="comp
                         "notifications": notify, "rejected": 0})
     summary = {"status": status, "aggregations": len(curve) - 1, "mean_staleness": 1.0, "notifications": notify,
                "wall_time_s": 1.5}
+    if drops is not None:  # a run with churn (docs/devices.md)
+        summary["drops"] = {"total": drops, "offline": 0, "dropout": drops}
     (path / "summary.json").write_text(json.dumps(summary))
     return path
 
@@ -83,6 +85,22 @@ def test_run_rows_and_files(sweep_dir, tmp_path):
     png = (out / "accuracy_vs_time.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
     assert "timeline.png" not in result["files"]  # only for a single run
+
+
+def test_drops_are_a_figure_of_runs_and_grid_points(tmp_path):
+    """Jobs lost to churn: summary.json's drops total, 0 for a run without churn; in both CSVs."""
+    make_run(tmp_path / "a" / "r0", [(0, 0.1), (5, 0.8)], extra=["run.seed=0"], drops=7)
+    make_run(tmp_path / "a" / "r1", [(0, 0.1), (7, 0.8)], extra=["run.seed=1"], drops=3)
+    make_run(tmp_path / "a" / "r2", [(0, 0.1), (6, 0.8)], extra=["run.seed=2", "algorithm.buffer_size=5"])
+    rows = {r["run"]: r for r in run_rows(group_runs(find_runs([tmp_path / "a"])), [0.8], None)}
+    assert (rows["r0"]["drops"], rows["r1"]["drops"], rows["r2"]["drops"]) == (7, 3, 0)
+    out = tmp_path / "rep"
+    write_report([tmp_path / "a"], out)
+    with open(out / "report.csv") as f:
+        means = sorted(float(r["drops_mean"]) for r in csv.DictReader(f))
+    assert means == [0.0, 5.0]
+    md = (out / "report.md").read_text()
+    assert "| drops |" in md or "| drops" in md.split("## Runs")[0]
 
 
 def test_groups_without_sweep_json_use_differing_keys(tmp_path):
