@@ -162,6 +162,7 @@ def prepare_sweep(sweep: Sweep, out: Path, jobs: int, index: int | None = None,
     """Expand and validate every run (and ``index``); write sweep.json and the per-run configs
     (not with ``write=False``: a dry run only says where they would go)."""
     runs = sweep.expand(threads=threads_per_run(jobs, sweep.launcher))
+    _check_profiles(sweep, runs)
     if index is not None and not 0 <= index < len(runs):
         raise ConfigError(f"--index {index}: sweep '{sweep.name}' has {len(runs)} runs, indices 0-{len(runs) - 1}; "
                           "`seafl sweep ... --list` prints them")
@@ -180,6 +181,17 @@ def prepare_sweep(sweep: Sweep, out: Path, jobs: int, index: int | None = None,
         _write_atomic(path, dump_config(r.config))
         planned.append((r, path, out / r.name))
     return planned
+
+
+def _check_profiles(sweep: Sweep, runs: list[SweepRun]) -> None:
+    """Every devices.profile a run names exists, before any run starts (not one failure per run later)."""
+    for r in runs:
+        path = r.config.devices.profile
+        if path is not None and not Path(path).is_file():
+            raise ConfigError(f"sweep '{sweep.name}', point '{r.label}': devices.profile={path} is not a file "
+                              f"(relative paths are taken from the directory the sweep runs in, {Path.cwd()}); "
+                              "run the sweep from the directory the path is relative to (for a packaged sweep: a "
+                              "checkout of the repository) or give an absolute path")
 
 
 def _write_atomic(path: Path, text: str) -> None:

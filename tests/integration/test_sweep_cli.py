@@ -151,3 +151,18 @@ def test_dry_run_writes_nothing_and_prints_commands(tiny, tmp_path):
     # one run at a time, but two ranks share the CPUs
     assert f"each rank gets runtime.threads={max(1, cpus_here() // 2)}" in proc.stderr
     assert not (tmp_path / "d").exists()  # no sweep.json, no configs, no run dirs
+
+
+def test_a_missing_profile_stops_the_sweep_before_any_run(tiny, tmp_path):
+    """A relative devices.profile resolves from where the sweep runs: from elsewhere, one line names
+    the point, the key and the fix, and nothing is written; from the right directory it runs."""
+    (tmp_path / "p.csv").write_text("id,sec_per_sample,download_bytes_per_s,upload_bytes_per_s,period_s,windows\n"
+                                    "a,0.01,inf,inf,,always\n")
+    args = ["sweep", tiny, "--grid", "devices.profile=p.csv", "run.max_aggregations=2", "--out", tmp_path / "s"]
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    proc = seafl(*args, cwd=elsewhere, check=False)
+    assert proc.returncode == 2 and "point 'profile=p.csv': devices.profile=p.csv is not a file" in proc.stderr
+    assert "Traceback" not in proc.stderr and not (tmp_path / "s").exists()
+    seafl(*args, cwd=tmp_path)
+    assert json.loads((tmp_path / "s" / "profile=p.csv,seed=0" / "summary.json").read_text())["status"] == "completed"
