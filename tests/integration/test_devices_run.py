@@ -134,6 +134,14 @@ def test_dry_run_prints_the_population(tmp_path, capsys):
     assert "warning: the run would stall at once: no job can land" in capsys.readouterr().out
 
 
+def test_population_summaries_total_counts_but_not_seconds():
+    """Shard sizes get a total; seconds per sample (a float per device) get none: no 0.10000000000000007."""
+    from seafl_dist.runtime.dryrun import summarise
+    assert summarise([600] * 13) == "min 600, median 600, max 600 (total 7800 over 13 devices)"
+    assert summarise([0.001] * 100, total=False) == "min 0.001, median 0.001, max 0.001 over 100 devices"
+    assert summarise([0.5, 0.25]) == "0.5, 0.25" and summarise([1_000_000, 3]) == "1000000, 3"
+
+
 def test_without_the_new_keys_config_and_metrics_are_unchanged(tmp_path):
     cfg = load_config(QUICKSTART, SMALL)
     text = dump_config(cfg)
