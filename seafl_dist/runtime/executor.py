@@ -9,6 +9,9 @@ The in-process executor, asked for a result it has not trained, takes that job a
 other pending jobs that finish first (virtual time); a worker takes its G earliest-finishing
 queued jobs. G = 1 trains one job at a time with train_job, today's bits; so does a model the
 fused step cannot train exactly (one line says why, before anything trains).
+
+On a GPU with ``runtime.cuda_graphs`` (the default) the G jobs instead train at once as CUDA
+graphs on G streams (train/graphed.py), each to the bits it has alone, so G changes no result.
 """
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ import torch
 from seafl_dist.sim import stream_seed
 from seafl_dist.train import train_job, train_jobs
 from seafl_dist.train.batched import fusion_blocker
+from seafl_dist.train.graphed import Slot, graph_blocker, train_slots
 
 
 @dataclass(frozen=True)
@@ -50,6 +54,14 @@ def run_job(exp, model, spec: JobSpec, start: torch.Tensor, on_step=None, result
                      result_device=exp.device if result_on_device else "cpu")
 
 
+def run_graphed(exp, slots, specs: list[JobSpec], starts: list[torch.Tensor], on_step=None) -> list[torch.Tensor]:
+    """Train the jobs as CUDA graphs on ``slots`` (train/graphed.py); results in order, on the CPU."""
+    cfg = exp.cfg
+    return train_slots(slots, starts, exp.train.to(exp.device), [exp.shard(s.device) for s in specs],
+                       epochs=[s.epochs for s in specs], batch_size=cfg.train.batch_size,
+                       seeds=[job_seeds(cfg, s)["seed"] for s in specs], augment=cfg.data.augment, on_step=on_step)
+
+
 def run_jobs(exp, model, specs: list[JobSpec], starts: list[torch.Tensor], on_step=None) -> list[torch.Tensor]:
     """Train several jobs together (one fused step for all, train/batched.py); results in order."""
     cfg = exp.cfg
@@ -58,6 +70,16 @@ def run_jobs(exp, model, specs: list[JobSpec], starts: list[torch.Tensor], on_st
                       epochs=[s.epochs for s in specs], batch_size=cfg.train.batch_size,
                       seeds=[s["seed"] for s in seeds], torch_seeds=[s["torch_seed"] for s in seeds],
                       augment=cfg.data.augment, device=exp.device, precision=cfg.runtime.precision, on_step=on_step)
+
+
+def out_of_memory(err: BaseException) -> bool:
+    """Whether ``err`` is, or was raised while handling, running out of GPU memory (a capture that
+    runs out ends in an error of its own about the capture)."""
+    while err is not None:
+        if isinstance(err, torch.cuda.OutOfMemoryError) or "out of memory" in str(err):
+            return True
+        err = err.__cause__ or err.__context__
+    return False
 
 
 class GroupTrainer:
@@ -71,28 +93,77 @@ class GroupTrainer:
         self.exp = exp
         self.model = model if model is not None else exp.new_model()
         self.limit = exp.cfg.runtime.batch_jobs
-        if self.limit > 1:  # before anything trains: can this model's jobs be fused exactly?
+        self.slots: list | None = None  # CUDA graph slots, made at the first group
+        self.graphs = exp.device.type == "cuda" and exp.cfg.runtime.cuda_graphs
+        if self.graphs:
+            why = graph_blocker(self.model)
+            if why is not None:
+                self._eager(f"its jobs cannot be captured as CUDA graphs: {why}")
+        if self.limit > 1 and not self.graphs:  # before anything trains: can this model's jobs be fused exactly?
             why = fusion_blocker(self.model, exp.train.to(exp.device), exp.device, exp.cfg.runtime.precision)
             if why is not None:
                 print(f"seafl: runtime.batch_jobs={self.limit}: training one job at a time, since the fused step "
                       f"cannot train this model exactly: {why}", file=sys.stderr)
                 self.limit = 1
 
+    def _eager(self, why: str) -> None:
+        print(f"seafl: runtime.cuda_graphs: training eagerly, since {why}", file=sys.stderr)
+        self.graphs = False
+
+    def _make_slots(self) -> list | None:
+        """``limit`` slots (halved while out of GPU memory), or None (and eager from now on) where capture fails."""
+        exp = self.exp
+        while self.slots is None:
+            made, oom = [], False
+            try:
+                for _ in range(self.limit):
+                    made.append(Slot(self.model, exp.train.to(exp.device), exp.cfg.train.batch_size, exp.device,
+                                     exp.cfg.runtime.precision))
+                self.slots = made
+            except Exception as err:  # noqa: BLE001 -- named in the line; eager steps then meet any real error
+                oom = out_of_memory(err)
+                if oom and self.limit == 1:
+                    raise
+                if not oom:
+                    self._eager(f"capturing its step failed ({type(err).__name__}: {str(err).splitlines()[0][:160]})")
+            if not oom and self.slots is None:
+                return None
+            if oom:  # outside the except: its traceback no longer holds the half-made slots' memory
+                made.clear()
+                self._halve(self.limit)
+        return self.slots
+
+    def _halve(self, n: int) -> None:
+        torch.cuda.empty_cache()
+        half = n // 2
+        print(f"seafl: out of GPU memory training {n} jobs at once; set runtime.batch_jobs={half} "
+              f"(was {self.exp.cfg.runtime.batch_jobs}); continuing with groups of {half}", file=sys.stderr)
+        self.limit = half
+        if self.slots is not None:
+            self.slots = self.slots[:half]
+
     def train(self, specs: list[JobSpec], starts: list[torch.Tensor], on_step=None,
               result_on_device=False) -> list[torch.Tensor]:
         """Results in order, on the CPU; a lone job's result stays on its device with
         ``result_on_device`` (see run_job)."""
+        if self.graphs and self._make_slots() is not None:
+            try:
+                return run_graphed(self.exp, self.slots, specs, starts, on_step)
+            except torch.cuda.OutOfMemoryError:
+                if len(self.slots) == 1:
+                    raise
+            self._halve(len(self.slots))  # each job's bits do not depend on its slot: the group trains again
+            return self.train(specs, starts, on_step, result_on_device)
         if len(specs) == 1:
             return [run_job(self.exp, self.model, specs[0], starts[0], on_step, result_on_device)]
         try:
             return run_jobs(self.exp, self.model, specs, starts, on_step)
         except torch.cuda.OutOfMemoryError:
-            torch.cuda.empty_cache()
             half = len(specs) // 2
             if half < self.limit:
-                print(f"seafl: out of GPU memory training {len(specs)} jobs at once; set runtime.batch_jobs={half} "
-                      f"(was {self.exp.cfg.runtime.batch_jobs}); continuing with groups of {half}", file=sys.stderr)
-                self.limit = half
+                self._halve(len(specs))
+            else:
+                torch.cuda.empty_cache()
         return (self.train(specs[:half], starts[:half], on_step, result_on_device)
                 + self.train(specs[half:], starts[half:], on_step, result_on_device))
 
