@@ -11,6 +11,7 @@ row above or from the default, in images/s:
 - eager, one job at a time, NCHW (train_job without channels-last) and channels-last (the fallback);
 - graphs: G = 1, 4, 8, 16 slots (streams); without per-epoch batch preparation (one gather per
   batch); NCHW instead of channels-last; bf16 autocast; runtime.deterministic;
+- the ceiling: one model at batch 640 (G = 20 x 32), bare eager, NCHW and channels-last;
 - the result's way to the host: one contiguous copy vs one copy per tensor (ms per ResNet-18).
 """
 from __future__ import annotations
@@ -82,6 +83,9 @@ def rows(args, device):
     for name, steps in (("resnet18", 16), ("lenet5", 19)):
         data = gt.synthetic(name, args.images, device)
         w = args.width
+        for cl in (False, True):  # the most batching can give: one model at batch 20 x 32
+            yield name, f"ceiling, bare eager batch 640{', channels-last' if cl else ''}", lambda cl=cl: gt.bare_eager(
+                name, w, 640, device, cl, min_s=args.min_s)
         yield name, "fused vmap, G=10 (cuda_graphs=false)", lambda: gt.ours(name, w, 10, steps, device, "32", data,
                                                                             path="fused")
         yield name, "eager train_job x 8, NCHW", lambda: eager_jobs(name, w, 8, steps, device, data, False)
@@ -109,7 +113,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     device = torch.device(args.device)
     args.groups = [int(g) for g in args.groups.split(",")]
-    args.width, args.images = (0.125, 512) if args.smoke else (1.0, 50_000)
+    args.width, args.images, args.min_s = (0.125, 512, 0.05) if args.smoke else (1.0, 50_000, 1.0)
     if args.smoke:
         torch.set_num_threads(1)
     gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU ({torch.get_num_threads()} threads)"

@@ -31,9 +31,9 @@ step() {  # step NAME SECONDS COMMAND...: run under timeout, log to $LOGS/NAME.l
     status=$((status | rc))
 }
 want() { [ "$PART" = all ] || [ "$PART" = "$1" ]; }
-want tests && step tests_gpu 200 python3 -m pytest -q tests/gpu -s -p no:cacheprovider
-want run && step full_run 120 python3 benchmarks/gpu_full_run.py --jobs 200
-want levers && step levers 100 python3 benchmarks/gpu_levers.py
+want tests && step tests_gpu 170 python3 -m pytest -q tests/gpu -s -p no:cacheprovider
+want run && step full_run 100 python3 benchmarks/gpu_full_run.py --jobs 200
+want levers && step levers 110 python3 benchmarks/gpu_levers.py
 want bench && step throughput 110 python3 benchmarks/gpu_throughput.py --models resnet18,lenet5 --no-full-run
 tar -czf "$OUT/gpu_session.tar.gz" -C "$OUT" logs
 echo "gpu_session: exit status $status; logs in $OUT/gpu_session.tar.gz" | tee -a "$LOGS/summary.txt"
