@@ -65,6 +65,8 @@ class WandbConfig:
     entity: Optional[str] = key(None, "W&B entity (user or team); `null`: your default")
     group: Optional[str] = key(None, "W&B group; `null`: none (a sweep's runs: the sweep's name)")
     tags: list = key([], "W&B tags")
+    job_type: Optional[str] = key(None, "W&B job type; `null`: `seafl-run` (a sweep's runs: their grid point's label, "
+                                  "e.g. `SEAFL, K = 10`, so W&B can show a mean and band per point)")
 
     def __post_init__(self) -> None:
         _choice("logging.wandb.mode", self.mode, ("online", "offline", "disabled"))
