@@ -83,11 +83,14 @@ def _usual(configs: list[dict], keys: list[str]) -> dict:
     return usual
 
 
+def _part(config: dict, key: str) -> str:
+    return f"{SYMBOLS.get(key, key.rsplit('.', 1)[-1])} = {value_text(key, config.get(key))}"
+
+
 def _label(config: dict, keys: list[str], usual: dict) -> str:
     algo = str(config.get("algorithm.name"))
     parts = [algorithm_name(algo)] if "algorithm.name" in keys else []
-    parts += [f"{SYMBOLS.get(k, k.rsplit('.', 1)[-1])} = {value_text(k, config.get(k))}" for k in keys
-              if k != "algorithm.name" and _used(config, k) and
+    parts += [_part(config, k) for k in keys if k != "algorithm.name" and _used(config, k) and
               usual.get((algo, k)) != json.dumps(config.get(k), sort_keys=True, default=str)]
     return ", ".join(parts)
 
@@ -98,8 +101,8 @@ def reader_labels(configs: list[dict]) -> list[str]:
     labels = [_label(c, keys, _usual(configs, keys)) for c in configs]
     if len(set(labels)) < len(labels):  # spell out every varying key: the usual values, the budget, keys ignored
         every = varying_keys(configs, arms_only=False)
-        labels = [lab if labels.count(lab) == 1 else _label(c, every, {}) + "".join(
-            f", {SYMBOLS.get(k, k)} = {value_text(k, c.get(k))}" for k in every if not _used(c, k))
+        labels = [lab if labels.count(lab) == 1 else
+                  ", ".join([p for p in [_label(c, every, {})] if p] + [_part(c, k) for k in every if not _used(c, k)])
                   for c, lab in zip(configs, labels)]
     return [lab or algorithm_name(c.get("algorithm.name", "run")) for c, lab in zip(configs, labels)]
 
