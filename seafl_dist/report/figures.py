@@ -67,13 +67,30 @@ def write_rows(path: Path, rows: list[dict]) -> None:
 
 
 def arms(groups) -> tuple[list[str], list[dict]]:
-    """(reader labels, styles) of the groups, in their order."""
+    """(reader labels, styles) of the groups, in their order; the sweep's name added where two
+    sweeps hold the same grid point."""
     configs = [g.config for g in groups]
-    return reader_labels(configs), styles(configs)
+    labels = reader_labels(configs)
+    labels = [f"{lab} ({g.sweep})" if g.sweep and labels.count(lab) > 1 else lab for lab, g in zip(labels, groups)]
+    return labels, styles(configs)
 
 
 def title_of(groups) -> str:
-    return figure_title([g.config for g in groups], [len(g.runs) for g in groups])
+    return wrap(figure_title([g.config for g in groups], [len(g.runs) for g in groups]), 60)
+
+
+def wrap(text: str, width: int = 42) -> str:
+    """Break a label or title at its ", " parts into lines of at most ``width`` characters where it can
+    (a long one ran off the figure's edge); a part longer than that keeps a line of its own."""
+    lines: list[str] = []
+    for part in text.split(", "):
+        if lines and len(lines[-1]) + 2 + len(part) <= width:
+            lines[-1] += ", " + part
+        else:
+            lines.append(part)
+            if len(lines) > 1:
+                lines[-2] += ","
+    return "\n".join(lines)
 
 
 def seeds_caption(groups) -> str:
@@ -86,7 +103,7 @@ def seeds_caption(groups) -> str:
 
 def legend_columns(labels: list[str]) -> int:
     """As many legend columns as the longest label lets fit in a 5.2 in wide figure."""
-    longest = max(map(len, labels), default=0)
+    longest = max((len(line) for x in labels for line in wrap(x).split("\n")), default=0)
     return 3 if longest <= 14 else 2 if longest <= 26 else 1
 
 
@@ -153,13 +170,14 @@ def plot_accuracy_vs_time(groups, targets, path: str | Path, *, until: float | N
     rows = []
     with paper_style():
         ncol = legend_columns(labels)
-        fig = new_figure(figsize=(5.2, 3.9 + 0.24 * math.ceil(len(groups) / ncol)))
+        legend_rows = math.ceil(sum(wrap(x).count("\n") + 1 for x in labels) / ncol)
+        fig = new_figure(figsize=(5.2, 3.9 + 0.24 * legend_rows))
         ax = fig.subplots()
         for g, label, look, c in zip(groups, labels, looks, curves):
             if not len(c["time"]):
                 continue
             every = max(1, int(np.searchsorted(c["time"], end)) // 6)
-            ax.plot(c["time"], c["mean"], drawstyle="steps-post", lw=1.6, label=label, color=look["color"],
+            ax.plot(c["time"], c["mean"], drawstyle="steps-post", lw=1.6, label=wrap(label), color=look["color"],
                     linestyle=look["linestyle"], marker=look["marker"], markevery=every, ms=4.5, zorder=3)
             if len(g.runs) > 1:
                 ax.fill_between(c["time"], c["min"], c["max"], step="post", color=look["color"], alpha=0.12,
@@ -206,7 +224,9 @@ def plot_time_to_target(groups, targets, path: str | Path, *, title: str | None 
     labels, looks = arms(groups)
     rows = []
     with paper_style():
-        fig = new_figure(figsize=(max(4.2, 2.1 * len(targets) + 0.09 * max(map(len, labels), default=0)), 1.3 + 0.3 * len(groups)))
+        lines = [wrap(x).count("\n") + 1 for x in labels]
+        fig = new_figure(figsize=(max(4.2, 2.1 * len(targets) + 0.09 * min(42, max(map(len, labels), default=0))),
+                                  1.3 + 0.3 * sum(lines)))
         axes = np.atleast_1d(fig.subplots(1, max(1, len(targets)), sharey=True, squeeze=False)[0])
         for ax, target in zip(axes, targets):
             times = [[r.ttt(target) for r in g.runs] for g in groups]
@@ -224,7 +244,7 @@ def plot_time_to_target(groups, targets, path: str | Path, *, title: str | None 
             ax.set_title(f"to {target:.0%}")
             ax.set_xlabel("virtual time (s)")
             ax.grid(axis="x", alpha=0.3)
-        axes[0].set_yticks(range(len(groups)), labels)
+        axes[0].set_yticks(range(len(groups)), [wrap(x) for x in labels])
         axes[0].set_ylim(len(groups) - 0.5, -0.5)
         fig.suptitle((title if title is not None else title_of(groups)) + "\n" + TTT_CAPTION, fontsize=10)
     save(fig, Path(path), rows)

@@ -18,7 +18,7 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import NullLocator
 
-from seafl_dist.report.figures import never_axis, new_figure, paper_style, save, title_of
+from seafl_dist.report.figures import never_axis, new_figure, paper_style, save, title_of, wrap
 from seafl_dist.report.labels import INFINITE_WHEN_NULL, SYMBOLS, reader_labels, styles, value_text, varying_keys
 
 
@@ -102,7 +102,7 @@ def plot_time_vs_value(groups, key: str, targets, path: str | Path, *, title: st
                               "reached": len(hit), "seeds": len(ts)} for r, t in zip(g.runs, ts)]
                 finite = [(x, m) for x, m in zip(xs, means) if m != never]
                 ax.plot([x for x, _ in finite], [m for _, m in finite], color=look["color"], lw=1.6,
-                        linestyle=look["linestyle"], marker=look["marker"], ms=5, label=name, zorder=3)
+                        linestyle=look["linestyle"], marker=look["marker"], ms=5, label=wrap(name), zorder=3)
                 gone = [x for x, m in zip(xs, means) if m == never]
                 if gone:
                     ax.scatter(gone, [never] * len(gone), marker=look["marker"], s=30, facecolor="white",
