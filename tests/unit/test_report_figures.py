@@ -176,3 +176,32 @@ def test_report_writes_each_figure_as_png_pdf_and_csv(k_groups, tmp_path):
     with open(out / "time_to_target_vs_buffer_size.csv") as f:
         vs = [r for r in csv.DictReader(f) if r["line"] == "FedBuff, β = ∞" and r["target"] == "0.9"]
     assert [(r["algorithm.buffer_size"], float(r["mean_of_reached"])) for r in vs][::3] == [("5", 60.0), ("10", pytest.approx(92 / 3))]
+
+
+def test_long_labels_and_titles_stay_inside_the_figure(tmp_path):
+    """Arms differing in many keys: their labels and the title wrap at ", " instead of running off the edge."""
+    extra = ["data.concentration={}", "train.lr={}", "train.momentum={}", "algorithm.theta={}", "clock.sec_per_sample={}"]
+    for i, scale in enumerate((0.5, 0.25)):
+        make_run(tmp_path / "w" / f"r{i}", [(0, .1), (10 * (i + 1), .9)], seed=0,
+                 extra=[e.format(v) for e, v in zip(extra, (scale, scale / 10, scale, scale, scale / 100))])
+    groups = group_runs(find_runs([tmp_path / "w"]))
+    fig = plot_accuracy_vs_time(groups, [0.9], tmp_path / "a.png")
+    fig.canvas.draw()
+    renderer, box = fig.canvas.get_renderer(), fig.bbox
+    texts = [*fig.legends[0].get_texts(), fig.axes[0].title]
+    assert max(len(line) for t in texts for line in t.get_text().split("\n")) <= 60
+    assert all("\n" in t.get_text() for t in texts)  # each was too long for one line
+    for t in texts:
+        b = t.get_window_extent(renderer)
+        assert box.x0 <= b.x0 and b.x1 <= box.x1 and box.y0 <= b.y0 and b.y1 <= box.y1, t.get_text()
+    assert fig.legends[0].get_texts()[0].get_text().replace(",\n", ", ") == \
+        "ϑ = 0.5, lr = 0.05, momentum = 0.5, sec_per_sample = 0.005, concentration = 0.5"  # in config order
+
+
+def test_a_grid_point_two_sweeps_share_is_named_with_its_sweep(tmp_path):
+    curves = {("seafl", 5): CURVES[("seafl", 5)]}
+    for name in ("first", "second"):
+        sweep(tmp_path / name, curves, "buffer_size", str, [0.9])
+    groups = group_runs(find_runs([tmp_path / "first", tmp_path / "second"]))
+    lines = mean_lines(plot_accuracy_vs_time(groups, [0.9], tmp_path / "a.png"))
+    assert list(lines) == ["SEAFL (first)", "SEAFL (second)"]
