@@ -19,7 +19,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import NullLocator
 
 from seafl_dist.report.figures import never_axis, new_figure, paper_style, save, title_of, wrap
-from seafl_dist.report.labels import INFINITE_WHEN_NULL, SYMBOLS, reader_labels, styles, value_text, varying_keys
+from seafl_dist.report.labels import INFINITE_WHEN_NULL, SYMBOLS, ZERO_WHEN_NULL, reader_labels, styles, value_text, varying_keys
 
 
 CAPTION = "line: mean of the seeds that reached the target; dots: seeds; bar: their min–max; hollow: never"
@@ -28,6 +28,8 @@ CAPTION = "line: mean of the seeds that reached the target; dots: seeds; bar: th
 def _number(key: str, v) -> float | None:
     if v is None and key in INFINITE_WHEN_NULL:
         return math.inf
+    if v is None and key in ZERO_WHEN_NULL:  # no dropout
+        return 0.0
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 

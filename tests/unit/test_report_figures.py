@@ -205,3 +205,19 @@ def test_a_grid_point_two_sweeps_share_is_named_with_its_sweep(tmp_path):
     groups = group_runs(find_runs([tmp_path / "first", tmp_path / "second"]))
     lines = mean_lines(plot_accuracy_vs_time(groups, [0.9], tmp_path / "a.png"))
     assert list(lines) == ["SEAFL (first)", "SEAFL (second)"]
+
+
+def test_a_dropout_sweep_plots_no_dropout_as_zero(tmp_path):
+    curves = {("seafl", p): [[(0, .1), (t, .9)]] for p, t in ((None, 20), (0.1, 30), (0.3, 50))}
+    runs = []
+    for (alg, p), (curve,) in curves.items():
+        name = f"dropout={p}"
+        make_run(tmp_path / "d" / name, curve, extra=[f"devices.dropout={'null' if p is None else p}"])
+        runs.append({"name": name, "label": name, "seed": 0})
+    (tmp_path / "d" / "sweep.json").write_text(json.dumps({"name": "d", "targets": [0.9], "runs": runs}))
+    groups = group_runs(find_runs([tmp_path / "d"]))
+    assert swept_keys(groups) == ["devices.dropout"]
+    ax = plot_time_vs_value(groups, "devices.dropout", [0.9], tmp_path / "v.png").axes[0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["0", "0.1", "0.3"] and ax.get_xlabel() == "dropout"
+    line = [line for line in ax.get_lines() if line.get_label() == "SEAFL"][0]
+    assert list(line.get_xdata()) == [0, 0.1, 0.3] and list(line.get_ydata()) == [20, 30, 50]
