@@ -159,26 +159,25 @@ def write_report(paths, out: str | Path, *, targets: list[float] | None = None, 
     (out / "report.md").write_text(md)
     write_csvs(out, grows, rrows, targets)
     files = {"report.md": out / "report.md", "report.csv": out / "report.csv", "runs.csv": out / "runs.csv"}
-    files.update(figures(groups, targets, out, until=until, log_x=log_x, seed_curves=seed_curves))
+    drawn = figures(groups, targets, out, until=until, log_x=log_x, seed_curves=seed_curves)
+    files.update({f"{stem}.{ext}": out / f"{stem}.{ext}" for stem in drawn for ext in ("png", "pdf", "csv")})
     if len(runs) == 1 and (runs[0].dir / "events.jsonl").exists():
         files["timeline.png"] = plot_timeline(runs[0].dir / "events.jsonl", out / "timeline.png", until=until)
         files.update(population_plot(runs[0].dir, out, until))
-    return {"markdown": md, "files": files, "groups": grows, "runs": rrows, "targets": targets, "baseline": baseline}
+    return {"markdown": md, "files": files, "groups": grows, "runs": rrows, "targets": targets, "baseline": baseline,
+            "figures": drawn}
 
 
 def figures(groups, targets: list[float], out: Path, *, until=None, log_x=False, seed_curves=False) -> dict:
-    """The paper's figures of these groups, each as PNG, PDF and CSV: {file name: path}."""
-    name = "accuracy_vs_time"
-    plot_accuracy_vs_time(groups, targets, out / f"{name}.png", until=until, log_x=log_x, seed_curves=seed_curves)
-    names = [name]
+    """The paper's figures of these groups, each saved as PNG, PDF and CSV: {file stem: matplotlib Figure}."""
+    drawn = {"accuracy_vs_time": plot_accuracy_vs_time(groups, targets, out / "accuracy_vs_time.png", until=until,
+                                                       log_x=log_x, seed_curves=seed_curves)}
     if targets:
-        plot_time_to_target(groups, targets, out / "time_to_target.png")
-        names.append("time_to_target")
+        drawn["time_to_target"] = plot_time_to_target(groups, targets, out / "time_to_target.png")
         for key in swept_keys(groups):
-            name = f"time_to_target_vs_{key.rsplit('.', 1)[-1]}"
-            plot_time_vs_value(groups, key, targets, out / f"{name}.png")
-            names.append(name)
-    return {f"{n}.{ext}": out / f"{n}.{ext}" for n in names for ext in ("png", "pdf", "csv")}
+            stem = f"time_to_target_vs_{key.rsplit('.', 1)[-1]}"
+            drawn[stem] = plot_time_vs_value(groups, key, targets, out / f"{stem}.png")
+    return drawn
 
 
 def population_plot(run_dir: Path, out: Path, until: float | None) -> dict:

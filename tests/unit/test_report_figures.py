@@ -221,3 +221,16 @@ def test_a_dropout_sweep_plots_no_dropout_as_zero(tmp_path):
     assert [t.get_text() for t in ax.get_xticklabels()] == ["0", "0.1", "0.3"] and ax.get_xlabel() == "dropout"
     line = [line for line in ax.get_lines() if line.get_label() == "SEAFL"][0]
     assert list(line.get_xdata()) == [0, 0.1, 0.3] and list(line.get_ydata()) == [20, 30, 50]
+
+
+def test_the_report_command_hands_its_figure_options_to_every_time_axis(k_groups, tmp_path, monkeypatch):
+    from seafl_dist import cli
+    from seafl_dist.report import build
+    drawn = []
+    real = build.write_report
+    monkeypatch.setattr(build, "write_report", lambda *a, **kw: drawn.append(real(*a, **kw)) or drawn[-1])
+    out = tmp_path / "rep"
+    assert cli.main(["report", str(tmp_path / "k"), "--out", str(out), "--until", "50", "--log-x", "--seed-curves"]) == 0
+    ax = drawn[0]["figures"]["accuracy_vs_time"].axes[0]
+    assert ax.get_xscale() == "log" and ax.get_xlim()[1] == 50 and len(ax.get_lines()) == 5 + 15 + 2
+    assert set(drawn[0]["figures"]) == {"accuracy_vs_time", "time_to_target", "time_to_target_vs_buffer_size"}
