@@ -94,8 +94,8 @@ def evaluate(module, flat: torch.Tensor, data, *, batch_size: int = 1024, device
     # channels-last on a CPU: LeNet-5 evaluates 10,000 MNIST images in 0.29 s instead of 0.66 s
     # (1 thread; ResNet-18 and VGG-16 gain 1.3-1.5x); on a GPU as the model trains (memory_format).
     fmt = torch.channels_last if getattr(module, "channels_last_eval", False) else torch.contiguous_format
+    load_flat(module, flat)
     module.to(device, memory_format=fmt).eval()
-    load_flat(module, flat.to(device))  # one copy to the GPU, not one per tensor
     batch_size = min(batch_size, getattr(module, "_seafl_eval_batch", batch_size))
     while True:
         try:
