@@ -31,7 +31,9 @@ step() {  # step NAME SECONDS COMMAND...: run under timeout, log to $LOGS/NAME.l
     status=$((status | rc))
 }
 want() { [ "$PART" = all ] || [ "$PART" = "$1" ]; }
-want tests && step tests_gpu 170 python3 -m pytest -q tests/gpu -s -p no:cacheprovider
+# the byte tests first: they are what a session must not run out of time before
+want tests && step tests_gpu 200 python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_reproducible.py \
+    tests/gpu/test_gpu_transport.py tests/gpu/test_batched_cuda.py tests/gpu/test_cuda.py
 want run && step full_run 100 python3 benchmarks/gpu_full_run.py --jobs 200
 want levers && step levers 110 python3 benchmarks/gpu_levers.py
 want bench && step throughput 110 python3 benchmarks/gpu_throughput.py --models resnet18,lenet5 --no-full-run

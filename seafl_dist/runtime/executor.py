@@ -16,6 +16,7 @@ graphs on G streams (train/graphed.py), each to the bits it has alone, so G chan
 from __future__ import annotations
 
 import sys
+import threading
 from dataclasses import dataclass
 
 import torch
@@ -89,12 +90,13 @@ class GroupTrainer:
     does not depend on its group), the limit drops to what fit, and one line names
     ``runtime.batch_jobs`` and that value, instead of a CUDA traceback."""
 
-    def __init__(self, exp, model=None):
+    def __init__(self, exp, model=None, graphs: bool | None = None):
         self.exp = exp
         self.model = model if model is not None else exp.new_model()
         self.limit = exp.cfg.runtime.batch_jobs
         self.slots: list | None = None  # CUDA graph slots, made at the first group
-        self.graphs = exp.device.type == "cuda" and exp.cfg.runtime.cuda_graphs
+        # graphs=True on a CPU: the slots' code stepping eagerly (the tests' way to run it end to end)
+        self.graphs = exp.device.type == "cuda" and exp.cfg.runtime.cuda_graphs if graphs is None else graphs
         if self.graphs:
             why = graph_blocker(self.model)
             if why is not None:
@@ -169,32 +171,87 @@ class GroupTrainer:
 
 
 class InProcessExecutor:
-    """Trains lazily, in this process, one model instance reused for every job."""
+    """Trains in this process, one model instance (or one set of graph slots) reused for every job.
 
-    def __init__(self, exp):
+    Lazily by default: a job trains when its result is first asked for, with the G - 1 other
+    pending jobs that finish first. With CUDA-graph slots (a job's bits do not depend on its group)
+    a thread trains ahead instead: whatever is pending, earliest finish first, G at a time, while
+    the server aggregates and evaluates, so the GPU does not wait for them."""
+
+    def __init__(self, exp, graphs: bool | None = None):
         self.exp = exp
-        self.trainer = GroupTrainer(exp)
+        self.trainer = GroupTrainer(exp, graphs=graphs)
         self.model = self.trainer.model
         self._pending: dict[int, tuple[JobSpec, torch.Tensor]] = {}
         self._done: dict[int, torch.Tensor] = {}  # trained with an earlier group, not yet asked for
+        self._ahead = None
+        if self.trainer.graphs and self.trainer._make_slots() is not None:
+            self._ahead = threading.Condition()
+            self._error: BaseException | None = None
+            self._closed = False
+            self._thread = threading.Thread(target=self._train_ahead, name="seafl-train-ahead", daemon=True)
+            self._thread.start()
+
+    def _take_group(self, n: int) -> list:
+        """The ``n`` pending jobs that finish first (or all), taken out of the pending ones."""
+        group = sorted(self._pending.values(), key=lambda p: (p[0].finish, p[0].job))[:n]
+        for spec, _ in group:
+            del self._pending[spec.job]
+        return group
+
+    def _train_ahead(self) -> None:
+        if self.exp.device.type == "cuda":
+            torch.cuda.set_device(self.exp.device)
+        while True:
+            with self._ahead:
+                while not self._pending and not self._closed:
+                    self._ahead.wait()
+                if self._closed:
+                    return
+                group = self._take_group(self.trainer.limit)
+            try:
+                flats = self.trainer.train([g[0] for g in group], [g[1] for g in group])
+            except BaseException as err:  # noqa: BLE001 -- raised again where the result is asked for
+                with self._ahead:
+                    self._error = err
+                    self._ahead.notify_all()
+                return
+            with self._ahead:
+                self._done.update((spec.job, flat) for (spec, _), flat in zip(group, flats))
+                self._ahead.notify_all()
 
     def submit(self, spec: JobSpec, start: torch.Tensor) -> None:
-        self._pending[spec.job] = (spec, start)
+        if self._ahead is None:
+            self._pending[spec.job] = (spec, start)
+            return
+        with self._ahead:
+            self._pending[spec.job] = (spec, start)
+            self._ahead.notify_all()
 
     def result(self, job: int) -> torch.Tensor:
+        if self._ahead is not None:
+            with self._ahead:
+                while job not in self._done:
+                    if self._error is not None:
+                        raise self._error
+                    self._ahead.wait(timeout=0.5)  # a timeout, so that signals are handled meanwhile
+                return self._done.pop(job)
         if job in self._done:
             return self._done.pop(job)
         group = [self._pending.pop(job)]
-        # the G - 1 other pending jobs that finish first join it (none when G = 1)
-        others = sorted(self._pending.values(), key=lambda p: (p[0].finish, p[0].job))[:self.trainer.limit - 1]
-        for spec, _ in others:
-            del self._pending[spec.job]
-        group += others
+        group += self._take_group(self.trainer.limit - 1)  # the G - 1 others that finish first (none when G = 1)
         flats = self.trainer.train([g[0] for g in group], [g[1] for g in group])
         for (spec, _), flat in zip(group[1:], flats[1:]):
             self._done[spec.job] = flat
         return flats[0]
 
     def close(self) -> None:
+        """Forget what is pending; the thread (if any) ends after the group it is training."""
+        if self._ahead is not None:
+            with self._ahead:
+                self._closed = True
+                self._ahead.notify_all()
+            if self._thread is not threading.current_thread():
+                self._thread.join()
         self._pending.clear()
         self._done.clear()

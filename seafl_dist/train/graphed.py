@@ -105,7 +105,8 @@ class Slot:
         self.optimizer.step()
 
     def begin(self, start: torch.Tensor) -> None:
-        """Load a job's start model; its SGD starts afresh (momentum zero: the first step's bits)."""
+        """Load a job's start model (a flat vector, on the host or this device); its SGD starts
+        afresh (momentum zero: the first step's bits)."""
         load_flat(self.module, start.to(self.device, non_blocking=True))
         for buf in self.buffers:
             buf.zero_()
@@ -166,14 +167,19 @@ def train_slots(slots: list[Slot], starts: list[torch.Tensor], data, shards: lis
     copies = [None] * len(starts)
     caller = torch.cuda.current_stream(device) if device.type == "cuda" else None
 
+    on_device: dict[int, torch.Tensor] = {}  # id(start) -> it on the GPU: jobs of one version cross once
+
     def start(s: int) -> None:
         j = queue.popleft()
         slot = slots[s]
         with on(slot.stream):
-            slot.begin(starts[j])
+            slot.begin(on_device.get(id(starts[j]), starts[j]))
             plan = StepPlan(shards[j], epochs[j], batch_size, seeds[j], augment)
             running[s] = (j, _feed(plan, data, device, slot.fmt))
 
+    if caller is not None:  # every start the group needs, on the GPU before any slot reads one
+        for j in range(len(starts)):
+            on_device.setdefault(id(starts[j]), starts[j].to(device, non_blocking=True))
     for s in range(len(slots)):
         if caller is not None:
             slots[s].stream.wait_stream(caller)
