@@ -29,10 +29,10 @@ USES = {  # the algorithm.* keys each built-in rule reads and does not fix itsel
     "fedasync": ("staleness_limit", "mixing", "staleness_fn", "poly_a", "hinge_a", "hinge_b", "partial"),
     "fedavg": ()}
 NOT_ARMS = ("name", "run.", "logging.", "runtime.")  # budget, bookkeeping and execution: not what an arm is
-HUES = {"seafl": "Blues", "seafl2": "Purples", "fedbuff": "Oranges", "fedasync": "Greens", "fedavg": "Reds"}
-SPARE_HUES = ("Greys", "YlOrBr", "PuRd", "BuGn")
+HUES = {"seafl": "Blues", "seafl2": "Purples", "fedbuff": "Oranges", "fedasync": "Greens", "fedavg": "Greys"}
+SPARE_HUES = ("Reds", "YlOrBr", "PuRd", "BuGn")  # (not FedAvg red beside FedAsync green: colour-blind readers)
 LINESTYLES = ("-", "--", "-.", ":", (0, (5, 1, 1, 1, 1, 1)), (0, (8, 2)))
-MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+MARKERS = ("o", "s", "^", "D", "v", "P", "h", "*")  # not "X": the time-to-target figure's "never"
 
 
 def algorithm_name(name) -> str:
@@ -133,17 +133,18 @@ def figure_title(configs: list[dict], seeds: list[int]) -> str:
 
 
 def styles(configs: list[dict]) -> list[dict]:
-    """Matplotlib keyword sets, one per arm: hue by algorithm, shade, line style and marker by rank within it."""
+    """Matplotlib keyword sets, one per arm: hue by algorithm, shade and line style by rank within it,
+    marker by rank among all arms."""
     from matplotlib import colormaps
     algos = list(dict.fromkeys(str(c.get("algorithm.name")) for c in configs))
     spare = iter(SPARE_HUES * (1 + len(algos)))
     hue = {a: HUES.get(a) or next(spare) for a in algos}
     out, seen = [], {a: 0 for a in algos}
-    for c in configs:
+    for rank, c in enumerate(configs):
         a = str(c.get("algorithm.name"))
         n, i = sum(str(d.get("algorithm.name")) == a for d in configs), seen[a]
         seen[a] += 1
         shade = 0.75 if n == 1 else 0.5 + 0.45 * i / (n - 1)  # paler than 0.5 is hard to see
         out.append({"color": colormaps[hue[a]](shade), "linestyle": LINESTYLES[i % len(LINESTYLES)],
-                    "marker": MARKERS[(i + algos.index(a)) % len(MARKERS)]})
+                    "marker": MARKERS[rank % len(MARKERS)]})  # no two of up to 8 arms share one
     return out
