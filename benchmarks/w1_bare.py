@@ -40,6 +40,15 @@ def write_synthetic(root: Path) -> None:
             (raw / f"{split}-{kind}-ubyte").write_bytes(header + arr.tobytes())
 
 
+def mnist_or_synthetic(root: str, tmp: Path) -> tuple[Path, str]:
+    """``root`` if it holds MNIST's IDX files, else synthetic ones written under ``tmp``; and what they are."""
+    data_root = Path(root).resolve()
+    if has_mnist(data_root):
+        return data_root, f"the MNIST IDX files in {data_root}"
+    write_synthetic(tmp / "data")
+    return tmp / "data", f"synthetic MNIST-format IDX files in {tmp / 'data'} (no MNIST under {root})"
+
+
 def read_idx_images(root: Path, split: str = "train"):
     """The images of ``split`` (train, t10k) as a uint8 tensor (n, 1, 28, 28), read as a bare script would."""
     import gzip

@@ -39,7 +39,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from w1_bare import has_mnist, write_synthetic  # beside this script
+from w1_bare import mnist_or_synthetic  # beside this script
 from w1_overhead import ROOT, run_torchrun
 
 APP = Path(__file__).with_name("w1_flower_app.py")
@@ -114,12 +114,7 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        data_root = Path(args.data_root).resolve()
-        source = f"the MNIST IDX files in {data_root}"
-        if not has_mnist(data_root):
-            data_root = tmp / "data"
-            write_synthetic(data_root)
-            source = f"synthetic MNIST-format IDX files (no MNIST under {args.data_root})"
+        data_root, source = mnist_or_synthetic(args.data_root, tmp)
         load_before = os.getloadavg()
         times, loops, cpus = {"seafl": [], "flower": []}, {"seafl": [], "flower": []}, {"seafl": [], "flower": []}
         for i in range(args.pairs):

@@ -76,6 +76,14 @@ DIRECTIONS = {  # how this code and the dir end up with numerics versions 2 and 
 }
 
 
+def other_numerics(monkeypatch, run_dir, direction) -> dict:
+    """Put ``run_dir`` and this code at numerics versions 2 and 1 as ``direction`` says; its DIRECTIONS entry."""
+    d = DIRECTIONS[direction]
+    rewrite_records(run_dir, **d["dir_fields"])
+    monkeypatch.setattr(versions, "NUMERICS", d["code"])
+    return d
+
+
 def test_summary_and_every_checkpoint_record_both_versions(dirs):
     killed, done = dirs
     want = {"seafl_version": seafl_dist.__version__, "numerics": seafl_dist.NUMERICS}
@@ -87,9 +95,7 @@ def test_summary_and_every_checkpoint_record_both_versions(dirs):
 @pytest.mark.parametrize("direction", DIRECTIONS)
 def test_resume_across_numerics_versions_is_refused_and_overwrite_starts_afresh(capsys, monkeypatch, dirs, killed,
                                                                                 direction):
-    d = DIRECTIONS[direction]
-    rewrite_records(killed, **d["dir_fields"])
-    monkeypatch.setattr(versions, "NUMERICS", d["code"])
+    d = other_numerics(monkeypatch, killed, direction)
     for argv in (["run", "--resume", killed], run_args(ARGS, killed)):
         err = refused(capsys, argv, killed)
         assert err.startswith(f"seafl: error: checkpoint {killed / 'checkpoint-00000004.pt'} was trained "
@@ -105,9 +111,7 @@ def test_resume_across_numerics_versions_is_refused_and_overwrite_starts_afresh(
 @pytest.mark.parametrize("direction", DIRECTIONS)
 def test_a_completed_run_of_another_numerics_version_is_refused_not_reported(capsys, monkeypatch, dirs, done,
                                                                               direction):
-    d = DIRECTIONS[direction]
-    rewrite_records(done, **d["dir_fields"])
-    monkeypatch.setattr(versions, "NUMERICS", d["code"])
+    d = other_numerics(monkeypatch, done, direction)
     err = refused(capsys, run_args(ARGS, done), done)
     assert err.startswith(f"seafl: error: run dir {done} holds a completed run trained {d['dir_says']}, and "
                           f"{d['code_says']} (other bits); "), err
