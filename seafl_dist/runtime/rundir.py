@@ -8,10 +8,11 @@ between runs. :func:`config_diff` is the one comparison of configs that ``seafl 
 
 Which config keys may differ between a run dir and the command that reuses it (resume, or the
 "completed" check): where and how it runs, not what it computes: ``runtime.device``,
-``.threads``, ``.backend``, ``.placement``, ``.timeout_s``, every ``logging.*`` key, ``name`` and
+``.threads``, ``.backend``, ``.placement``, ``.timeout_s``, ``.cuda_graphs`` (a graph gives the eager step's
+bits), every ``logging.*`` key, ``name`` and
 ``run.checkpoint_every``/``_s``, and ``devices.profile``'s path: its content is compared instead (the
-sha256 that summary.json and the checkpoints record). Every other key, ``runtime.precision`` and ``runtime.batch_jobs``
-included (they change the trained bits far beyond the last ones), must be equal.
+sha256 that summary.json and the checkpoints record). Every other key, ``runtime.precision``, ``runtime.batch_jobs``
+and ``runtime.deterministic`` included (they change the trained bits far beyond the last ones), must be equal.
 
 Beside the config, the code: a run dir's bits belong to one numerics version (seafl_dist/versions.py,
 recorded in summary.json and checkpoints; absent: version 1). :func:`numerics_mismatch` says why a
@@ -32,7 +33,7 @@ from seafl_dist import versions
 
 FREE_SECTIONS = ("logging",)
 FREE_KEYS = ("name", "run.checkpoint_every", "run.checkpoint_every_s", "runtime.device", "runtime.threads",
-             "runtime.backend", "runtime.placement", "runtime.timeout_s", "devices.profile")
+             "runtime.backend", "runtime.placement", "runtime.timeout_s", "runtime.cuda_graphs", "devices.profile")
 # What a run writes (and a fresh start or --overwrite removes); the proof covers those a completed run keeps.
 PROVEN = ("config.yaml", "events.jsonl", "metrics.csv", "model.pt", "partition.json", "partition.npz")
 RUN_FILES = PROVEN + ("summary.json",)
