@@ -46,19 +46,11 @@ PREP_BATCHES = 64  # batches prepared at once (a bound on the memory an epoch's 
 
 def graph_blocker(module) -> str | None:
     """Why jobs of ``module`` cannot be trained as graphs (then train_job trains them), or None."""
-    from seafl_dist.train.batched import batchable
-    from torch import nn
-    if not batchable(module):
-        return "it defines its own training_step or configure_optimizers"
-    for name, layer in module.named_modules():
-        if isinstance(layer, (nn.modules.dropout._DropoutNd, nn.RReLU)):
-            return f"its layer {name} ({type(layer).__name__}) draws random numbers"
-        if isinstance(layer, nn.modules.batchnorm._NormBase) and layer.track_running_stats and layer.momentum is None:
-            return f"its batch norm {name} has momentum=None (a cumulative average, read on the host)"
-    optimizer = module.configure_optimizers()
-    if type(optimizer) is not torch.optim.SGD or len(optimizer.param_groups) != 1:
-        return f"its optimiser is {type(optimizer).__name__}, not one torch.optim.SGD parameter group"
-    group = optimizer.param_groups[0]
+    from seafl_dist.train.batched import shared_blocker
+    why = shared_blocker(module, "a cumulative average, read on the host")
+    if why is not None:
+        return why
+    group = module.configure_optimizers().param_groups[0]
     if group["dampening"] != 0 or group["nesterov"]:
         return "its SGD has dampening or Nesterov momentum (a job's first step would differ)"
     return None

@@ -124,3 +124,26 @@ def test_out_of_gpu_memory_while_making_slots_halves_them_and_names_the_key(monk
     assert "runtime.batch_jobs=2" in err[-1] and len(err) == 2
     for spec, flat in zip(specs, out):
         assert torch.equal(flat, ex.run_job(exp, trainer.model, spec, start))
+
+
+def test_evaluation_out_of_gpu_memory_halves_its_batches_once_and_says_so(monkeypatch, capsys):
+    """train/local.py evaluate: the batch halves until it fits, stays so for the model, one line each
+    time; the figures are those of evaluating at the smaller batch from the start."""
+    from seafl_dist.train import local
+    data = fake_images(100, 1, 28)
+    net = build_model("lenet5", 10, 1, lightning=False)
+    flat = starts_for(("lenet5", 10, 1), 1)[0]
+    real = local._evaluate
+
+    def small_gpu(module, data, batch_size, *a):
+        if batch_size > 25:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory (simulated)")
+        return real(module, data, batch_size, *a)
+    monkeypatch.setattr(local, "_evaluate", small_gpu)
+    got = local.evaluate(net, flat, data, batch_size=100)
+    with torch.no_grad():
+        assert got == real(net, data, 25, torch.device("cpu"), "32", torch.channels_last)
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines == ["seafl: out of GPU memory evaluating; evaluating in batches of 50 from now on",
+                     "seafl: out of GPU memory evaluating; evaluating in batches of 25 from now on"]
+    assert local.evaluate(net, flat, data, batch_size=100) == got and capsys.readouterr().err == ""
