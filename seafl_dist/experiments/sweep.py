@@ -24,10 +24,11 @@ launcher: torchrun --standalone --nproc_per_node=4   # replaces `python` in each
 
 A run's config is: base → inline sections → ``overrides`` → the point's values → ``run.seed``.
 Command-line ``--grid key=v1,v2`` adds (or replaces) a grid key, ``--seeds`` replaces the seeds
-and positional ``key=value`` items are appended to ``overrides``. Every point is validated
-before anything runs. A run's directory is named from its point and seed, e.g.
-``buffer_size=10,seed=0`` (the last part of each dotted key, the section for ``*.name`` keys,
-the whole key where two clash).
+and positional ``key=value`` items are appended to ``overrides``; a grid (or override) over ``run.seed``
+is the seeds (docs/sweeps.md: the keys the sweep sets itself). Every point is validated before
+anything runs. A run's directory is named from its point and seed, e.g. ``buffer_size=10,seed=0``
+(the last part of each dotted key, the section for ``*.name`` keys, the whole key where two clash
+or where it would be ``seed``).
 """
 from __future__ import annotations
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from one_line import one_line_message
 from seafl_dist.experiments.runner import run_sweep
 from seafl_dist.experiments.sweep import load_sweep, parse_grid_arg
 from seafl_dist.report.build import write_report
@@ -27,9 +28,7 @@ def one_line_error(call, *needles):
     """``call()`` raises ConfigError in one line that names each of ``needles``."""
     with pytest.raises(ConfigError) as err:
         call()
-    text = str(err.value)
-    assert "\n" not in text and all(n in text for n in needles), text
-    return text
+    return one_line_message(str(err.value), *needles)
 
 
 def test_the_issue_example_runs_each_seed_once_per_algorithm():
