@@ -4,10 +4,11 @@ rendezvous on localhost, as slurm/multinode.sbatch starts them on a cluster (tes
 - 2 x 2 ranks give the one-process run's bytes;
 - a worker on the second node SIGKILLed (``SEAFL_FAULT=after_aggregate:3:KILL@2``): under
   ``--max-restarts`` both nodes' ranks restart and the run ends byte-identical;
-- the second node lost (its agent and its ranks SIGKILLed), with and without ``--max-restarts``:
+- the second node lost (its agent and its rank SIGKILLed), with and without ``--max-restarts``:
   the first node ends within ``runtime.timeout_s`` plus the join timeout, rank 0's line names the
-  lost ranks, the checkpoint is kept, and the same command on two nodes (or one process) resumes
-  to the same bytes;
+  lost rank, the checkpoint is kept, and the same command on two nodes (or one process) resumes
+  to the same bytes. One rank per node here (the rank layout of 2 x 2 is the tests above), which
+  keeps the tier under three minutes on two cores;
 - a node that never arrives: the agent ends after the join timeout, nothing written.
 """
 import time
@@ -20,7 +21,7 @@ from two_nodes import Nodes
 
 pytestmark = pytest.mark.dist
 
-TIMEOUT_S, JOIN_S = 20, 6
+TIMEOUT_S, JOIN_S = 20, 5
 RUN = [*SMALL, "run.max_aggregations=8", "run.checkpoint_every=1", f"runtime.timeout_s={TIMEOUT_S}"]
 
 
@@ -63,11 +64,11 @@ def test_a_worker_killed_on_the_second_node_restarts_both_nodes(ref, nodes, tmp_
 
 @pytest.mark.parametrize("restarts,resume_on", [(1, "two nodes"), (0, "one process")])
 def test_a_lost_node_ends_the_first_within_the_timeouts_and_the_run_resumes(restarts, resume_on, ref, nodes, tmp_path):
-    # rank 0 SIGSTOPs rank 2 after aggregation 3 (the run cannot end before the node is lost), then
-    # the second node goes: its agent and both its ranks SIGKILLed
+    # rank 0 SIGSTOPs rank 1, the second node's, after aggregation 3 (so the run cannot end before the
+    # node is lost), then the second node goes: its agent and its rank SIGKILLed
     out = tmp_path / "run"
     cmd = [*RUN, "--out", out]
-    job = nodes(*cmd, cwd=tmp_path, restarts=restarts, join_timeout=JOIN_S, fault="after_aggregate:3:STOP@2")
+    job = nodes(*cmd, cwd=tmp_path, nproc=1, restarts=restarts, join_timeout=JOIN_S, fault="after_aggregate:3:STOP@1")
     first, _ = job.node(0)
     while not (out / "events.jsonl").exists() or (out / "events.jsonl").read_text().count('"aggregate"') < 3:
         assert first.poll() is None, first.communicate()[1][-3000:]
@@ -79,13 +80,13 @@ def test_a_lost_node_ends_the_first_within_the_timeouts_and_the_run_resumes(rest
     assert rc != 0
     assert elapsed < TIMEOUT_S + JOIN_S, f"the first node took {elapsed:.1f}s to end after the second was lost"
     lines = [ln for ln in err.splitlines() if ln.startswith("seafl: error on rank 0:")]
-    assert len(lines) == 1 and ("rank 2" in lines[0] or "rank 3" in lines[0]), err[-3000:]
+    assert len(lines) == 1 and "rank 1" in lines[0], err[-3000:]
     s = summary(out)
     assert s["status"] == "failed" and s["error"] in lines[0], s
     kept = checkpoint_versions(out)
     assert kept and kept[-1] >= 3 and kept[-1] == s["aggregations"] < 8, (kept, s)
     if resume_on == "two nodes":  # the same command again
-        (rc0, err0), (rc1, err1) = nodes(*cmd, cwd=tmp_path).wait_all()
+        (rc0, err0), (rc1, err1) = nodes(*cmd, cwd=tmp_path, nproc=1).wait_all()
         assert rc0 == 0 and rc1 == 0, err0[-3000:] + err1[-3000:]
         resumed = err0 + err1
     else:

@@ -5,7 +5,9 @@ Each agent gets ``--nnodes=2 --nproc_per_node=2`` and the same c10d rendezvous (
 beside other torchrun jobs. The agent that hosts the store is the first to arrive; which agent becomes
 node 0 (ranks 0 and 1) is the rendezvous' choice, so a test finds a node's agent by the GROUP_RANK
 in its ranks' environment. Each agent runs in its own session, and so does each of its ranks
-(torchrun starts them that way): a lost node is its agent and its ranks SIGKILLed by pid.
+(torchrun starts them that way): a lost node is its agent and its ranks SIGKILLed by pid. Every
+process of a job carries the job's SEAFL_TEST_NODES mark in its environment, so the teardown
+finds each one, restarted ranks and orphans included (an orphan holds the agent's pipes open).
 """
 import os
 import signal
@@ -13,13 +15,11 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 from launching import clean_env
 from small_runs import QUICKSTART
-
-NPROC = 2
-
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -27,39 +27,39 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def node_cmd(port: int, *run_args, restarts: int = 0, join_timeout: int = 30, nnodes: int = 2) -> list[str]:
+def node_cmd(port: int, *run_args, nproc: int = 2, restarts: int = 0, join_timeout: int = 30) -> list[str]:
     """One node's torchrun, as multinode.sbatch's ``srun`` starts it on every node."""
-    return [sys.executable, "-m", "torch.distributed.run", f"--nnodes={nnodes}", f"--nproc_per_node={NPROC}",
+    return [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", f"--nproc_per_node={nproc}",
             f"--max-restarts={restarts}", "--rdzv_id=seafl-two-nodes", "--rdzv_backend=c10d",
             f"--rdzv_endpoint=127.0.0.1:{port}", f"--rdzv_conf=join_timeout={join_timeout}",
             "-m", "seafl_dist", "run", str(QUICKSTART), *map(str, run_args)]
 
 
 class Nodes:
-    """``count`` agents of one job started ~0.3 s apart; ``kill_all`` (the fixture's teardown) stops every process."""
+    """``count`` agents of one job (``nproc`` ranks each) started ~0.3 s apart; ``kill_all`` (the fixture's
+    teardown) stops every process."""
 
-    def __init__(self, *run_args, cwd, count: int = 2, restarts: int = 0, join_timeout: int = 30, fault=None):
-        cmd = node_cmd(free_port(), *run_args, restarts=restarts, join_timeout=join_timeout)
+    def __init__(self, *run_args, cwd, count: int = 2, nproc: int = 2, restarts: int = 0, join_timeout: int = 30,
+                 fault=None):
+        self.nproc = nproc
+        cmd = node_cmd(free_port(), *run_args, nproc=nproc, restarts=restarts, join_timeout=join_timeout)
         self.agents: list[subprocess.Popen] = []
-        self.ranks_seen: set[int] = set()
+        self.mark = uuid.uuid4().hex
         for i in range(count):
             if i:
                 time.sleep(0.3)
-            self.agents.append(subprocess.Popen(cmd, cwd=cwd, env=clean_env(fault), stdout=subprocess.PIPE,
-                                                stderr=subprocess.PIPE, text=True, start_new_session=True))
+            self.agents.append(subprocess.Popen(cmd, cwd=cwd, env={**clean_env(fault), "SEAFL_TEST_NODES": self.mark},
+                                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                                start_new_session=True))
 
     def _ranks(self, agent: subprocess.Popen) -> dict[int, int]:
         """{rank process pid: its GROUP_RANK} of one agent's children now."""
         found = {}
         kids = subprocess.run(["pgrep", "-P", str(agent.pid)], capture_output=True, text=True).stdout.split()
         for pid in map(int, kids):
-            try:
-                env = dict(v.split(b"=", 1) for v in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0") if b"=" in v)
-            except OSError:
-                continue
+            env = _environ(pid)
             if b"GROUP_RANK" in env:
                 found[pid] = int(env[b"GROUP_RANK"])
-        self.ranks_seen.update(found)
         return found
 
     def node(self, group_rank: int, wait_s: float = 60.0) -> tuple[subprocess.Popen, list[int]]:
@@ -68,7 +68,7 @@ class Nodes:
         while time.monotonic() < deadline:
             for agent in self.agents:
                 ranks = self._ranks(agent)
-                if len(ranks) == NPROC and set(ranks.values()) == {group_rank}:
+                if len(ranks) == self.nproc and set(ranks.values()) == {group_rank}:
                     return agent, sorted(ranks)
             time.sleep(0.2)
         raise AssertionError(f"no agent started the ranks of node {group_rank} within {wait_s:.0f}s")
@@ -91,13 +91,21 @@ class Nodes:
         return [self.wait(a, max(1.0, deadline - time.monotonic())) for a in self.agents]
 
     def kill_all(self) -> None:
+        """SIGKILL every process of this job still alive (by its mark), then reap the agents."""
+        for pid in (int(p) for p in os.listdir("/proc") if p.isdigit()):
+            if _environ(pid).get(b"SEAFL_TEST_NODES") == self.mark.encode() and pid != os.getpid():
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
         for agent in self.agents:
-            if agent.poll() is None:
-                self._ranks(agent)
-                os.killpg(agent.pid, signal.SIGKILL)
-                agent.communicate()
-        for pid in self.ranks_seen:  # a rank is in a session of its own: an agent's group does not hold it
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            agent.communicate()
+
+
+def _environ(pid: int) -> dict[bytes, bytes]:
+    """A process's environment ({} once it is gone)."""
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return {}
+    return dict(v.split(b"=", 1) for v in raw.split(b"\0") if b"=" in v)
