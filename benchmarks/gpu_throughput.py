@@ -11,9 +11,10 @@ not change the arithmetic), side by side from one run:
   backward, step) on one fixed batch already on the GPU;
 - bare graph: the same step captured as one CUDA graph (GPU only);
 - ceiling G: one model at batch G x 32, the most batching can give (fp32 and bf16);
-- ours G: ``seafl_dist.train.train_jobs`` (what a rank runs for runtime.batch_jobs = G; G = 1
-  is ``train_job``): G jobs, each with its own start model, shard, seeded batch order and
-  augmentation (CIFAR), drawn from the dataset in GPU memory; fp32 and bf16 autocast;
+- ours G: what a rank runs for runtime.batch_jobs = G -- on a GPU G CUDA-graph slots
+  (train/graphed.py), on a CPU ``seafl_dist.train.train_jobs`` (G = 1: ``train_job``): G jobs,
+  each with its own start model, shard, seeded batch order and augmentation (CIFAR), drawn from
+  the dataset in GPU memory; fp32 and bf16 autocast;
 - a full in-process run through the real server (``Server`` + ``InProcessExecutor``) for
   ResNet-18 with runtime.batch_jobs = 20 and = 1 (100 devices x 500 images, 20 in flight, K = 10,
   E = 5: the issue's workload), counting every image trained.
@@ -36,6 +37,7 @@ import torch.nn.functional as F
 from seafl_dist.data import ArrayDataset
 from seafl_dist.models import build_model
 from seafl_dist.train import flatten, train_jobs
+from seafl_dist.train.graphed import Slot, train_slots
 
 from gpu_full_run import full_run, write_cifar  # benchmarks/, on sys.path when run as a script
 
@@ -122,10 +124,15 @@ def synthetic(name, n, device, seed=0) -> ArrayDataset:
     return ArrayDataset(images, labels, 10, "synthetic", (0.5,) * c, (0.25,) * c).to(device)
 
 
-def ours(name, width, g, steps, device, precision, data, batch=32) -> float:
-    """G jobs of ``steps`` steps each through train_jobs (G = 1: train_job), images/s."""
+def ours(name, width, g, steps, device, precision, data, batch=32, path=None, channels_last=True) -> float:
+    """G jobs of ``steps`` steps each as the runtime trains them, images/s. ``path``: "graphs" (the
+    GPU default: G CUDA-graph slots, train/graphed.py), "fused" (G jobs in one vmap step,
+    runtime.cuda_graphs=false; G = 1: train_job), or None for the runtime's choice on ``device``.
+    ``channels_last=False``: the model trains in NCHW on a GPU too (an A/B lever)."""
     c, s = MODELS[name]
+    path = path or ("graphs" if device.type == "cuda" else "fused")
     net = build_model(name, 10, c, width=width, image_size=s, lightning=False)
+    net.channels_last_eval = channels_last and net.channels_last_eval
     starts = []
     for j in range(g):
         torch.manual_seed(j)
@@ -133,10 +140,16 @@ def ours(name, width, g, steps, device, precision, data, batch=32) -> float:
     per_job = steps * batch
     shards = [torch.arange(j * per_job, (j + 1) * per_job) % len(data) for j in range(g)]
     augment = c == 3
+    if path == "graphs":
+        slots = [Slot(net, data, batch, device, precision) for _ in range(g)]
 
-    def run(epochs):
-        train_jobs(net, starts, data, shards, epochs=[epochs] * g, batch_size=batch, seeds=list(range(g)),
-                   augment=augment, device=device, precision=precision)
+        def run(epochs):
+            train_slots(slots, starts, data, shards, epochs=[epochs] * g, batch_size=batch, seeds=list(range(g)),
+                        augment=augment)
+    else:
+        def run(epochs):
+            train_jobs(net, starts, data, shards, epochs=[epochs] * g, batch_size=batch, seeds=list(range(g)),
+                       augment=augment, device=device, precision=precision)
     run(1)  # warm-up: vmap tracing, cuDNN's algorithm choice
     sync(device)
     t0 = time.perf_counter()
@@ -212,14 +225,14 @@ def main(argv=None) -> int:
     p.add_argument("--smoke", action="store_true", help="tiny sizes, for a CPU check of this script")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--models", default="resnet18,vgg16,lenet5")
-    p.add_argument("--groups", default=None, help="G values for ours (default 1,10,20,40; --smoke: 1,2,4)")
+    p.add_argument("--groups", default=None, help="G values for ours (default 1,4,10,20; --smoke: 1,2,4)")
     p.add_argument("--channels-last", action="store_true")
     p.add_argument("--no-full-run", action="store_true")
     p.add_argument("--full-groups", default=None, help="runtime.batch_jobs of the full runs (default 20,1; --smoke: 4,1)")
     p.add_argument("--profile", default=None, metavar="MODEL:G",
                    help="only profile ours for MODEL at G (e.g. resnet18:20): the top operators, device busy time")
     args = p.parse_args(argv)
-    args.groups = [int(g) for g in (args.groups or ("1,2,4" if args.smoke else "1,10,20,40")).split(",")]
+    args.groups = [int(g) for g in (args.groups or ("1,2,4" if args.smoke else "1,4,10,20")).split(",")]
     device = torch.device(args.device)
     if args.smoke:
         args.width, args.steps, args.g1_steps, args.images, args.min_s = 0.125, 2, 4, 512, 0.05

@@ -4,7 +4,8 @@
 
 trains the jobs listed in JOBS.json (``[[n_samples, epochs], ...]``) with a plain ``nn.Module``
 LeNet-5, SGD and cross-entropy on 1 thread, the same batch sizes and dropped last batch of one as
-``train_job``, and prints one JSON line: time of the first step, end, steps, jobs, CPU seconds.
+``train_job``, and prints one JSON line: time training starts, end, steps, jobs, CPU seconds. Its LeNet-5 and
+local SGD are also what Flower's clients run in benchmarks/w1_flower.py.
 """
 from __future__ import annotations
 
@@ -39,17 +40,82 @@ def write_synthetic(root: Path) -> None:
             (raw / f"{split}-{kind}-ubyte").write_bytes(header + arr.tobytes())
 
 
-def read_idx_images(root: Path):
-    """The training images as a uint8 tensor (n, 1, 28, 28), read as a bare script would."""
+def mnist_or_synthetic(root: str, tmp: Path) -> tuple[Path, str]:
+    """``root`` if it holds MNIST's IDX files, else synthetic ones written under ``tmp``; and what they are."""
+    data_root = Path(root).resolve()
+    if has_mnist(data_root):
+        return data_root, f"the MNIST IDX files in {data_root}"
+    write_synthetic(tmp / "data")
+    return tmp / "data", f"synthetic MNIST-format IDX files in {tmp / 'data'} (no MNIST under {root})"
+
+
+def read_idx_images(root: Path, split: str = "train"):
+    """The images of ``split`` (train, t10k) as a uint8 tensor (n, 1, 28, 28), read as a bare script would."""
     import gzip
 
     import numpy as np
     import torch
 
-    path = root / "MNIST" / "raw" / "train-images-idx3-ubyte"
+    path = root / "MNIST" / "raw" / f"{split}-images-idx3-ubyte"
     data = path.read_bytes() if path.exists() else gzip.open(str(path) + ".gz").read()
     n, h, w = struct.unpack(">III", data[4:16])
     return torch.from_numpy(np.frombuffer(data, dtype=np.uint8, offset=16).reshape(n, 1, h, w).copy())
+
+
+def read_idx_labels(root: Path, split: str = "train"):
+    """The labels of ``split`` (train, t10k) as an int64 tensor."""
+    import gzip
+
+    import numpy as np
+    import torch
+
+    path = root / "MNIST" / "raw" / f"{split}-labels-idx1-ubyte"
+    data = path.read_bytes() if path.exists() else gzip.open(str(path) + ".gz").read()
+    return torch.from_numpy(np.frombuffer(data, dtype=np.uint8, offset=8).astype(np.int64))
+
+
+# ---- a plain LeNet-5 and its local SGD (the bare side and Flower's clients use them) ----------
+
+def lenet5():
+    """LeNet-5 as a plain ``nn.Sequential`` (the layers of seafl_dist's ``lenet5``)."""
+    from torch import nn
+
+    return nn.Sequential(
+        nn.Conv2d(1, 6, 5, padding=2), nn.ReLU(inplace=True), nn.MaxPool2d(2),
+        nn.Conv2d(6, 16, 5), nn.ReLU(inplace=True), nn.MaxPool2d(2),
+        nn.Flatten(), nn.Linear(16 * 5 * 5, 120), nn.ReLU(inplace=True),
+        nn.Linear(120, 84), nn.ReLU(inplace=True), nn.Linear(84, 10))
+
+
+def normalise(images):
+    """uint8 images to MNIST's normalised float32 inputs."""
+    import torch
+
+    return images.to(torch.float32).div_(255.0).sub_(0.1307).div_(0.3081)
+
+
+def train_local(model, images, labels, shard, epochs: int, gen, *, lr: float, momentum: float,
+                batch_size: int = 32) -> int:
+    """E epochs of SGD over ``shard`` (indices into ``images``), reshuffled each epoch by ``gen``, the
+    same batch sizes and dropped last batch of one as ``train_job``; returns the steps taken."""
+    import torch
+    import torch.nn.functional as F
+
+    model.train()
+    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
+    n, steps = len(shard), 0
+    for _ in range(epochs):
+        order = shard[torch.randperm(n, generator=gen)]
+        for lo in range(0, n, batch_size):
+            idx = order[lo:lo + batch_size]
+            if len(idx) == 1 and n > 1:  # train_job drops a last batch of one
+                continue
+            loss = F.cross_entropy(model(normalise(images.index_select(0, idx))), labels[idx])
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            steps += 1
+    return steps
 
 
 # ---- (b) one bare process -------------------------------------------------------------------
@@ -57,19 +123,13 @@ def read_idx_images(root: Path):
 def bare_worker(args) -> None:
     """Train the jobs in ``args.jobs`` (a JSON list of [n_samples, epochs]) with plain PyTorch."""
     import torch
-    import torch.nn.functional as F
-    from torch import nn
 
     torch.set_num_threads(1)
     jobs = json.loads(Path(args.jobs).read_text())
     images = read_idx_images(Path(args.data_root))
     labels = torch.randint(0, 10, (len(images),), generator=torch.Generator().manual_seed(args.index))
     torch.manual_seed(0)
-    model = nn.Sequential(
-        nn.Conv2d(1, 6, 5, padding=2), nn.ReLU(inplace=True), nn.MaxPool2d(2),
-        nn.Conv2d(6, 16, 5), nn.ReLU(inplace=True), nn.MaxPool2d(2),
-        nn.Flatten(), nn.Linear(16 * 5 * 5, 120), nn.ReLU(inplace=True),
-        nn.Linear(120, 84), nn.ReLU(inplace=True), nn.Linear(84, 10))
+    model = lenet5()
     start = {k: v.clone() for k, v in model.state_dict().items()}
     gen = torch.Generator().manual_seed(100 + args.index)
     first_step = None
@@ -77,22 +137,9 @@ def bare_worker(args) -> None:
     for n, epochs in jobs:
         shard = torch.randperm(len(images), generator=gen)[:n]
         model.load_state_dict(start)
-        model.train()
-        opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
-        for _ in range(epochs):
-            order = shard[torch.randperm(n, generator=gen)]
-            for lo in range(0, n, args.batch_size):
-                idx = order[lo:lo + args.batch_size]
-                if len(idx) == 1 and n > 1:  # train_job drops a last batch of one
-                    continue
-                x = images.index_select(0, idx).to(torch.float32).div_(255.0).sub_(0.1307).div_(0.3081)
-                loss = F.cross_entropy(model(x), labels[idx])
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                opt.step()
-                steps += 1
-                if first_step is None:
-                    first_step = time.time()
+        first_step = first_step or time.time()
+        steps += train_local(model, images, labels, shard, epochs, gen, lr=args.lr, momentum=args.momentum,
+                             batch_size=args.batch_size)
         _ = torch.cat([p.detach().reshape(-1) for p in model.parameters()])  # what a worker sends back
     print(json.dumps({"first_step": first_step, "end": time.time(), "steps": steps, "jobs": len(jobs),
                       "cpu": time.process_time()}))

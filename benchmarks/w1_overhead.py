@@ -42,7 +42,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from w1_bare import has_mnist, write_synthetic  # beside this script
+from w1_bare import mnist_or_synthetic  # beside this script
 
 ROOT = Path(__file__).resolve().parents[1]
 W1 = ["algorithm.name=fedavg", "devices.num=100", "devices.concurrency=20", "data.samples_per_device=600",
@@ -175,12 +175,7 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        data_root = Path(args.data_root).resolve()
-        source = f"real MNIST from {data_root}"
-        if not has_mnist(data_root):
-            data_root = tmp / "data"
-            write_synthetic(data_root)
-            source = f"synthetic MNIST-format IDX files in {data_root} (no MNIST under {args.data_root})"
+        data_root, source = mnist_or_synthetic(args.data_root, tmp)
         load_before = os.getloadavg()[0]
         walls = {"torchrun": [], "bare": []} | ({"baseline": []} if args.baseline_src else {})
         loops, bare_reports, jobs_files, cpus, base_cpus = [], [], None, {}, {}

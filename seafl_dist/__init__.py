@@ -12,8 +12,10 @@ on a deterministic virtual clock, in one process or across torch.distributed ran
 (:mod:`seafl_dist.api`; importing the package does not import torch.) ``run`` raises
 :class:`RunInterrupted` (a KeyboardInterrupt) after a checkpoint on SIGTERM/SIGINT/SIGUSR1 and
 :class:`RunFailed` when the run fails; ``sweep`` raises :class:`SweepSignal` on those signals.
+``__version__`` is the package's version, ``NUMERICS`` the version of the bits it trains
+(:mod:`seafl_dist.versions`); summary.json and checkpoints record both.
 """
+from seafl_dist.versions import NUMERICS, __version__  # noqa: F401  (the package's and the trained bits' versions)
 from seafl_dist.api import RunFailed, RunInterrupted, SweepSignal, load_run, make_config, run, sweep
 
-__version__ = "0.1.0"
-__all__ = ["RunFailed", "RunInterrupted", "SweepSignal", "load_run", "make_config", "run", "sweep"]
+__all__ = ["NUMERICS", "RunFailed", "RunInterrupted", "SweepSignal", "load_run", "make_config", "run", "sweep"]

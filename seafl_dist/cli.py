@@ -23,7 +23,7 @@
         array runs one index per task: slurm/sweep.sbatch).
 
     seafl report RUN_OR_SWEEP_DIR... [--target 0.5,0.7] [--baseline fedbuff] [--out DIR]
-        report.md/.csv, runs.csv, accuracy_vs_time.png and (for one run) timeline.png.
+        report.md/.csv, runs.csv, the figures (PNG, PDF, CSV) and (for one run) timeline.png.
 
     seafl devices import-fedscale CAPACITY BEHAVE --out profile.csv [--rows N]
         Convert FedScale's client_device_capacity and client_behave_trace (pickles, read as plain
@@ -116,7 +116,12 @@ def add_report_parser(sub) -> None:
     p.add_argument("--target", metavar="0.5,0.7", help="target accuracies (default: the sweep's or the runs' targets)")
     p.add_argument("--baseline", help="grid point label or algorithm to take time ratios against (e.g. fedbuff)")
     p.add_argument("--out", metavar="DIR", help="output dir (default: the one dir given, else runs/report-<timestamp>)")
-    p.add_argument("--until", type=float, metavar="SECONDS", help="timeline.png: draw up to this virtual time")
+    p.add_argument("--until", type=float, metavar="SECONDS",
+                   help="end every time axis here (default: accuracy_vs_time.png ends 10%% past the slowest "
+                        "grid point's mean reaching the highest target; timeline.png at the run's end)")
+    p.add_argument("--log-x", action="store_true", help="accuracy_vs_time.png: virtual time on a log scale")
+    p.add_argument("--seed-curves", action="store_true",
+                   help="accuracy_vs_time.png: draw each seed's curve faint under its grid point's mean")
 
 
 def add_devices_parser(sub) -> None:
@@ -203,7 +208,8 @@ def cmd_report(args) -> int:
         raise ConfigError(f"--target {args.target!r} is not a comma-separated list of accuracies (e.g. 0.5,0.7)")
     from seafl_dist.runtime.launch import default_out_dir
     out = Path(args.out) if args.out else Path(args.dirs[0]) if len(args.dirs) == 1 else default_out_dir("report")
-    result = write_report(args.dirs, out, targets=targets, baseline=args.baseline, until=args.until)
+    result = write_report(args.dirs, out, targets=targets, baseline=args.baseline, until=args.until,
+                          log_x=args.log_x, seed_curves=args.seed_curves)
     print(result["markdown"])
     print("wrote " + ", ".join(str(p) for p in result["files"].values()), file=sys.stderr)
     return 0

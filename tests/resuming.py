@@ -77,4 +77,16 @@ def dir_bytes(run_dir: Path) -> dict:
     return {p.name: p.read_bytes() for p in sorted(Path(run_dir).iterdir()) if p.is_file()}
 
 
+def refused(capsys, argv, run_dir: Path, *, code: int = 2) -> str:
+    """The CLI's ``main`` on ``argv`` exits ``code`` with one line on stderr (returned) and leaves
+    every byte of ``run_dir`` as it was."""
+    before = dir_bytes(run_dir) if Path(run_dir).exists() else None
+    assert seafl_main([str(a) for a in argv]) == code
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    if before is not None:
+        assert dir_bytes(run_dir) == before, "a refused command changed the run dir"
+    return err
+
+
 __all__ = ["SMALL", "QUICKSTART"]

@@ -58,6 +58,25 @@ def cumulative_bn_mlp(num_classes, in_channels, image_size, width):
     return nn.Sequential(nn.Flatten(), nn.Linear(in_channels * image_size ** 2, 32), nn.BatchNorm1d(32, momentum=None),
                          nn.ReLU(), nn.Linear(32, num_classes))
 '''
+# A model with an op that has no deterministic implementation (put_, on CPUs and GPUs alike):
+# runtime.deterministic must stop it before training. ``model.name=<name>:put_mlp``.
+NONDETERMINISTIC = SOURCE + '''
+
+class PutMLP(nn.Module):
+    def __init__(self, num_classes, in_channels, image_size):
+        super().__init__()
+        self.fc = nn.Linear(in_channels * image_size ** 2, num_classes)
+
+    def forward(self, x):
+        out = self.fc(torch.flatten(x, 1))
+        mark = torch.zeros(out.numel(), device=out.device).put_(torch.zeros(1, dtype=torch.long, device=out.device),
+                                                                 torch.ones(1, device=out.device))
+        return out + 0 * mark.view_as(out)
+
+
+def put_mlp(num_classes, in_channels, image_size, width):
+    return PutMLP(num_classes, in_channels, image_size)
+'''
 _names = itertools.count()
 
 

@@ -14,7 +14,8 @@ half-written file), and ``seafl report <out>`` follows. A run whose ``summary.js
 ``completed`` (its files matching the sizes and checksums it records) and whose config is
 unchanged (runtime/rundir.py's comparer, as for ``seafl run``) is skipped, and an interrupted run
 continues from its checkpoint (``seafl run`` resumes a run dir that holds one), so rerunning an
-interrupted sweep resumes it. A run whose config changed (finished or not) is rerun from scratch
+interrupted sweep resumes it. A run dir of this config (completed or interrupted) that another
+numerics version trained (seafl_dist/versions.py) stops the sweep before anything runs, in one line. A run whose config changed (finished or not) is rerun from scratch
 in its own dir: its old files are deleted first (under the dir's lock), so no dir mixes two runs. SIGTERM, SIGINT or SIGUSR1 to the sweep stop it like Ctrl-C: its running runs get
 SIGTERM (each checkpoints first) and are waited for. A failed run does not stop the others; the
 sweep then exits 1 and names the failed runs. With ``jobs`` > 1, or a launcher that starts several
@@ -38,7 +39,8 @@ from seafl_dist.settings import ConfigError, dump_config
 from seafl_dist.experiments.sweep import Sweep, SweepRun
 from seafl_dist.report.sinks import FINISHED, read_config, read_summary
 from seafl_dist.report.tables import repeated_key_warning
-from seafl_dist.runtime.rundir import clear, config_diff, config_tree, profile_mismatch, proof_mismatch
+from seafl_dist.runtime.rundir import (clear, config_diff, config_tree, numerics_fix, numerics_mismatch,
+                                       profile_mismatch, proof_mismatch)
 from seafl_dist.runtime.runlock import RunDirLock
 from seafl_dist.runtime.signals import Interrupts, SweepSignal
 
@@ -145,13 +147,18 @@ class _Pool:
 
 def _why_rerun(run: SweepRun, run_dir: Path) -> str | None:
     """None: ``run_dir`` holds this run, completed and intact (skip it); "": run it (fresh or resumed);
-    otherwise why its dir must be cleared first (another config's run, or files that are not the run's)."""
+    otherwise why its dir must be cleared first (another config's run, or files that are not the run's).
+    A run of this config that another numerics version trained is refused (its bits are not this code's)."""
     saved, summary = read_config(run_dir), read_summary(run_dir)
     if saved is None:
         return ""
     diff = config_diff(saved, config_tree(run.config))
     if diff:
         return f"its config changed ({', '.join(diff[:4])}{' ...' if len(diff) > 4 else ''})"
+    stale = numerics_mismatch(summary) if summary is not None else None
+    if stale:
+        raise ConfigError(f"sweep run {run.name}: {run_dir} holds a run ({summary.get('status')}) trained {stale}; "
+                          f"{numerics_fix(summary, f'another --out (or delete {run_dir})')}")
     if (summary or {}).get("status") not in FINISHED:
         return ""
     mismatch = proof_mismatch(run_dir, summary) or profile_mismatch(run.config, summary.get("profile_sha256"))

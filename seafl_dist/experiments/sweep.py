@@ -161,7 +161,7 @@ class Sweep:
                                           "give the points distinct labels")
                     seen.add(name)
                     runs.append(SweepRun(name, label, values, seed, self._config(name, values, seed, threads)))
-        return runs
+        return with_job_types(runs)
 
     def _config(self, run_name: str, values: dict, seed: int, threads: int | None) -> Config:
         tree = copy.deepcopy(self.base)
@@ -187,6 +187,19 @@ class Sweep:
         return {"name": self.name, "source": self.source, "overrides": self.overrides, "grid": self.grid,
                 "points": self.points, "seeds": self.seeds, "targets": self.targets, "baseline": self.baseline,
                 "launcher": self.launcher}
+
+
+def with_job_types(runs: list[SweepRun]) -> list[SweepRun]:
+    """Each run's W&B job type, unless its config sets one: its grid point's label in the reader's words
+    ("SEAFL, K = 10", report/labels.py), so W&B's UI can draw a mean and band per point of the group."""
+    from seafl_dist.report.labels import reader_labels
+    from seafl_dist.report.tables import flatten
+    points = {r.label: flatten(r.config.to_dict()) for r in runs}  # one config per grid point
+    names = dict(zip(points, reader_labels(list(points.values()))))
+    for r in runs:
+        if r.config.logging.wandb.job_type is None:
+            r.config.logging.wandb.job_type = names[r.label]
+    return runs
 
 
 def run_overrides(run: SweepRun) -> list[str]:

@@ -7,7 +7,12 @@ Writes into ``--out`` (default: the one directory given, else ``runs/report-<tim
 - ``report.md``: a table per grid point (mean ± std over seeds) and a table per run,
 - ``report.csv``: the per-point table (``inf`` = never reached, ``nan`` = no ratio),
 - ``runs.csv``: the per-run table,
-- ``accuracy_vs_time.png``: accuracy against virtual time, targets as dashed lines,
+- ``accuracy_vs_time.png``: mean test accuracy over seeds against virtual time, a min–max band
+  per grid point, targets as labelled dashed lines (report/figures.py),
+- ``time_to_target.png``: per target, each seed's time to it as a dot and the mean as a bar,
+- ``time_to_target_vs_<key>.png``: for each number a sweep varies (K, β, ...), time to target
+  against it, one line per algorithm (report/value_plots.py),
+- each of these three also as ``.pdf`` (vector, for papers) and ``.csv`` (the data it plots),
 - ``timeline.png``: the Gantt chart of device jobs (drops marked; at most 200 devices' rows),
   when the report covers a single run,
 - ``population.png``: devices online and jobs in flight against virtual time, for a single run with
@@ -23,7 +28,9 @@ import math
 import sys
 from pathlib import Path
 
-from seafl_dist.report.plots import plot_accuracy_vs_time, plot_timeline
+from seafl_dist.report.figures import plot_accuracy_vs_time, plot_time_to_target
+from seafl_dist.report.plots import plot_timeline
+from seafl_dist.report.value_plots import plot_time_vs_value, swept_keys
 from seafl_dist.report.tables import find_runs, fmt_value, group_rows, group_runs, run_rows, short
 
 FIGURES = [("best_accuracy", "best acc", 4), ("final_accuracy", "final acc", 4), ("aggregations", "aggregations", 0),
@@ -131,8 +138,10 @@ def write_csvs(out: Path, grows: list[dict], rrows: list[dict], targets: list[fl
 
 
 def write_report(paths, out: str | Path, *, targets: list[float] | None = None, baseline: str | None = None,
-                 until: float | None = None) -> dict:
-    """Write report.md/.csv, runs.csv and the plots into ``out``; return their paths and the markdown."""
+                 until: float | None = None, log_x: bool = False, seed_curves: bool = False) -> dict:
+    """Write report.md/.csv, runs.csv and the figures into ``out``; return their paths and the markdown.
+    ``until``: every time axis ends there; ``log_x``: accuracy against log time; ``seed_curves``: each
+    seed's curve drawn faint under its grid point's mean."""
     paths = [Path(p) for p in paths]
     runs = find_runs(paths)
     if not runs:
@@ -140,7 +149,7 @@ def write_report(paths, out: str | Path, *, targets: list[float] | None = None, 
                                 " (a run dir holds metrics.csv; a sweep dir holds sweep.json)")
     targets = sorted(float(t) for t in (targets if targets else default_targets(paths, runs)))
     baseline = baseline or default_baseline(paths)
-    groups = group_runs(runs)
+    groups = group_runs(runs)  # grid point -> its seeds' runs: every table and figure below takes these
     grows, rrows = group_rows(groups, targets, baseline), run_rows(groups, targets, baseline)
     if baseline and not any(g["baseline"] for g in grows):
         print(f"seafl: warning: baseline {baseline!r} matches no grid point (points: "
@@ -150,13 +159,26 @@ def write_report(paths, out: str | Path, *, targets: list[float] | None = None, 
     md = markdown(grows, rrows, targets, baseline)
     (out / "report.md").write_text(md)
     write_csvs(out, grows, rrows, targets)
-    title = plot_title([p.name for p in paths])
-    files = {"report.md": out / "report.md", "report.csv": out / "report.csv", "runs.csv": out / "runs.csv",
-             "accuracy_vs_time.png": plot_accuracy_vs_time(groups, targets, out / "accuracy_vs_time.png", title=title)}
+    files = {"report.md": out / "report.md", "report.csv": out / "report.csv", "runs.csv": out / "runs.csv"}
+    drawn = figures(groups, targets, out, until=until, log_x=log_x, seed_curves=seed_curves)
+    files.update({f"{stem}.{ext}": out / f"{stem}.{ext}" for stem in drawn for ext in ("png", "pdf", "csv")})
     if len(runs) == 1 and (runs[0].dir / "events.jsonl").exists():
         files["timeline.png"] = plot_timeline(runs[0].dir / "events.jsonl", out / "timeline.png", until=until)
         files.update(population_plot(runs[0].dir, out, until))
-    return {"markdown": md, "files": files, "groups": grows, "runs": rrows, "targets": targets, "baseline": baseline}
+    return {"markdown": md, "files": files, "groups": grows, "runs": rrows, "targets": targets, "baseline": baseline,
+            "figures": drawn}
+
+
+def figures(groups, targets: list[float], out: Path, *, until=None, log_x=False, seed_curves=False) -> dict:
+    """The paper's figures of these groups, each saved as PNG, PDF and CSV: {file stem: matplotlib Figure}."""
+    drawn = {"accuracy_vs_time": plot_accuracy_vs_time(groups, targets, out / "accuracy_vs_time.png", until=until,
+                                                       log_x=log_x, seed_curves=seed_curves)}
+    if targets:
+        drawn["time_to_target"] = plot_time_to_target(groups, targets, out / "time_to_target.png")
+        for key in swept_keys(groups):
+            stem = f"time_to_target_vs_{key.rsplit('.', 1)[-1]}"
+            drawn[stem] = plot_time_vs_value(groups, key, targets, out / f"{stem}.png")
+    return drawn
 
 
 def population_plot(run_dir: Path, out: Path, until: float | None) -> dict:
@@ -173,13 +195,3 @@ def population_plot(run_dir: Path, out: Path, until: float | None) -> dict:
     except ConfigError as err:  # the profile moved or changed: the other files still come
         print(f"seafl: warning: no population.png: {err}", file=sys.stderr)
         return {}
-
-
-def plot_title(names: list[str], width: int = 70) -> str:
-    """The dirs a plot shows, named while they fit on one line, else counted (a title listing 15
-    run dirs ran off both edges of the figure)."""
-    names = list(dict.fromkeys(names))
-    joined = ", ".join(names)
-    if len(joined) <= width:
-        return joined
-    return f"{names[0]} and {len(names) - 1} more run dirs" if len(names) > 1 else joined[:width - 1] + "…"

@@ -7,6 +7,8 @@ from __future__ import annotations
 import math
 from typing import Iterable, Optional
 
+from seafl_dist.report.update_checks import UpdateChecks, _is_number
+
 REQUIRED = {
     "start": ("time", "device", "job", "version", "epoch_ends"),
     "notify": ("time", "device", "job"),
@@ -14,18 +16,13 @@ REQUIRED = {
     "aggregate": ("time", "version", "updates"),
     "eval": ("time", "version", "accuracy", "loss"),
 }
-UPDATE_KEYS = ("device", "job", "staleness", "n_samples", "weight")
 
 
 def _close(a: float, b: float) -> bool:
     return abs(a - b) <= 1e-9 * max(1.0, abs(a), abs(b))
 
 
-def _is_number(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool)
-
-
-class Replay:
+class Replay(UpdateChecks):
     """State of the server as reconstructed from the trace; one method per event type."""
     required = REQUIRED
 
@@ -218,38 +215,7 @@ class Replay:
         blockers = sorted(r["job"] for r in self.in_flight.values() if self.blocks(r))
         if blockers:
             self.fail(f"aggregation while in-flight jobs {blockers} block it (t − t_k >= β = {self.beta})")
-        jobs = []
-        for u in updates:
-            keys = UPDATE_KEYS[:-1] if self.schedule_only else UPDATE_KEYS
-            missing = [k for k in keys if k not in u] if isinstance(u, dict) else list(keys)
-            if missing:
-                self.fail(f"an update lacks keys {missing}")
-                if not isinstance(u, dict) or "job" not in u:
-                    continue
-            jobs.append(u["job"])
-            rec = self.jobs.get(u["job"])
-            if rec is None:
-                self.fail(f"update of job {u['job']} that never started")
-                continue
-            if missing:
-                continue
-            if u["device"] != rec["device"]:
-                self.fail(f"update of job {u['job']} names device {u['device']}, the job ran on {rec['device']}")
-            s = self.version - rec["version"]
-            if u["staleness"] != s:
-                self.fail(f"update of job {u['job']} has staleness {u['staleness']}, expected "
-                          f"{self.version} − {rec['version']} = {s}")
-            if self.beta is not None and s > self.beta:
-                self.fail(f"update of job {u['job']} has staleness {s} > β = {self.beta}")
-            if "base_version" in u and u["base_version"] != rec["version"]:
-                self.fail(f"update of job {u['job']} has base_version {u['base_version']}, it started from "
-                          f"{rec['version']}")
-            if self.n_samples.setdefault(rec["device"], u["n_samples"]) != u["n_samples"]:
-                self.fail(f"device {rec['device']} reports n_samples {u['n_samples']}, earlier "
-                          f"{self.n_samples[rec['device']]}")
-            w = u.get("weight", 0.0)
-            if not _is_number(w) or not math.isfinite(w) or w < 0:
-                self.fail(f"update of job {u['job']} has weight {w!r}, expected a finite number >= 0")
+        jobs = self.check_updates(updates)
         if len(set(jobs)) != len(jobs):
             self.fail(f"aggregation lists a job twice: {sorted(jobs)}")
         if set(jobs) != set(self.buffer):

@@ -47,6 +47,9 @@ from seafl_dist.report.sinks import FINISHED, read_metrics, write_json
 LEDGER = "wandb_run.json"
 
 
+JOB_TYPE_CHARS = 64  # W&B's longest job type
+
+
 def make_callbacks(cfg, out_dir, resume=None) -> list:
     """Server callbacks for ``cfg.logging.wandb``: empty unless enabled and not ``disabled``.
     ``resume``: the checkpoint the run continues from (then the W&B run continues too)."""
@@ -77,7 +80,7 @@ class WandbSink:
         write_json(self.dir / LEDGER, {"id": run_id, "project": w.project, "entity": w.entity})  # before any log
         earlier = wandb_files.offline_files(self.dir / "wandb", run_id)  # before init adds this process's own
         kwargs = dict(project=w.project, entity=w.entity, group=w.group, tags=list(w.tags) or None, name=cfg.name,
-                      config=cfg.to_dict(), dir=str(self.dir), job_type="seafl-run", id=run_id, resume="allow",
+                      config=cfg.to_dict(), dir=str(self.dir), job_type=(w.job_type or "seafl-run")[:JOB_TYPE_CHARS], id=run_id, resume="allow",
                       settings=wandb.Settings(console="off", silent=True))
         try:
             self.run = wandb.init(mode=w.mode, **kwargs)

@@ -7,7 +7,8 @@ recomputed, taken at the end of an aggregation (the last consistent state, never
   staleness list the summary needs, the real seconds spent so far,
 - the byte lengths of ``events.jsonl`` and ``metrics.csv`` at that point (the run files are
   fsynced first, so the lengths are on disk before the checkpoint that records them),
-- the resolved config (YAML) and a format number.
+- the resolved config (YAML), a format number, and the package and numerics versions of the code
+  that wrote it (seafl_dist/versions.py).
 A resumed run replays the schedule up to that aggregation without training, truncates the run
 files to the recorded lengths, re-dispatches the jobs that were in flight (same seeds, same
 bits) and appends; its files end byte-identical to an uninterrupted run's.
@@ -24,6 +25,9 @@ not what it computes: ``runtime.device``/``threads``/``backend``/``placement``/`
 and ``runtime.batch_jobs`` included, is refused with the keys named. :func:`plan` also refuses a
 dir that holds another config's run (unless ``overwrite``), a dir another live run holds
 (runtime/runlock.py), and reports "completed" only when the files are the completed run's own.
+A checkpoint or completed run of another numerics version (its bits are not this code's) is refused
+with both versions named, unless ``overwrite`` (then the run starts afresh); a package version
+alone may differ.
 """
 from __future__ import annotations
 
@@ -37,8 +41,10 @@ import yaml
 from seafl_dist.report.sinks import FINISHED, read_config, read_summary, writing
 from seafl_dist.runtime import runlock
 from seafl_dist.runtime.rundir import (check_writable, checkpoints, config_diff, config_tree, describe_diff,
-                                       profile_mismatch, proof_mismatch, remove_checkpoints)
+                                       numerics_fix, numerics_mismatch, profile_mismatch, proof_mismatch,
+                                       remove_checkpoints)
 from seafl_dist.settings import ConfigError
+from seafl_dist.versions import stamp
 
 FORMAT = 1
 KEEP = 2
@@ -46,6 +52,13 @@ KEEP = 2
 
 class CheckpointError(ConfigError):
     """A checkpoint that cannot be resumed from; the CLI prints it as one line and exits 2."""
+
+
+class NumericsError(CheckpointError):
+    """A run dir whose bits another numerics version trained; ``--overwrite`` starts it afresh."""
+
+
+OVERWRITE = "--overwrite (overwrite=True in seafl_dist.run) or another --out"
 
 
 # ---- writing ------------------------------------------------------------------------------
@@ -80,7 +93,7 @@ def atomic_save(obj, path: Path) -> None:
 def save(run_dir: Path, state: dict) -> Path:
     """Write ``state`` (see :meth:`Server._checkpoint_state`) as the newest checkpoint; keep the last two."""
     path = Path(run_dir) / f"checkpoint-{state['version']:08d}.pt"
-    atomic_save({"format": FORMAT, **state}, path)
+    atomic_save({"format": FORMAT, **stamp(), **state}, path)
     for old in checkpoints(run_dir)[:-KEEP]:
         old.unlink(missing_ok=True)
     return path
@@ -109,6 +122,9 @@ def load(path: Path, cfg, *, mmap: bool = False) -> dict:
         got = state.get("format") if isinstance(state, dict) else type(state).__name__
         raise CheckpointError(f"checkpoint {path} has format {got!r}, this seafl reads format {FORMAT}; "
                               f"resume it with the seafl version that wrote it")
+    stale = numerics_mismatch(state)
+    if stale:
+        raise NumericsError(f"checkpoint {path} was trained {stale}; {numerics_fix(state, OVERWRITE)}")
     saved = yaml.safe_load(state["config"])
     diff = config_diff(saved, config_tree(cfg))
     if diff:
@@ -165,7 +181,11 @@ def plan(cfg, run_dir, *, explicit: bool, overwrite: bool = False) -> Plan:
         raise _other_config(run_dir, summary, diff, saved, cfg)
     status = (summary or {}).get("status")
     if saved is not None and not diff and status in FINISHED:
-        why = proof_mismatch(run_dir, summary) or profile_mismatch(cfg, summary.get("profile_sha256"))
+        stale = numerics_mismatch(summary)
+        if stale and not overwrite:
+            raise NumericsError(f"run dir {run_dir} holds a {status} run trained {stale}; "
+                                f"{numerics_fix(summary, OVERWRITE)}")
+        why = stale or proof_mismatch(run_dir, summary) or profile_mismatch(cfg, summary.get("profile_sha256"))
         if why is None:
             return Plan("completed")
         if not overwrite:
@@ -173,7 +193,12 @@ def plan(cfg, run_dir, *, explicit: bool, overwrite: bool = False) -> Plan:
                                   f"--out, or --overwrite (overwrite=True in seafl_dist.run) to run it again")
         return Plan("fresh")
     if found:
-        load(found[-1], cfg, mmap=True)  # another config's checkpoint is refused here, naming the keys
+        try:
+            load(found[-1], cfg, mmap=True)  # another config's checkpoint is refused here, naming the keys
+        except NumericsError:
+            if overwrite:
+                return Plan("fresh")
+            raise
         if diff:  # config.yaml of another config beside a checkpoint of this one: the dir was tampered with
             raise _other_config(run_dir, summary, diff, saved, cfg)
         return Plan("resume", found[-1])

@@ -9,10 +9,14 @@ The in-process executor, asked for a result it has not trained, takes that job a
 other pending jobs that finish first (virtual time); a worker takes its G earliest-finishing
 queued jobs. G = 1 trains one job at a time with train_job, today's bits; so does a model the
 fused step cannot train exactly (one line says why, before anything trains).
+
+On a GPU with ``runtime.cuda_graphs`` (the default) the G jobs instead train at once as CUDA
+graphs on G streams (train/graphed.py), each to the bits it has alone, so G changes no result.
 """
 from __future__ import annotations
 
 import sys
+import threading
 from dataclasses import dataclass
 
 import torch
@@ -20,6 +24,7 @@ import torch
 from seafl_dist.sim import stream_seed
 from seafl_dist.train import train_job, train_jobs
 from seafl_dist.train.batched import fusion_blocker
+from seafl_dist.train.graphed import Slot, graph_blocker, train_slots
 
 
 @dataclass(frozen=True)
@@ -50,6 +55,14 @@ def run_job(exp, model, spec: JobSpec, start: torch.Tensor, on_step=None, result
                      result_device=exp.device if result_on_device else "cpu")
 
 
+def run_graphed(exp, slots, specs: list[JobSpec], starts: list[torch.Tensor], on_step=None) -> list[torch.Tensor]:
+    """Train the jobs as CUDA graphs on ``slots`` (train/graphed.py); results in order, on the CPU."""
+    cfg = exp.cfg
+    return train_slots(slots, starts, exp.train.to(exp.device), [exp.shard(s.device) for s in specs],
+                       epochs=[s.epochs for s in specs], batch_size=cfg.train.batch_size,
+                       seeds=[job_seeds(cfg, s)["seed"] for s in specs], augment=cfg.data.augment, on_step=on_step)
+
+
 def run_jobs(exp, model, specs: list[JobSpec], starts: list[torch.Tensor], on_step=None) -> list[torch.Tensor]:
     """Train several jobs together (one fused step for all, train/batched.py); results in order."""
     cfg = exp.cfg
@@ -60,6 +73,16 @@ def run_jobs(exp, model, specs: list[JobSpec], starts: list[torch.Tensor], on_st
                       augment=cfg.data.augment, device=exp.device, precision=cfg.runtime.precision, on_step=on_step)
 
 
+def out_of_memory(err: BaseException) -> bool:
+    """Whether ``err`` is, or was raised while handling, running out of GPU memory (a capture that
+    runs out ends in an error of its own about the capture)."""
+    while err is not None:
+        if isinstance(err, torch.cuda.OutOfMemoryError) or "out of memory" in str(err):
+            return True
+        err = err.__cause__ or err.__context__
+    return False
+
+
 class GroupTrainer:
     """Trains a group of at most ``limit`` jobs (``runtime.batch_jobs``) on one reused model.
 
@@ -67,63 +90,168 @@ class GroupTrainer:
     does not depend on its group), the limit drops to what fit, and one line names
     ``runtime.batch_jobs`` and that value, instead of a CUDA traceback."""
 
-    def __init__(self, exp, model=None):
+    def __init__(self, exp, model=None, graphs: bool | None = None):
         self.exp = exp
         self.model = model if model is not None else exp.new_model()
         self.limit = exp.cfg.runtime.batch_jobs
-        if self.limit > 1:  # before anything trains: can this model's jobs be fused exactly?
+        self.slots: list | None = None  # CUDA graph slots, made at the first group
+        # graphs=True on a CPU: the slots' code stepping eagerly (the tests' way to run it end to end)
+        self.graphs = exp.device.type == "cuda" and exp.cfg.runtime.cuda_graphs if graphs is None else graphs
+        if self.graphs:
+            why = graph_blocker(self.model)
+            if why is not None:
+                self._eager(f"its jobs cannot be captured as CUDA graphs: {why}")
+        if self.limit > 1 and not self.graphs:  # before anything trains: can this model's jobs be fused exactly?
             why = fusion_blocker(self.model, exp.train.to(exp.device), exp.device, exp.cfg.runtime.precision)
             if why is not None:
                 print(f"seafl: runtime.batch_jobs={self.limit}: training one job at a time, since the fused step "
                       f"cannot train this model exactly: {why}", file=sys.stderr)
                 self.limit = 1
 
+    def _eager(self, why: str) -> None:
+        print(f"seafl: runtime.cuda_graphs: training eagerly, since {why}", file=sys.stderr)
+        self.graphs = False
+
+    def _make_slots(self) -> list | None:
+        """``limit`` slots (halved while out of GPU memory), or None (and eager from now on) where capture fails."""
+        exp = self.exp
+        while self.slots is None:
+            made, oom = [], False
+            try:
+                for _ in range(self.limit):
+                    made.append(Slot(self.model, exp.train.to(exp.device), exp.cfg.train.batch_size, exp.device,
+                                     exp.cfg.runtime.precision))
+                self.slots = made
+            except Exception as err:  # noqa: BLE001 -- named in the line; eager steps then meet any real error
+                oom = out_of_memory(err)
+                if oom and self.limit == 1:
+                    raise
+                if not oom:
+                    self._eager(f"capturing its step failed ({type(err).__name__}: {str(err).splitlines()[0][:160]})")
+            if not oom and self.slots is None:
+                return None
+            if oom:  # outside the except: its traceback no longer holds the half-made slots' memory
+                made.clear()
+                self._halve(self.limit)
+        return self.slots
+
+    def _halve(self, n: int) -> None:
+        torch.cuda.empty_cache()
+        half = n // 2
+        print(f"seafl: out of GPU memory training {n} jobs at once; set runtime.batch_jobs={half} "
+              f"(was {self.exp.cfg.runtime.batch_jobs}); continuing with groups of {half}", file=sys.stderr)
+        self.limit = half
+        if self.slots is not None:
+            self.slots = self.slots[:half]
+
     def train(self, specs: list[JobSpec], starts: list[torch.Tensor], on_step=None,
               result_on_device=False) -> list[torch.Tensor]:
         """Results in order, on the CPU; a lone job's result stays on its device with
         ``result_on_device`` (see run_job)."""
+        if self.graphs and self._make_slots() is not None:
+            try:
+                return run_graphed(self.exp, self.slots, specs, starts, on_step)
+            except torch.cuda.OutOfMemoryError:
+                if len(self.slots) == 1:
+                    raise
+            self._halve(len(self.slots))  # each job's bits do not depend on its slot: the group trains again
+            return self.train(specs, starts, on_step, result_on_device)
         if len(specs) == 1:
             return [run_job(self.exp, self.model, specs[0], starts[0], on_step, result_on_device)]
         try:
             return run_jobs(self.exp, self.model, specs, starts, on_step)
         except torch.cuda.OutOfMemoryError:
-            torch.cuda.empty_cache()
             half = len(specs) // 2
             if half < self.limit:
-                print(f"seafl: out of GPU memory training {len(specs)} jobs at once; set runtime.batch_jobs={half} "
-                      f"(was {self.exp.cfg.runtime.batch_jobs}); continuing with groups of {half}", file=sys.stderr)
-                self.limit = half
+                self._halve(len(specs))
+            else:
+                torch.cuda.empty_cache()
         return (self.train(specs[:half], starts[:half], on_step, result_on_device)
                 + self.train(specs[half:], starts[half:], on_step, result_on_device))
 
 
 class InProcessExecutor:
-    """Trains lazily, in this process, one model instance reused for every job."""
+    """Trains in this process, one model instance (or one set of graph slots) reused for every job.
 
-    def __init__(self, exp):
+    Lazily by default: a job trains when its result is first asked for, with the G - 1 other
+    pending jobs that finish first. With CUDA-graph slots (a job's bits do not depend on its group)
+    a thread trains ahead instead: whatever is pending, earliest finish first, G at a time, while
+    the server aggregates and evaluates, so the GPU does not wait for them."""
+
+    def __init__(self, exp, graphs: bool | None = None):
         self.exp = exp
-        self.trainer = GroupTrainer(exp)
+        self.trainer = GroupTrainer(exp, graphs=graphs)
         self.model = self.trainer.model
         self._pending: dict[int, tuple[JobSpec, torch.Tensor]] = {}
         self._done: dict[int, torch.Tensor] = {}  # trained with an earlier group, not yet asked for
+        self._ahead = None
+        if self.trainer.graphs and self.trainer._make_slots() is not None:
+            self._ahead = threading.Condition()
+            self._error: BaseException | None = None
+            self._closed = False
+            self._thread = threading.Thread(target=self._train_ahead, name="seafl-train-ahead", daemon=True)
+            self._thread.start()
+
+    def _take_group(self, n: int) -> list:
+        """The ``n`` pending jobs that finish first (or all), taken out of the pending ones."""
+        group = sorted(self._pending.values(), key=lambda p: (p[0].finish, p[0].job))[:n]
+        for spec, _ in group:
+            del self._pending[spec.job]
+        return group
+
+    def _train_ahead(self) -> None:
+        if self.exp.device.type == "cuda":
+            torch.cuda.set_device(self.exp.device)
+        while True:
+            with self._ahead:
+                while not self._pending and not self._closed:
+                    self._ahead.wait()
+                if self._closed:
+                    return
+                group = self._take_group(self.trainer.limit)
+            try:
+                flats = self.trainer.train([g[0] for g in group], [g[1] for g in group])
+            except BaseException as err:  # noqa: BLE001 -- raised again where the result is asked for
+                with self._ahead:
+                    self._error = err
+                    self._ahead.notify_all()
+                return
+            with self._ahead:
+                self._done.update((spec.job, flat) for (spec, _), flat in zip(group, flats))
+                self._ahead.notify_all()
 
     def submit(self, spec: JobSpec, start: torch.Tensor) -> None:
-        self._pending[spec.job] = (spec, start)
+        if self._ahead is None:
+            self._pending[spec.job] = (spec, start)
+            return
+        with self._ahead:
+            self._pending[spec.job] = (spec, start)
+            self._ahead.notify_all()
 
     def result(self, job: int) -> torch.Tensor:
+        if self._ahead is not None:
+            with self._ahead:
+                while job not in self._done:
+                    if self._error is not None:
+                        raise self._error
+                    self._ahead.wait(timeout=0.5)  # a timeout, so that signals are handled meanwhile
+                return self._done.pop(job)
         if job in self._done:
             return self._done.pop(job)
         group = [self._pending.pop(job)]
-        # the G - 1 other pending jobs that finish first join it (none when G = 1)
-        others = sorted(self._pending.values(), key=lambda p: (p[0].finish, p[0].job))[:self.trainer.limit - 1]
-        for spec, _ in others:
-            del self._pending[spec.job]
-        group += others
+        group += self._take_group(self.trainer.limit - 1)  # the G - 1 others that finish first (none when G = 1)
         flats = self.trainer.train([g[0] for g in group], [g[1] for g in group])
         for (spec, _), flat in zip(group[1:], flats[1:]):
             self._done[spec.job] = flat
         return flats[0]
 
     def close(self) -> None:
+        """Forget what is pending; the thread (if any) ends after the group it is training."""
+        if self._ahead is not None:
+            with self._ahead:
+                self._closed = True
+                self._ahead.notify_all()
+            if self._thread is not threading.current_thread():
+                self._thread.join()
         self._pending.clear()
         self._done.clear()

@@ -13,4 +13,8 @@ def run_inprocess(cfg, out_dir, *, callbacks=(), resume=None, hook=NO_FAULT) -> 
     ``hook``: the runner's test hook (runtime/faults.py)."""
     exp = prepare(cfg)
     callbacks = list(callbacks) + make_callbacks(cfg, out_dir, resume)
-    return Server(exp, InProcessExecutor(exp), out_dir, callbacks=callbacks, resume=resume, hook=hook).run()
+    executor = InProcessExecutor(exp)
+    try:
+        return Server(exp, executor, out_dir, callbacks=callbacks, resume=resume, hook=hook).run()
+    finally:  # a failed or interrupted run too: a thread training ahead (GPU graph slots) ends with it
+        executor.close()

@@ -8,10 +8,16 @@ between runs. :func:`config_diff` is the one comparison of configs that ``seafl 
 
 Which config keys may differ between a run dir and the command that reuses it (resume, or the
 "completed" check): where and how it runs, not what it computes: ``runtime.device``,
-``.threads``, ``.backend``, ``.placement``, ``.timeout_s``, every ``logging.*`` key, ``name`` and
+``.threads``, ``.backend``, ``.placement``, ``.timeout_s``, ``.cuda_graphs`` (a graph gives the eager step's
+bits), every ``logging.*`` key, ``name`` and
 ``run.checkpoint_every``/``_s``, and ``devices.profile``'s path: its content is compared instead (the
-sha256 that summary.json and the checkpoints record). Every other key, ``runtime.precision`` and ``runtime.batch_jobs``
-included (they change the trained bits far beyond the last ones), must be equal.
+sha256 that summary.json and the checkpoints record). Every other key, ``runtime.precision``, ``runtime.batch_jobs``
+and ``runtime.deterministic`` included (they change the trained bits far beyond the last ones), must be equal.
+
+Beside the config, the code: a run dir's bits belong to one numerics version (seafl_dist/versions.py,
+recorded in summary.json and checkpoints; absent: version 1). :func:`numerics_mismatch` says why a
+dir of another numerics version can be neither resumed nor counted as completed; the package version
+alone may differ.
 """
 from __future__ import annotations
 
@@ -23,10 +29,11 @@ from pathlib import Path
 import yaml
 
 from seafl_dist.settings import ConfigError, dump_config
+from seafl_dist import versions
 
 FREE_SECTIONS = ("logging",)
 FREE_KEYS = ("name", "run.checkpoint_every", "run.checkpoint_every_s", "runtime.device", "runtime.threads",
-             "runtime.backend", "runtime.placement", "runtime.timeout_s", "devices.profile")
+             "runtime.backend", "runtime.placement", "runtime.timeout_s", "runtime.cuda_graphs", "devices.profile")
 # What a run writes (and a fresh start or --overwrite removes); the proof covers those a completed run keeps.
 PROVEN = ("config.yaml", "events.jsonl", "metrics.csv", "model.pt", "partition.json", "partition.npz")
 RUN_FILES = PROVEN + ("summary.json",)
@@ -95,6 +102,23 @@ def profile_mismatch(cfg, recorded: str | None) -> str | None:
         return f"devices.profile is {cfg.devices.profile!r} now, the run had {'none' if recorded is None else 'one'}"
     return (f"devices.profile {cfg.devices.profile} has other content (sha256 {now[:12]}...) than the profile the "
             f"run used (sha256 {recorded[:12]}...)")
+
+
+def numerics_mismatch(record: dict | None) -> str | None:
+    """Why the bits a summary.json or checkpoint ``record`` belongs to are not this code's, or None.
+    The reason reads after "it was trained": both versions, package and numerics, named."""
+    had = versions.numerics_of(record)
+    if had == versions.NUMERICS:
+        return None
+    by = (record or {}).get("seafl_version")
+    return (f"by {f'seafl {by}' if by else 'a seafl that recorded no version'} with numerics version {had}, and "
+            f"this seafl {versions.__version__} trains numerics version {versions.NUMERICS} (other bits)")
+
+
+def numerics_fix(record: dict | None, rerun: str) -> str:
+    """The way out of a :func:`numerics_mismatch`: the version that wrote it, or ``rerun`` afresh."""
+    by = (record or {}).get("seafl_version")
+    return f"use {f'seafl {by}' if by else 'the seafl that wrote it'} for it, or {rerun} to run it afresh with this one"
 
 
 # ---- the proof that the files are the run's -----------------------------------------------

@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from seafl_dist.settings import Config, ConfigError
+from seafl_dist.runtime import determinism
 from seafl_dist.data import clear_cache, load_dataset, partition
 from seafl_dist.data.custom import custom_partition
 from seafl_dist.data.natural import natural_partition
@@ -193,6 +194,8 @@ def prepare(cfg: Config, *, local_rank: int = 0, need_test: bool = True, fetch=N
     Datasets and shards come from ``data.seed`` (default ``run.seed``): the split is its own stream,
     so holding ``data.seed`` fixed while ``run.seed`` varies changes training and the schedule only."""
     d = cfg.data
+    if cfg.runtime.deterministic:  # before anything touches the GPU (cuBLAS reads its variable then)
+        determinism.apply()
 
     def load(download: bool):
         common = dict(download=download, seed=cfg.data_seed, test_fraction=d.test_fraction, emnist_split=d.emnist_split)
@@ -203,6 +206,8 @@ def prepare(cfg: Config, *, local_rank: int = 0, need_test: bool = True, fetch=N
     shards, writers = make_shards(cfg, train)
     exp = Experiment(cfg=cfg, train=train, test=test, shards=shards, device=pick_device(cfg.runtime.device, local_rank),
                      writers=writers, profile=read_profiles(cfg.devices.profile) if cfg.devices.profile else None)
+    if cfg.runtime.deterministic:  # first: an op without a deterministic implementation fails any forward
+        determinism.check_model(exp)
     if is_import_path(cfg.model.name):  # a user's model: check it gives logits before any job trains
         with torch.random.fork_rng(devices=[]):  # building it must not move torch's global generator
             from seafl_dist.models.custom import check_logits  # imports Lightning: custom models only

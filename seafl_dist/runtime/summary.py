@@ -4,11 +4,13 @@ from __future__ import annotations
 import math
 
 from seafl_dist.report import time_to_target
+from seafl_dist.versions import stamp
 
 
 def build_summary(cfg, rows: list[dict], counts, staleness: list, *, status: str, error: str | None, wall: float,
                   churn: bool, profile_sha256: str | None, stalled: str | None) -> dict:
-    """What summary.json holds: the run's outcome from its metric rows and the server's counters."""
+    """What summary.json holds: the run's outcome from its metric rows and the server's counters, and
+    which seafl (package and numerics version, seafl_dist/versions.py) trained it."""
     targets = sorted(set(cfg.run.targets) | ({cfg.run.target_accuracy} - {None}))
     last = rows[-1] if rows else {}
     return {
@@ -21,7 +23,7 @@ def build_summary(cfg, rows: list[dict], counts, staleness: list, *, status: str
         "max_staleness": max(staleness, default=0),
         "notifications": counts["notify"], "rejected_updates": counts["rejected"],
         "events": {k: counts[k] for k in ("start", "notify", "finish", "aggregate", "eval")},
-        "wall_time_s": wall,
+        "wall_time_s": wall, **stamp(),
         **churn_figures(counts, churn=churn, profile_sha256=profile_sha256, stalled=stalled),
     }
 

@@ -207,10 +207,11 @@ def load_config(path: str | Path, overrides: list[str] | tuple = ()) -> Config:
     return config_from_dict(data, overrides)
 
 
-# Keys of device populations (docs/devices.md) left out of config.yaml at their defaults, so the file of a run
+# Keys of device populations (docs/devices.md) and GPU switches left out of config.yaml at their defaults, so the file of a run
 # without them is byte for byte what it was before they existed (and older run dirs still compare equal).
 OMITTED_AT_DEFAULT = {("devices", "profile"): None, ("devices", "dropout"): None,
-                      ("devices", "availability_scale"): 1.0, ("clock", "compute_scale"): 1.0}
+                      ("devices", "availability_scale"): 1.0, ("clock", "compute_scale"): 1.0,
+                      ("runtime", "deterministic"): False, ("runtime", "cuda_graphs"): True}
 
 
 def dump_config(cfg: Config) -> str:

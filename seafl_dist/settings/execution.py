@@ -28,6 +28,16 @@ class RuntimeConfig:
                           note="G > 1 keeps the schedule identical but changes the trained bits by floating-point "
                                "rounding, so such a run is another sample of the same experiment, not a replay. "
                                "On a CPU G > 1 is slower; out of GPU memory a group is retrained in halves.")
+    deterministic: bool = key(False, "on a GPU, the same command gives the same bytes: deterministic cuDNN/cuBLAS "
+                              "algorithms (`torch.use_deterministic_algorithms`)",
+                              note="A CPU run is reproducible without it. On a GPU it costs some speed "
+                                   "(docs/performance.md); a model with an op that has no deterministic implementation "
+                                   "stops before training, naming the op. Left out of config.yaml when false.")
+    cuda_graphs: bool = key(True, "on a GPU, each job's optimiser step replays a CUDA graph, and G = `batch_jobs` jobs "
+                            "train at once on their own streams",
+                            note="The same bits as eager steps (so G changes no result with `deterministic`); a model "
+                                 "that cannot be captured trains eagerly, with one line. No effect on a CPU. Left out "
+                                 "of config.yaml when true.")
     placement: str = key("balanced", "which worker trains a job under torchrun: `balanced` or `device`",
                          note="`balanced`: the worker with the least queued work (every worker holds the training "
                               "set). `device`: device k on worker 1 + k mod (W−1), so a worker holds only its "
@@ -40,6 +50,9 @@ class RuntimeConfig:
         _at_least("runtime.timeout_s", self.timeout_s, 0, strict=True)
         _choice("runtime.precision", self.precision, ("32", "bf16"))
         _at_least("runtime.threads", self.threads, 1)
+        for name in ("deterministic", "cuda_graphs"):
+            if not isinstance(getattr(self, name), bool):
+                _fail(f"runtime.{name}", getattr(self, name), "true or false")
         if isinstance(self.batch_jobs, bool) or not isinstance(self.batch_jobs, int) or self.batch_jobs < 1:
             _fail("runtime.batch_jobs", self.batch_jobs, "an integer >= 1 (jobs a rank trains together; 1 = one at a time)")
 
@@ -52,6 +65,8 @@ class WandbConfig:
     entity: Optional[str] = key(None, "W&B entity (user or team); `null`: your default")
     group: Optional[str] = key(None, "W&B group; `null`: none (a sweep's runs: the sweep's name)")
     tags: list = key([], "W&B tags")
+    job_type: Optional[str] = key(None, "W&B job type; `null`: `seafl-run` (a sweep's runs: their grid point's label, "
+                                  "e.g. `SEAFL, K = 10`, so W&B can show a mean and band per point)")
 
     def __post_init__(self) -> None:
         _choice("logging.wandb.mode", self.mode, ("online", "offline", "disabled"))

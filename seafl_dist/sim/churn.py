@@ -36,8 +36,8 @@ from typing import Iterator
 
 import numpy as np
 
+from seafl_dist.sim.jobs import Job
 from seafl_dist.sim.rng import stream
-from seafl_dist.sim.scheduler import Job
 
 
 class AlwaysOnline:

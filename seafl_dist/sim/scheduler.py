@@ -24,54 +24,15 @@ without them this module's loop runs alone and its output is what it always was.
 from __future__ import annotations
 
 import heapq
-import math
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Optional, Sequence
 
 import numpy as np
 
+from seafl_dist.sim.churn import ChurnLoop, Idle
+from seafl_dist.sim.jobs import Job, PlanFn  # noqa: F401  (Job re-exported: seafl_dist.sim.scheduler.Job)
 from seafl_dist.sim.rng import stream
 
-# plan(device, device_job_index, start_time) -> absolute epoch ends [b_1..b_E]
-PlanFn = Callable[[int, int, float], list]
-
-
-@dataclass
-class Job:
-    job: int
-    device: int
-    version: int  # t_k, the global version the job started from
-    start: float
-    epoch_ends: list
-    upload_s: float
-    finish: float = 0.0
-    epochs: int = 0
-    notified: bool = False
-    download_s: float = 0.0  # recorded on churn-mode start events
-    drop_at: float = math.inf  # churn mode: the job drops here if that is before its finish
-    drop_cause: str = ""  # "offline" (its window closed) or "dropout"
-
-    def __post_init__(self) -> None:
-        self.epochs = len(self.epoch_ends)
-        self.finish = self.epoch_ends[-1] + self.upload_s
-
-    def notify(self, tau: float) -> None:
-        """SEAFL² (SPEC step 4): upload at the end of the epoch in progress at time tau."""
-        self.notified = True
-        for e, b in enumerate(self.epoch_ends, start=1):
-            if tau < b:
-                self.epochs = e
-                self.finish = b + self.upload_s
-                return
-
-    @property
-    def drops(self) -> bool:
-        """Churn mode: the job is dropped (its upload does not land by ``drop_at``; landing at it counts)."""
-        return self.drop_at < self.finish
-
-    @property
-    def ends_at(self) -> float:
-        return self.drop_at if self.drops else self.finish
 
 
 @dataclass(kw_only=True)
@@ -109,7 +70,7 @@ class Scheduler:
         return beta is not None and version - job.version >= beta
 
     def _start_jobs(self, version: int, now: float, in_flight: dict, heap: list, next_id: int) -> list[Job]:
-        from seafl_dist.sim.churn import Idle  # the free devices by rank, never listed: O(M log M), not O(N)
+        # the free devices by rank, never listed: O(M log M), not O(N)
         free = Idle(np.ones(1, dtype=bool), self.num_devices, [j.device for j in in_flight.values()])
         need = self.concurrency - len(in_flight)
         # choice(free ids, k) is free[choice(len, k)]: the same draws as when the list of free ids was built
@@ -140,7 +101,6 @@ class Scheduler:
         """Yield start / notify / finish / aggregate events in virtual-time order (and, with churn,
         drop events and a last stall event if the run can make no more progress)."""
         if self.churn:
-            from seafl_dist.sim.churn import ChurnLoop
             yield from ChurnLoop(self).events()
             return
         version, in_flight, heap, buffer = 0, {}, [], []

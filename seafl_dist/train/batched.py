@@ -68,17 +68,27 @@ def fusion_blocker(module, data, device: torch.device | str = "cpu", precision: 
     return cache[key]
 
 
-def _find_blocker(module, data, device: torch.device, precision: str) -> str | None:
+def shared_blocker(module, cumulative_bn: str) -> str | None:
+    """Why ``module``'s jobs cannot be trained by a step other than its own (the fused step here, a
+    CUDA graph in train/graphed.py): its own loss or optimiser, random layers, batch norm's
+    cumulative average (``cumulative_bn`` says why that one), an optimiser other than one SGD group."""
     if not batchable(module):
         return "it defines its own training_step or configure_optimizers"
     for name, layer in module.named_modules():
         if isinstance(layer, (nn.modules.dropout._DropoutNd, nn.RReLU)):
             return f"its layer {name} ({type(layer).__name__}) draws random numbers"
         if isinstance(layer, nn.modules.batchnorm._NormBase) and layer.track_running_stats and layer.momentum is None:
-            return f"its batch norm {name} has momentum=None (a cumulative average, which vmap cannot update)"
+            return f"its batch norm {name} has momentum=None ({cumulative_bn})"
     optimizer = module.configure_optimizers()
     if type(optimizer) is not torch.optim.SGD or len(optimizer.param_groups) != 1:
         return f"its optimiser is {type(optimizer).__name__}, not one torch.optim.SGD parameter group"
+    return None
+
+
+def _find_blocker(module, data, device: torch.device, precision: str) -> str | None:
+    why = shared_blocker(module, "a cumulative average, which vmap cannot update")
+    if why is not None:
+        return why
     if len(data) < 2:  # a rank without two training rows has only jobs of one sample (or none)
         return None
     # anything else vmap rejects (random ops in forward, .item(), data-dependent control flow):

@@ -11,6 +11,7 @@ same job thus gives the same bits on whichever rank runs it, in whatever order, 
 """
 from __future__ import annotations
 
+import sys
 from contextlib import contextmanager, nullcontext
 
 import torch
@@ -19,10 +20,23 @@ from seafl_dist.train.flat import flatten, load_flat
 from seafl_dist.train.plan import StepPlan
 
 
-def _autocast(device: torch.device, precision: str):
+def _autocast(device: torch.device, precision: str, cache: bool = True):
+    """bf16 autocast on a GPU (``cache=False`` inside a CUDA graph's capture, where a cast must be a
+    kernel of the graph, not a tensor kept from an earlier call)."""
     if precision == "bf16" and device.type == "cuda":
-        return torch.autocast("cuda", dtype=torch.bfloat16)
+        return torch.autocast("cuda", dtype=torch.bfloat16, cache_enabled=cache)
     return nullcontext()
+
+
+def memory_format(module, device: torch.device) -> torch.memory_format:
+    """How a model's weights and images are laid out where it trains and evaluates: channels-last
+    on a GPU for a model that allows it (``channels_last_eval``; cuDNN's NHWC kernels: ResNet-18's
+    big-batch step 1.7x faster on an H200, docs/performance.md), and on a CPU for evaluation only
+    (see :func:`evaluate`); otherwise as PyTorch makes them. A pure function of the model and the
+    device type, so every rank and every path of one run lays them out alike."""
+    if device.type == "cuda" and getattr(module, "channels_last_eval", False):
+        return torch.channels_last
+    return torch.contiguous_format
 
 
 @contextmanager
@@ -51,7 +65,8 @@ def train_job(module, start: torch.Tensor, data, indices: torch.Tensor, *, epoch
 
     ``on_step()``, if given, is called after every optimiser step (a worker counts its progress)."""
     device = torch.device(device)
-    module.to(device)
+    fmt = memory_format(module, device)
+    module.to(device, memory_format=fmt)
     load_flat(module, start.to(device))
     module.train()
     optimizer = module.configure_optimizers()
@@ -59,6 +74,7 @@ def train_job(module, start: torch.Tensor, data, indices: torch.Tensor, *, epoch
     with job_random_state(torch_seed, device):
         for i, idx, draws in plan.batches(data.augment_draws):
             x, y = data.batch(idx, augment=augment, draws=draws, device=device)
+            x = x.contiguous(memory_format=fmt)
             with _autocast(device, precision):
                 loss = module.training_step((x, y), i)
             optimizer.zero_grad(set_to_none=True)
@@ -72,14 +88,29 @@ def train_job(module, start: torch.Tensor, data, indices: torch.Tensor, *, epoch
 @torch.no_grad()
 def evaluate(module, flat: torch.Tensor, data, *, batch_size: int = 1024, device: torch.device | str = "cpu",
              precision: str = "32") -> tuple[float, float]:
-    """Accuracy and mean cross-entropy of the flat model on the whole dataset."""
+    """Accuracy and mean cross-entropy of the flat model on the whole dataset. Out of GPU memory,
+    the batches halve (one line says so) and stay that size for this model from then on."""
     device = torch.device(device)
-    load_flat(module, flat)
     # channels-last on a CPU: LeNet-5 evaluates 10,000 MNIST images in 0.29 s instead of 0.66 s
-    # (1 thread; ResNet-18 and VGG-16 gain 1.3-1.5x). Not used on GPUs, where it has not been measured.
-    fmt = torch.channels_last if device.type == "cpu" and getattr(module, "channels_last_eval", False) \
-        else torch.contiguous_format
+    # (1 thread; ResNet-18 and VGG-16 gain 1.3-1.5x); on a GPU as the model trains (memory_format).
+    fmt = torch.channels_last if getattr(module, "channels_last_eval", False) else torch.contiguous_format
+    load_flat(module, flat)
     module.to(device, memory_format=fmt).eval()
+    batch_size = min(batch_size, getattr(module, "_seafl_eval_batch", batch_size))
+    while True:
+        try:
+            return _evaluate(module, data, batch_size, device, precision, fmt)
+        except torch.cuda.OutOfMemoryError:
+            if batch_size == 1:
+                raise
+        torch.cuda.empty_cache()  # outside the except: its traceback no longer holds the batch
+        batch_size //= 2
+        module._seafl_eval_batch = batch_size
+        print(f"seafl: out of GPU memory evaluating; evaluating in batches of {batch_size} from now on",
+              file=sys.stderr)
+
+
+def _evaluate(module, data, batch_size: int, device: torch.device, precision: str, fmt) -> tuple[float, float]:
     correct, loss_sum, n = 0, 0.0, len(data)
     for lo in range(0, n, batch_size):
         idx = torch.arange(lo, min(lo + batch_size, n))

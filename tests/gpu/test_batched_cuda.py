@@ -105,13 +105,15 @@ def seafl_run(args, cwd, prefix=()):
 
 
 def test_batched_run_trains_as_g1_on_cuda(tmp_path):
-    """What G = 4 trained (every evaluation, aggregation weight, the final model) is G = 1's up to
-    fp32 rounding, TF32 off in both (the schedule cannot differ: it is computed before training)."""
+    """The fused vmap step (runtime.cuda_graphs=false): what G = 4 trained (every evaluation,
+    aggregation weight, the final model) is G = 1's up to fp32 rounding, TF32 off in both (the
+    schedule cannot differ: it is computed before training). Graph slots give G = 1's bytes
+    (test_reproducible.py)."""
     import trained
     small = [str(ROOT / "configs" / "quickstart.yaml"), "devices.num=10", "devices.concurrency=4",
              "algorithm.buffer_size=2", "train.epochs=2", "run.max_aggregations=6", "runtime.device=cuda",
              "logging.progress=none", "algorithm.name=seafl2", "algorithm.staleness_limit=1", "run.seed=2",
-             "train.lr=0.02"]
+             "train.lr=0.02", "runtime.cuda_graphs=false"]
     no_tf32 = ["torch.backends.cudnn.allow_tf32 = False", "torch.backends.cuda.matmul.allow_tf32 = False"]
     for g in (1, 4):
         t0 = time.perf_counter()

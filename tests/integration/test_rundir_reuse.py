@@ -88,7 +88,7 @@ def test_the_killed_run_resumes_with_the_same_command_and_never_reports_the_othe
     assert refused(capsys, run_args(B, killed), killed, code=0).endswith("nothing to do")
 
 
-@pytest.mark.parametrize("override", ["runtime.precision=bf16", "runtime.batch_jobs=2"])
+@pytest.mark.parametrize("override", ["runtime.precision=bf16", "runtime.batch_jobs=2", "runtime.deterministic=true"])
 def test_resume_refuses_keys_that_change_the_trained_bits(capsys, killed, override):
     err = refused(capsys, ["run", "--resume", str(killed), override], killed)
     assert "another config" in err and override.split("=")[0] + " (" in err

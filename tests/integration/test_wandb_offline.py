@@ -40,7 +40,8 @@ def seafl_offline(tmp: Path, out: Path, *overrides, fault=None):
 def offline_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("wb")
     out = tmp / "run"
-    proc = seafl_offline(tmp, out, "logging.wandb.group=g1", "logging.wandb.tags=[tiny,test]")
+    proc = seafl_offline(tmp, out, "logging.wandb.group=g1", "logging.wandb.tags=[tiny,test]",
+                         "logging.wandb.job_type=" + "K" * 70)  # a sweep sets its grid point's label
     assert proc.returncode == 0, proc.stdout + proc.stderr
     files = list(out.glob("wandb/offline-run-*/run-*.wandb"))
     assert len(files) == 1, list(out.rglob("*"))
@@ -61,13 +62,14 @@ def test_history_holds_every_eval_and_aggregation(offline_run):
     events = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
     assert [h["agg/updates"] for h in aggs] == [len(e["updates"]) for e in events if e["event"] == "aggregate"]
     images = {k.rsplit("/", 1)[0] for h in wb["history"] for k in h if k.startswith("plots/")}
-    assert images == {"plots/accuracy_vs_time", "plots/timeline"}  # logged as wandb.Image
+    assert images == {"plots/accuracy_vs_time", "plots/time_to_target", "plots/timeline"}  # as wandb.Image
 
 
 def test_config_summary_group_and_sync_note(offline_run):
     out, wb = offline_run
     assert wb["config"]["algorithm"]["name"] == "seafl2" and wb["config"]["run"]["max_aggregations"] == 5
     assert wb["run"].run_group == "g1" and list(wb["run"].tags) == ["tiny", "test"]
+    assert wb["run"].job_type == "K" * 64  # W&B's longest
     summary = json.loads((out / "summary.json").read_text())
     assert wb["summary"]["final_accuracy"] == pytest.approx(summary["final_accuracy"])
     assert wb["summary"]["aggregations"] == 5 and wb["summary"]["status"] == "completed"

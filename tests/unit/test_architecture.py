@@ -82,6 +82,49 @@ def test_every_layer_imports_only_what_the_page_allows():
     assert not wrong, "imports against docs/architecture.md's layers: " + "; ".join(wrong)
 
 
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def module_graph() -> dict[str, set[str]]:
+    """{module: the package's modules it imports}, at module level or inside functions; ``from pkg import
+    sub`` imports the module ``pkg.sub`` (``pkg`` is imported first by Python, not by the importer)."""
+    modules = {module_name(p): p for p in PACKAGE.rglob("*.py")}
+    graph = {}
+    for name, path in modules.items():
+        package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+        edges = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                edges |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                base = ".".join((package[:len(package) - node.level + 1] if node.level else []) +
+                                ([node.module] if node.module else []))
+                edges |= {f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names}
+        graph[name] = {e for e in edges if e in modules and e != name}
+    return graph
+
+
+def test_no_module_imports_one_that_imports_it_back():
+    """No import cycle between the package's modules, however long, imports inside functions included."""
+    graph, cycles = module_graph(), []
+    assert {"seafl_dist.sim.churn", "seafl_dist.sim.jobs"} <= graph["seafl_dist.sim.scheduler"]  # the reader sees
+
+    def reach(start: str) -> set[str]:
+        seen, todo = set(), [start]
+        while todo:
+            for nxt in graph[todo.pop()] - seen:
+                seen.add(nxt)
+                todo.append(nxt)
+        return seen
+
+    for name in sorted(graph):
+        back = sorted(m for m in graph[name] if name in reach(m))
+        cycles += [f"{name} -> {m} -> ... -> {name}" for m in back]
+    assert not cycles, "import cycles: " + "; ".join(cycles)
+
+
 def test_distributed_lightning_and_wandb_stay_in_their_layers():
     allowed = table("library")
     assert set(allowed) == set(LIBRARIES), allowed

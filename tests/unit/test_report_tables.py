@@ -140,11 +140,3 @@ def test_a_run_dir_alone_gets_a_timeline(tmp_path):
 def test_no_runs_is_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="no runs found"):
         write_report([tmp_path], tmp_path / "out")
-
-
-def test_a_plot_title_names_the_dirs_while_they_fit_and_counts_them_otherwise():
-    from seafl_dist.report.build import plot_title
-    assert plot_title(["runs/a", "runs/b"]) == "runs/a, runs/b"
-    many = [f"K={k},seed={s}" for k in (1, 5, 10, 15, 20) for s in (0, 1, 2)]
-    assert plot_title(many) == "K=1,seed=0 and 14 more run dirs"
-    assert len(plot_title(["x" * 200])) == 70

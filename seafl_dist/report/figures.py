@@ -1,0 +1,251 @@
+"""The paper's figures of a report, each as PNG, PDF (vector, for papers) and the CSV of what it plots.
+
+- :func:`plot_accuracy_vs_time`: one curve per grid point: the mean test accuracy over its seeds
+  on a common time grid (a seed's curve held at its last value after its run ends) with a shaded
+  min–max band; per-seed curves faint on request. Targets are dashed lines, labelled on the right
+  without overlap. The time axis ends where the slowest arm's mean curve reaches the highest target,
+  plus 10% (the longest run where none does), or at ``until``; log-x on request.
+- :func:`plot_time_to_target`: per target a panel, per arm a row: each seed a dot, the mean over
+  the seeds that reached the target a bar, a seed that never did a cross in the "never" strip.
+- ``report/value_plots.py``: time to target against a swept number (K, β, ...), one line per algorithm.
+
+Every function takes the report's groups (``tables.group_runs``: grid point → its seeds' runs) and
+returns the matplotlib Figure it saved (tests read it). Arms are named and styled by ``labels.py``.
+"""
+from __future__ import annotations
+
+import contextlib
+import csv
+import math
+from pathlib import Path
+
+import numpy as np
+from matplotlib import rc_context
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
+
+from seafl_dist.report.labels import figure_title, reader_labels, styles
+
+FONTS = {"font.size": 11, "axes.titlesize": 11, "axes.labelsize": 11, "legend.fontsize": 9.5, "legend.title_fontsize": 9.5,
+         "xtick.labelsize": 10, "ytick.labelsize": 10, "pdf.fonttype": 42, "svg.fonttype": "none"}
+MARGIN = 1.1  # the time axis runs 10% past the slowest arm's mean reaching the highest target
+NEVER = "never"
+TTT_CAPTION = "time to target: dots = seeds, × = never; bar = mean of the seeds that reached it"
+
+
+def paper_style():
+    """Font sizes that stay readable when a figure 5.2 in wide is printed a column wide (about 3.4 in:
+    11 pt → 7 pt, the legend's 9.5 pt → 6 pt)."""
+    return rc_context(FONTS)
+
+
+def new_figure(figsize) -> Figure:
+    """A figure on an Agg canvas (no display, no pyplot state), laid out by constrained layout."""
+    fig = Figure(figsize=figsize, layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def save(fig: Figure, path: Path, rows: list[dict] | None = None) -> Path:
+    """``path`` (PNG), the same stem as PDF, and as CSV ``rows`` when given; returns the PNG's path."""
+    path = Path(path)
+    with paper_style():
+        fig.savefig(path, dpi=150)
+        fig.savefig(path.with_suffix(".pdf"))
+    if rows is not None:
+        write_rows(path.with_suffix(".csv"), rows)
+    return path
+
+
+def write_rows(path: Path, rows: list[dict]) -> None:
+    fields = list(dict.fromkeys(k for r in rows for k in r))
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=fields)
+        w.writeheader()
+        w.writerows({k: ("inf" if isinstance(v, float) and math.isinf(v) else v) for k, v in r.items()} for r in rows)
+
+
+def arms(groups) -> tuple[list[str], list[dict]]:
+    """(reader labels, styles) of the groups, in their order; the sweep's name added where two
+    sweeps hold the same grid point."""
+    configs = [g.config for g in groups]
+    labels = reader_labels(configs)
+    labels = [f"{lab} ({g.sweep})" if g.sweep and labels.count(lab) > 1 else lab for lab, g in zip(labels, groups)]
+    return labels, styles(configs)
+
+
+def title_of(groups) -> str:
+    return wrap(figure_title([g.config for g in groups], [len(g.runs) for g in groups]), 60)
+
+
+def wrap(text: str, width: int = 42) -> str:
+    """Break a label or title at its ", " parts into lines of at most ``width`` characters where it can
+    (a long one ran off the figure's edge); a part longer than that keeps a line of its own."""
+    lines: list[str] = []
+    for part in text.split(", "):
+        if lines and len(lines[-1]) + 2 + len(part) <= width:
+            lines[-1] += ", " + part
+        else:
+            lines.append(part)
+            if len(lines) > 1:
+                lines[-2] += ","
+    return "\n".join(lines)
+
+
+def seeds_caption(groups) -> str:
+    n = sorted({len(g.runs) for g in groups})
+    if n == [1]:
+        return "one seed per arm"
+    count = str(n[0]) if len(n) == 1 else f"{n[0]}–{n[-1]}"
+    return f"mean of {count} seeds; band: min–max"
+
+
+def legend_columns(labels: list[str]) -> int:
+    """As many legend columns as the longest label lets fit in a 5.2 in wide figure."""
+    longest = max((len(line) for x in labels for line in wrap(x).split("\n")), default=0)
+    return 3 if longest <= 14 else 2 if longest <= 26 else 1
+
+
+def mean_curve(runs) -> dict:
+    """The seeds' step curves on their common time grid: {time, mean, min, max, curves}."""
+    curves = [(np.array([r["time"] for r in run.rows], float), np.array([r["accuracy"] for r in run.rows], float))
+              for run in runs if run.rows]
+    if not curves:
+        empty = np.array([])
+        return {"time": empty, "mean": empty, "min": empty, "max": empty, "curves": []}
+    grid = np.unique(np.concatenate([t for t, _ in curves]))
+    held = []
+    for t, acc in curves:  # steps-post: the last evaluation at or before each grid time, the last one after the end
+        i = np.searchsorted(t, grid, side="right") - 1
+        held.append(np.where(i >= 0, acc[np.clip(i, 0, None)], np.nan))
+    stack = np.vstack(held)
+    with np.errstate(all="ignore"), contextlib.suppress(RuntimeWarning):
+        return {"time": grid, "mean": np.nanmean(stack, 0), "min": np.nanmin(stack, 0), "max": np.nanmax(stack, 0),
+                "curves": curves}
+
+
+def reach_time(curve: dict, target: float) -> float:
+    hit = np.nonzero(curve["mean"] >= target)[0]
+    return float(curve["time"][hit[0]]) if len(hit) else math.inf
+
+
+def time_axis_end(curves: list[dict], targets: list[float]) -> float:
+    """Where the slowest arm's mean reaches the highest target, plus 10%; the longest run where none does."""
+    ends = [float(c["time"][-1]) for c in curves if len(c["time"])]
+    if targets:
+        reached = [t for t in (reach_time(c, max(targets)) for c in curves) if math.isfinite(t)]
+        if reached:
+            return min(max(reached) * MARGIN, max(ends)) if max(reached) > 0 else max(ends, default=1.0)
+    return max(ends, default=1.0)
+
+
+def label_targets(fig: Figure, ax, targets: list[float]) -> None:
+    """Dashed target lines, labelled at the right edge and pushed apart until no two labels overlap."""
+    texts = []
+    for t in sorted(targets):
+        ax.axhline(t, ls="--", lw=0.8, color="0.45", zorder=1)
+        texts.append(ax.annotate(f"{t:.0%}", xy=(1.0, t), xycoords=("axes fraction", "data"), xytext=(3, 0),
+                                 textcoords="offset points", va="center", fontsize=9.5, color="0.3"))
+    if not texts:
+        return
+    fig.canvas.draw()  # lay the figure out once, then freeze it so the offsets below stay true
+    fig.set_layout_engine("none")
+    renderer = fig.canvas.get_renderer()
+    gap = max(tx.get_window_extent(renderer).height for tx in texts) * 1.15 * 72 / fig.dpi  # in points
+    ys = [ax.transData.transform((0, t))[1] * 72 / fig.dpi for t in sorted(targets)]
+    placed = []
+    for y in ys:  # bottom up: each label at its line, or just above the label below it
+        placed.append(max(y, placed[-1] + gap) if placed else y)
+    for tx, y, p in zip(texts, ys, placed):
+        tx.set_position((3, p - y))
+
+
+def plot_accuracy_vs_time(groups, targets, path: str | Path, *, until: float | None = None, log_x: bool = False,
+                          seed_curves: bool = False, title: str | None = None) -> Figure:
+    """Mean accuracy over seeds against virtual time, one curve and band per grid point (see module doc)."""
+    labels, looks = arms(groups)
+    curves = [mean_curve(g.runs) for g in groups]
+    end = until if until is not None else time_axis_end(curves, targets)
+    rows = []
+    with paper_style():
+        ncol = legend_columns(labels)
+        legend_rows = math.ceil(sum(wrap(x).count("\n") + 1 for x in labels) / ncol)
+        fig = new_figure(figsize=(5.2, 3.9 + 0.24 * legend_rows))
+        ax = fig.subplots()
+        for g, label, look, c in zip(groups, labels, looks, curves):
+            if not len(c["time"]):
+                continue
+            every = max(1, int(np.searchsorted(c["time"], end)) // 6)
+            ax.plot(c["time"], c["mean"], drawstyle="steps-post", lw=1.6, label=wrap(label), color=look["color"],
+                    linestyle=look["linestyle"], marker=look["marker"], markevery=every, ms=4.5, zorder=3)
+            if len(g.runs) > 1:
+                ax.fill_between(c["time"], c["min"], c["max"], step="post", color=look["color"], alpha=0.12,
+                                lw=0, zorder=2)
+            if seed_curves:
+                for t, acc in c["curves"]:
+                    ax.plot(t, acc, drawstyle="steps-post", lw=0.6, alpha=0.35, color=look["color"], zorder=2)
+            rows += [{"label": label, "point": g.label, "seeds": len(g.runs), "time": float(t), "mean": float(m),
+                      "min": float(lo), "max": float(hi)} for t, m, lo, hi in zip(c["time"], c["mean"], c["min"], c["max"])]
+        ax.set_xlabel("virtual time (s)" + (", log scale" if log_x else ""))
+        ax.set_ylabel("test accuracy")
+        ax.set_ylim(0, 1)
+        if log_x:
+            first = min((float(t) for c in curves for t in c["time"] if t > 0), default=1.0)
+            ax.set_xscale("log")
+            ax.set_xlim(first, max(end, first * 10))
+        else:
+            ax.set_xlim(0, max(end, 1e-9))
+        ax.grid(alpha=0.3)
+        ax.set_title(title if title is not None else title_of(groups))
+        if groups:  # under the axes, where no curve can hide beneath it
+            fig.legend(*ax.get_legend_handles_labels(), title=seeds_caption(groups), frameon=False,
+                       loc="outside lower center", ncol=ncol)
+        label_targets(fig, ax, targets)
+    save(fig, Path(path), rows)
+    return fig
+
+
+def never_axis(ax, finite: list[float], *, axis: str = "x") -> float:
+    """Room for "never" past the largest finite time: returns the position drawn as "never", sets ticks and limits."""
+    top = max(finite, default=1.0) or 1.0
+    never, stop = top * 1.3, top * 1.42
+    ticks = [t for t in MaxNLocator(4).tick_values(0, top) if 0 <= t <= top]
+    span, lim, tick = ((ax.axvspan, ax.set_xlim, ax.set_xticks) if axis == "x" else
+                       (ax.axhspan, ax.set_ylim, ax.set_yticks))
+    span(top * 1.18, stop, color="0.92", zorder=0)
+    lim(0, stop)
+    tick(ticks + [never], [f"{t:g}" for t in ticks] + [NEVER])
+    return never
+
+
+def plot_time_to_target(groups, targets, path: str | Path, *, title: str | None = None) -> Figure:
+    """Per target a panel; per arm a row with each seed's time as a dot and the mean as a bar; "never" at the end."""
+    labels, looks = arms(groups)
+    rows = []
+    with paper_style():
+        lines = [wrap(x).count("\n") + 1 for x in labels]
+        fig = new_figure(figsize=(max(4.2, 2.1 * len(targets) + 0.09 * min(42, max(map(len, labels), default=0))),
+                                  1.3 + 0.3 * sum(lines)))
+        axes = np.atleast_1d(fig.subplots(1, max(1, len(targets)), sharey=True, squeeze=False)[0])
+        for ax, target in zip(axes, targets):
+            times = [[r.ttt(target) for r in g.runs] for g in groups]
+            never = never_axis(ax, [t for ts in times for t in ts if math.isfinite(t)])
+            for y, (g, label, look, ts) in enumerate(zip(groups, labels, looks, times)):
+                hit = [t for t in ts if math.isfinite(t)]
+                mean = float(np.mean(hit)) if hit else math.inf
+                if hit:
+                    ax.barh(y, mean, height=0.6, color=look["color"], alpha=0.45, lw=0)
+                ax.scatter([t if math.isfinite(t) else never for t in ts], [y] * len(ts), s=16, zorder=3,
+                           color=look["color"], edgecolor="black", linewidths=0.4,
+                           marker=look["marker"] if hit else "X")
+                rows += [{"label": label, "point": g.label, "target": target, "seed": r.seed, "time": t,
+                          "mean_of_reached": mean, "reached": len(hit), "seeds": len(ts)} for r, t in zip(g.runs, ts)]
+            ax.set_title(f"to {target:.0%}")
+            ax.set_xlabel("virtual time (s)")
+            ax.grid(axis="x", alpha=0.3)
+        axes[0].set_yticks(range(len(groups)), [wrap(x) for x in labels])
+        axes[0].set_ylim(len(groups) - 0.5, -0.5)
+        fig.suptitle((title if title is not None else title_of(groups)) + "\n" + TTT_CAPTION, fontsize=10)
+    save(fig, Path(path), rows)
+    return fig

@@ -1,0 +1,150 @@
+"""Names as a reader says them: arms ("SEAFL, K = 10, β = 10", "FedAsync, β = ∞"), figure titles
+("MNIST, LeNet-5: K varies"), and each arm's style (the algorithm sets the hue, a varying value
+the shade, with a line style and a marker of its own for print and colour-blind readers).
+
+An arm's label is built from the keys that vary between the arms shown, in reader's symbols
+(:data:`SYMBOLS`), leaving out the budget (``run.*``), the seed and the keys an algorithm does not
+read or fixes itself (FedAvg's K and β, FedAsync's K): "FedAvg", not "FedAvg, K = 20, β = 0".
+Where two arms would then share a label, the keys that tell them apart are added back.
+"""
+from __future__ import annotations
+
+import json
+
+ALGORITHMS = {"seafl": "SEAFL", "seafl2": "SEAFL²", "fedbuff": "FedBuff", "fedasync": "FedAsync", "fedavg": "FedAvg"}
+DATASETS = {"digits": "digits", "mnist": "MNIST", "emnist": "EMNIST", "cifar10": "CIFAR-10", "cinic10": "CINIC-10",
+            "femnist": "FEMNIST"}
+MODELS = {"lenet5": "LeNet-5", "resnet18": "ResNet-18", "vgg16": "VGG-16"}
+SYMBOLS = {"algorithm.name": "algorithm", "algorithm.buffer_size": "K", "algorithm.staleness_limit": "β",
+           "algorithm.alpha": "α", "algorithm.mu": "μ", "algorithm.theta": "ϑ", "algorithm.server_lr": "η_g",
+           "algorithm.mixing": "α_mix", "devices.num": "N", "devices.concurrency": "M", "train.epochs": "E",
+           "train.lr": "lr", "data.concentration": "concentration", "devices.dropout": "dropout",
+           "devices.availability_scale": "availability scale", "devices.profile": "profile"}
+INFINITE_WHEN_NULL = ("algorithm.staleness_limit", "run.max_time", "run.max_aggregations")
+ZERO_WHEN_NULL = ("devices.dropout",)  # no dropout
+_SEAFL = ("buffer_size", "staleness_limit", "alpha", "mu", "theta", "similarity", "similarity_over", "partial")
+USES = {  # the algorithm.* keys each built-in rule reads and does not fix itself (a rule of one's own: all)
+    "seafl": _SEAFL, "seafl2": _SEAFL, "fedbuff": ("buffer_size", "staleness_limit", "server_lr", "staleness_scaling",
+                                                   "partial"),
+    "fedasync": ("staleness_limit", "mixing", "staleness_fn", "poly_a", "hinge_a", "hinge_b", "partial"),
+    "fedavg": ()}
+NOT_ARMS = ("name", "run.", "logging.", "runtime.")  # budget, bookkeeping and execution: not what an arm is
+HUES = {"seafl": "Blues", "seafl2": "Purples", "fedbuff": "Oranges", "fedasync": "Greens", "fedavg": "Greys"}
+SPARE_HUES = ("Reds", "YlOrBr", "PuRd", "BuGn")  # (not FedAvg red beside FedAsync green: colour-blind readers)
+LINESTYLES = ("-", "--", "-.", ":", (0, (5, 1, 1, 1, 1, 1)), (0, (8, 2)))
+MARKERS = ("o", "s", "^", "D", "v", "P", "h", "*")  # not "X": the time-to-target figure's "never"
+
+
+def algorithm_name(name) -> str:
+    return ALGORITHMS.get(str(name), str(name))
+
+
+def value_text(key: str, value) -> str:
+    """A value as a label prints it: ``None`` of a limit is ∞, floats short, a profile by its file name."""
+    if value is None:
+        return "∞" if key in INFINITE_WHEN_NULL else "0" if key in ZERO_WHEN_NULL else "none"
+    if isinstance(value, float):
+        return f"{value:g}"
+    if key == "devices.profile":
+        return str(value).replace("\\", "/").rsplit("/", 1)[-1]
+    return str(value)
+
+
+def _is_arm_key(key: str) -> bool:
+    return not any(key == n or (n.endswith(".") and key.startswith(n)) for n in NOT_ARMS)
+
+
+def _used(config: dict, key: str) -> bool:
+    uses = USES.get(str(config.get("algorithm.name")))
+    return uses is None or not key.startswith("algorithm.") or key == "algorithm.name" or key.split(".", 1)[1] in uses
+
+
+def varying_keys(configs: list[dict], *, arms_only: bool = True) -> list[str]:
+    """Keys whose value differs between ``configs`` (dotted key → value), the algorithm first; with
+    ``arms_only``, the arm keys that differ between the configs whose algorithm reads them."""
+    keys = dict.fromkeys(k for c in configs for k in c if k not in ("name", "run.seed") and (_is_arm_key(k) or not arms_only))
+    varying = [k for k in keys if len({json.dumps(c.get(k), sort_keys=True, default=str) for c in configs
+                                       if _used(c, k) or not arms_only}) > 1]
+    return sorted(varying, key=lambda k: k != "algorithm.name")
+
+
+def _usual(configs: list[dict], keys: list[str]) -> dict:
+    """{(algorithm, key): value} where a key varies between an algorithm's three or more arms and one value
+    is held by more than half of them: the study's shared setting, left out of those arms' labels
+    ("SEAFL, β = 1" beside "SEAFL")."""
+    usual = {}
+    for algo in {str(c.get("algorithm.name")) for c in configs}:
+        mine = [c for c in configs if str(c.get("algorithm.name")) == algo]
+        for k in keys:
+            values = [json.dumps(c.get(k), sort_keys=True, default=str) for c in mine if _used(c, k)]
+            top = max(set(values), key=values.count, default=None)
+            if len(values) >= 3 and len(set(values)) > 1 and values.count(top) * 2 > len(values):
+                usual[algo, k] = top
+    return usual
+
+
+def _part(config: dict, key: str) -> str:
+    return f"{SYMBOLS.get(key, key.rsplit('.', 1)[-1])} = {value_text(key, config.get(key))}"
+
+
+def _label(config: dict, keys: list[str], usual: dict) -> str:
+    algo = str(config.get("algorithm.name"))
+    parts = [algorithm_name(algo)] if "algorithm.name" in keys else []
+    parts += [_part(config, k) for k in keys if k != "algorithm.name" and _used(config, k) and
+              usual.get((algo, k)) != json.dumps(config.get(k), sort_keys=True, default=str)]
+    return ", ".join(parts)
+
+
+def reader_labels(configs: list[dict]) -> list[str]:
+    """One label per config (an arm, or a grid point), from the keys that vary between them."""
+    keys = varying_keys(configs)
+    labels = [_label(c, keys, _usual(configs, keys)) for c in configs]
+    if len(set(labels)) < len(labels):  # spell out every varying key: the usual values, the budget, keys ignored
+        every = varying_keys(configs, arms_only=False)
+        labels = [lab if labels.count(lab) == 1 else
+                  ", ".join([p for p in [_label(c, every, {})] if p] + [_part(c, k) for k in every if not _used(c, k)])
+                  for c, lab in zip(configs, labels)]
+    return [lab or algorithm_name(c.get("algorithm.name", "run")) for c, lab in zip(configs, labels)]
+
+
+def what_varies(configs: list[dict]) -> str:
+    names = [SYMBOLS.get(k, k.rsplit(".", 1)[-1]) for k in varying_keys(configs)]
+    if not names:
+        return ""
+    return (names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]) + \
+        (" varies" if len(names) == 1 else " vary")
+
+
+def figure_title(configs: list[dict], seeds: list[int]) -> str:
+    """"MNIST, LeNet-5: K varies, 3 seeds each" from the arms' configs and their seed counts."""
+    setting = []
+    for key, names in (("data.name", DATASETS), ("model.name", MODELS)):
+        values = {str(c.get(key)) for c in configs if c.get(key) is not None}
+        if len(values) == 1:
+            setting.append(names.get(next(iter(values)), next(iter(values))))
+    head = ", ".join(setting)
+    algos = {str(c.get("algorithm.name")) for c in configs if "algorithm.name" in c}
+    if len(algos) == 1:
+        head = f"{algorithm_name(algos.pop())} on {head}" if head else algorithm_name(algos.pop())
+    n = sorted(set(seeds))
+    count = "" if n in ([], [1]) else f"{n[0]} seeds each" if len(n) == 1 else f"{n[0]}–{n[-1]} seeds each"
+    tail = ", ".join(p for p in (what_varies(configs), count) if p)
+    return f"{head}: {tail}" if head and tail else head or tail
+
+
+def styles(configs: list[dict]) -> list[dict]:
+    """Matplotlib keyword sets, one per arm: hue by algorithm, shade and line style by rank within it,
+    marker by rank among all arms."""
+    from matplotlib import colormaps
+    algos = list(dict.fromkeys(str(c.get("algorithm.name")) for c in configs))
+    spare = iter(SPARE_HUES * (1 + len(algos)))
+    hue = {a: HUES.get(a) or next(spare) for a in algos}
+    out, seen = [], {a: 0 for a in algos}
+    for rank, c in enumerate(configs):
+        a = str(c.get("algorithm.name"))
+        n, i = sum(str(d.get("algorithm.name")) == a for d in configs), seen[a]
+        seen[a] += 1
+        shade = 0.75 if n == 1 else 0.5 + 0.45 * i / (n - 1)  # paler than 0.5 is hard to see
+        out.append({"color": colormaps[hue[a]](shade), "linestyle": LINESTYLES[i % len(LINESTYLES)],
+                    "marker": MARKERS[rank % len(MARKERS)]})  # no two of up to 8 arms share one
+    return out

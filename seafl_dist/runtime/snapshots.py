@@ -1,0 +1,65 @@
+"""The checkpoint half of the server (runtime/server.py): the consistent state at the end of each
+aggregation, written as a checkpoint when one is due (runtime/checkpoint.py) or on the way out,
+and read back on resume. A mixin of :class:`~seafl_dist.runtime.server.Server`, whose attributes
+(``cfg``, ``dir``, ``writer``, ``rows``, ``staleness``, ``counts``, ``hook``...) it uses.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from collections import Counter
+
+from seafl_dist.runtime import checkpoint
+from seafl_dist.settings import dump_config
+
+
+class Snapshots:
+    """Checkpoints of a Server: remember, write and restore the state at the end of an aggregation."""
+
+    def _consistent(self, version: int, now: float, versions: dict, refs: Counter) -> None:
+        """The end of an aggregation: flush, remember this state, checkpoint it if one is due."""
+        events_bytes, metrics_bytes = self.writer.flush()
+        self._snap = {"version": version, "time": now, "versions": dict(versions), "refs": dict(refs),
+                      "n_rows": len(self.rows), "n_staleness": len(self.staleness), "counts": dict(self.counts),
+                      "events_bytes": events_bytes, "metrics_bytes": metrics_bytes}
+        run = self.cfg.run
+        due = (run.checkpoint_every is not None and version > 0 and version % run.checkpoint_every == 0) or \
+              (run.checkpoint_every_s is not None and time.monotonic() - self._last_save >= run.checkpoint_every_s)
+        if due:
+            self._write_checkpoint()
+        self.hook.at("after_aggregate", version, self.writer.flush)
+
+    def _write_checkpoint(self) -> None:
+        snap = self._snap
+        if snap is None or snap["version"] == self._saved_version:
+            return
+        self.writer.flush(sync=True)  # the recorded lengths must be on disk before the checkpoint is
+        checkpoint.save(self.dir, {
+            "config": dump_config(self.cfg), "version": snap["version"], "time": snap["time"],
+            "versions": {int(v): t.detach().cpu() for v, t in snap["versions"].items()},
+            "refs": {int(v): int(n) for v, n in snap["refs"].items() if n > 0},
+            "rows": self.rows[:snap["n_rows"]], "staleness": self.staleness[:snap["n_staleness"]],
+            "counts": dict(snap["counts"]), "events_bytes": snap["events_bytes"],
+            "metrics_bytes": snap["metrics_bytes"], "wall_s": self._wall(),
+            **({"profile_sha256": self.profile_sha256} if self.profile_sha256 else {})})
+        self._saved_version, self._last_save = snap["version"], time.monotonic()
+
+    def _checkpoint_last(self, quiet: bool = False) -> None:
+        """On the way out: keep the last consistent state; a failure here must not hide the first one."""
+        try:
+            self._write_checkpoint()
+        except BaseException as err:
+            if not quiet:
+                print(f"seafl: could not write a checkpoint: {type(err).__name__}: {err}", file=sys.stderr)
+
+    def _restore(self, state: dict):
+        self.rows, self.staleness = list(state["rows"]), list(state["staleness"])
+        self.counts = Counter(state["counts"])
+        self.wall_before, self._saved_version = float(state["wall_s"]), state["version"]
+        return dict(state["versions"]), Counter(state["refs"]), state["version"], state["time"]
+
+    def _kept(self) -> str:
+        if self._saved_version is None:
+            return "no checkpoint was written yet: make room (or fix the cause) and rerun the same command"
+        return (f"checkpoint-{self._saved_version:08d}.pt is kept: make room (or fix the cause) and rerun the "
+                f"same command to resume from aggregation {self._saved_version}")

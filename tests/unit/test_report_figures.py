@@ -1,0 +1,237 @@
+"""The report's figures, read back from their matplotlib objects: a sweep over algorithm x K with three
+seeds (mean curves, bands, legend texts, target labels, axis range, time to target, the plot against K)
+and a sweep over beta (infinity at the axis' end); the PDF and CSV files beside each PNG."""
+import csv
+import json
+import math
+
+import numpy as np
+import pytest
+from matplotlib.collections import PathCollection, PolyCollection
+from matplotlib.colors import rgb_to_hsv, to_rgb
+
+from seafl_dist.report.build import write_report
+from seafl_dist.report.figures import plot_accuracy_vs_time, plot_time_to_target
+from seafl_dist.report.tables import find_runs, group_runs
+from seafl_dist.report.value_plots import plot_time_vs_value, swept_keys
+from tests.unit.test_report_tables import make_run
+
+CURVES = {  # (algorithm, K) -> one curve per seed 0, 1, 2
+    ("seafl", 5): [[(0, .1), (10, .5), (20, .8)], [(0, .1), (15, .6), (30, .9)], [(0, .1), (40, .95)]],
+    ("seafl", 10): [[(0, .1), (5, .7), (12, .92)], [(0, .1), (8, .9), (16, .93)], [(0, .1), (6, .86), (20, .92)]],
+    ("fedbuff", 5): [[(0, .1), (30, .6), (60, .91)], [(0, .1), (35, .7), (70, .9)], [(0, .1), (50, .92)]],
+    ("fedbuff", 10): [[(0, .1), (20, .8), (45, .95)], [(0, .1), (25, .9)], [(0, .1), (22, .93)]],
+    ("seafl", 1): [[(0, .1), (50, .3), (100, .4)], [(0, .1), (60, .35)], [(0, .1), (80, .5)]],
+}
+LABELS = ["SEAFL, K = 5, β = 10", "SEAFL, K = 10, β = 10", "FedBuff, K = 5, β = ∞", "FedBuff, K = 10, β = ∞",
+          "SEAFL, K = 1, β = 10"]  # β: the defaults of SEAFL (10) and FedBuff (∞)
+
+
+def sweep(root, curves, key, value_of, targets):
+    """A sweep dir as `seafl sweep` lays it out: one run per (point, seed), sweep.json listing them."""
+    runs = []
+    for (alg, v), seeds in curves.items():
+        for seed, curve in enumerate(seeds):
+            name = f"algorithm={alg},{key}={v},seed={seed}"
+            make_run(root / name, curve, algorithm=alg, seed=seed, extra=[f"algorithm.{key}={value_of(v)}"])
+            runs.append({"name": name, "label": f"algorithm={alg},{key}={v}", "seed": seed})
+    (root / "sweep.json").write_text(json.dumps({"name": root.name, "targets": targets, "runs": runs}))
+    return group_runs(find_runs([root]))
+
+
+@pytest.fixture
+def k_groups(tmp_path):
+    return sweep(tmp_path / "k", CURVES, "buffer_size", str, [0.85, 0.9])
+
+
+def mean_lines(fig):
+    ax = fig.axes[0]
+    return {line.get_label(): line for line in ax.get_lines() if not line.get_label().startswith("_")}
+
+
+def test_one_mean_curve_and_band_per_grid_point_named_in_the_readers_words(k_groups, tmp_path):
+    fig = plot_accuracy_vs_time(k_groups, [0.85, 0.9], tmp_path / "a.png")
+    lines = mean_lines(fig)
+    assert list(lines) == LABELS
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == LABELS
+    assert fig.legends[0].get_title().get_text() == "mean of 3 seeds; band: min–max"
+    assert fig.axes[0].get_title() == "digits, LeNet-5: algorithm, K and β vary, 3 seeds each"
+    k5 = lines[LABELS[0]]  # seed 1 ends at 20 s and seed 2 at 40 s: both held at their last value
+    assert list(k5.get_xdata()) == [0, 10, 15, 20, 30, 40]
+    assert k5.get_ydata() == pytest.approx([.1, .7 / 3, 1.2 / 3, 1.5 / 3, 1.8 / 3, 2.65 / 3])
+    bands = [c for c in fig.axes[0].collections if isinstance(c, PolyCollection)]
+    assert len(bands) == 5  # every point has three seeds
+    ys = set(np.round(bands[0].get_paths()[0].vertices[:, 1], 6))
+    assert {.1, .5, .6, .8, .9, .95} <= ys and min(ys) == pytest.approx(.1)  # max and min over the seeds
+    assert all(to_rgb(b.get_facecolor()[0]) == pytest.approx(to_rgb(line.get_color()))
+               for b, line in zip(bands, lines.values()))
+    assert len(fig.axes[0].get_lines()) == 5 + 2  # no per-seed curves: the means and the two target lines
+    faint = plot_accuracy_vs_time(k_groups, [0.85, 0.9], tmp_path / "b.png", seed_curves=True)
+    assert len(faint.axes[0].get_lines()) == 5 + 15 + 2
+
+
+def test_the_algorithm_sets_the_hue_and_every_arm_has_its_own_line_style_and_marker(k_groups, tmp_path):
+    lines = mean_lines(plot_accuracy_vs_time(k_groups, [0.9], tmp_path / "a.png"))
+    hue = {label: rgb_to_hsv(to_rgb(line.get_color()))[0] for label, line in lines.items()}
+    seafl = [hue[x] for x in LABELS if x.startswith("SEAFL")]
+    fedbuff = [hue[x] for x in LABELS if x.startswith("FedBuff")]
+    assert max(seafl) - min(seafl) < 0.05 and max(fedbuff) - min(fedbuff) < 0.05
+    assert min(abs(a - b) for a in seafl for b in fedbuff) > 0.3
+    assert len({line.get_color() for line in lines.values()}) == 5  # shades differ within an algorithm
+    assert len({line.get_marker() for line in lines.values()}) == 5  # no two arms share a marker
+    seafl_styles = [lines[x].get_linestyle() for x in LABELS if x.startswith("SEAFL")]
+    assert len(set(seafl_styles)) == 3  # nor two arms of one algorithm (one hue) a line style
+
+
+def test_target_labels_never_overlap(k_groups, tmp_path):
+    targets = [0.85, 0.86, 0.9, 0.91]
+    fig = plot_accuracy_vs_time(k_groups, targets, tmp_path / "a.png")
+    fig.canvas.draw()
+    texts = [t for t in fig.axes[0].texts if t.get_text().endswith("%")]
+    assert [t.get_text() for t in texts] == ["85%", "86%", "90%", "91%"]
+    boxes = [t.get_window_extent(fig.canvas.get_renderer()) for t in texts]
+    assert all(not a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
+    assert [b.y0 for b in boxes] == sorted(b.y0 for b in boxes)  # still in the targets' order
+    ax = fig.axes[0]
+    line_85 = ax.transData.transform((0, 0.85))[1]
+    assert abs((boxes[0].y0 + boxes[0].y1) / 2 - line_85) < 2  # the lowest stays at its line
+
+
+def test_the_time_axis_ends_past_the_slowest_mean_reaching_the_last_target(k_groups, tmp_path):
+    # mean reaches 90%: SEAFL K=10 at 16 s, FedBuff K=10 at 45 s, FedBuff K=5 at 70 s; SEAFL K=5 and K=1 never
+    ax = plot_accuracy_vs_time(k_groups, [0.85, 0.9], tmp_path / "a.png").axes[0]
+    assert ax.get_xlim() == pytest.approx((0, 77.0))
+    ax = plot_accuracy_vs_time(k_groups, [0.99], tmp_path / "b.png").axes[0]
+    assert ax.get_xlim() == pytest.approx((0, 100.0))  # no mean reaches 99%: the longest run
+    ax = plot_accuracy_vs_time(k_groups, [0.9], tmp_path / "c.png", until=50).axes[0]
+    assert ax.get_xlim() == pytest.approx((0, 50.0))
+    ax = plot_accuracy_vs_time(k_groups, [0.9], tmp_path / "d.png", log_x=True).axes[0]
+    assert ax.get_xscale() == "log" and ax.get_xlim() == pytest.approx((5.0, 77.0))
+
+
+def test_time_to_target_draws_each_seed_the_mean_and_never(k_groups, tmp_path):
+    fig = plot_time_to_target(k_groups, [0.85, 0.9], tmp_path / "t.png")
+    ax = fig.axes[1]  # to 90%
+    assert ax.get_title() == "to 90%"
+    ticks = {t.get_text(): t.get_position()[0] for t in ax.get_xticklabels()}
+    never = ticks["never"]
+    assert never > 70  # past every finite time (the slowest seed: 70 s)
+    dots = [c.get_offsets() for c in ax.collections if isinstance(c, PathCollection)]
+    by_row = {int(round(o[0][1])): sorted(o[:, 0]) for o in dots}
+    assert by_row[0] == pytest.approx([30, 40, never])  # SEAFL K=5: seed 0 never reached 90%
+    assert by_row[1] == pytest.approx([8, 12, 20])
+    assert by_row[4] == pytest.approx([never] * 3)  # SEAFL K=1: never, drawn, not dropped
+    bars = {int(round(b.get_y() + b.get_height() / 2)): b.get_width() for c in ax.containers for b in c}
+    assert bars == pytest.approx({0: 35.0, 1: 40 / 3, 2: 60.0, 3: 92 / 3})  # no bar for K=1: no seed reached
+    assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == LABELS
+
+
+def test_time_to_target_against_k_one_line_per_algorithm(k_groups, tmp_path):
+    assert swept_keys(k_groups) == ["algorithm.buffer_size"]
+    fig = plot_time_vs_value(k_groups, "algorithm.buffer_size", [0.85, 0.9], tmp_path / "v.png")
+    ax = fig.axes[1]
+    lines = {line.get_label(): line for line in ax.get_lines() if not line.get_label().startswith("_")}
+    assert list(lines) == ["SEAFL, β = 10", "FedBuff, β = ∞"]
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == list(lines)
+    assert list(lines["SEAFL, β = 10"].get_xdata()) == [5, 10]  # K = 1 never reached 90%: not on the line...
+    assert lines["SEAFL, β = 10"].get_ydata() == pytest.approx([35.0, 40 / 3])
+    fedbuff = lines["FedBuff, β = ∞"]
+    assert list(fedbuff.get_xdata()) == [5, 10] and fedbuff.get_ydata() == pytest.approx([60, 92 / 3])
+    never = {t.get_text(): t.get_position()[1] for t in ax.get_yticklabels()}["never"]
+    hollow = [c.get_offsets() for c in ax.collections if isinstance(c, PathCollection) and c.get_sizes()[0] == 30]
+    assert [list(o[0]) for o in hollow] == [[1, never]]  # ...but drawn at "never"
+    assert ax.get_xlabel() == "K" and [t.get_text() for t in ax.get_xticklabels()] == ["1", "5", "10"]
+
+
+def test_beta_infinity_sits_at_the_axis_end_labelled(tmp_path):
+    curves = {("seafl", b): [[(0, .1), (t, .9)], [(0, .1), (t + 2, .9)]] for b, t in ((2, 40), (10, 20), (None, 30))}
+    groups = sweep(tmp_path / "b", curves, "staleness_limit", lambda v: "null" if v is None else v, [0.9])
+    assert [g.label for g in groups] == ["algorithm=seafl,staleness_limit=2", "algorithm=seafl,staleness_limit=10",
+                                         "algorithm=seafl,staleness_limit=None"]
+    fig = plot_time_vs_value(groups, "algorithm.staleness_limit", [0.9], tmp_path / "v.png")
+    ax = fig.axes[0]
+    ticks = [(t.get_text(), t.get_position()[0]) for t in ax.get_xticklabels()]
+    assert ticks == [("2", 2), ("10", 10), ("∞", 12)]
+    line = [line for line in ax.get_lines() if line.get_label() == "SEAFL"][0]
+    assert list(line.get_xdata()) == [2, 10, 12] and line.get_ydata() == pytest.approx([41, 21, 31])
+    assert ax.get_xlabel() == "β"
+    legend = plot_accuracy_vs_time(groups, [0.9], tmp_path / "a.png").legends[0]
+    assert [t.get_text() for t in legend.get_texts()] == ["β = 2", "β = 10", "β = ∞"]
+
+
+def test_report_writes_each_figure_as_png_pdf_and_csv(k_groups, tmp_path):
+    out = tmp_path / "rep"
+    files = write_report([tmp_path / "k"], out)["files"]
+    for stem in ("accuracy_vs_time", "time_to_target", "time_to_target_vs_buffer_size"):
+        assert files[f"{stem}.png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert files[f"{stem}.pdf"].read_bytes()[:5] == b"%PDF-" and files[f"{stem}.pdf"].stat().st_size > 5000
+    with open(out / "accuracy_vs_time.csv") as f:
+        rows = [r for r in csv.DictReader(f) if r["label"] == LABELS[0]]
+    assert [float(r["time"]) for r in rows] == [0, 10, 15, 20, 30, 40]
+    assert [float(r["mean"]) for r in rows] == pytest.approx([.1, .7 / 3, 1.2 / 3, 1.5 / 3, 1.8 / 3, 2.65 / 3])
+    assert [float(r["max"]) for r in rows] == pytest.approx([.1, .5, .6, .8, .9, .95])
+    assert {r["point"] for r in rows} == {"algorithm=seafl,buffer_size=5"} and rows[0]["seeds"] == "3"
+    with open(out / "time_to_target.csv") as f:
+        ttt = [r for r in csv.DictReader(f) if r["label"] == LABELS[0] and r["target"] == "0.9"]
+    assert [(r["seed"], float(r["time"])) for r in ttt] == [("0", math.inf), ("1", 30.0), ("2", 40.0)]
+    with open(out / "time_to_target_vs_buffer_size.csv") as f:
+        vs = [r for r in csv.DictReader(f) if r["line"] == "FedBuff, β = ∞" and r["target"] == "0.9"]
+    assert [(r["algorithm.buffer_size"], float(r["mean_of_reached"])) for r in vs][::3] == [("5", 60.0), ("10", pytest.approx(92 / 3))]
+
+
+def test_long_labels_and_titles_stay_inside_the_figure(tmp_path):
+    """Arms differing in many keys: their labels and the title wrap at ", " instead of running off the edge."""
+    extra = ["data.concentration={}", "train.lr={}", "train.momentum={}", "algorithm.theta={}", "clock.sec_per_sample={}"]
+    for i, scale in enumerate((0.5, 0.25)):
+        make_run(tmp_path / "w" / f"r{i}", [(0, .1), (10 * (i + 1), .9)], seed=0,
+                 extra=[e.format(v) for e, v in zip(extra, (scale, scale / 10, scale, scale, scale / 100))])
+    groups = group_runs(find_runs([tmp_path / "w"]))
+    fig = plot_accuracy_vs_time(groups, [0.9], tmp_path / "a.png")
+    fig.canvas.draw()
+    renderer, box = fig.canvas.get_renderer(), fig.bbox
+    texts = [*fig.legends[0].get_texts(), fig.axes[0].title]
+    assert max(len(line) for t in texts for line in t.get_text().split("\n")) <= 60
+    assert all("\n" in t.get_text() for t in texts)  # each was too long for one line
+    for t in texts:
+        b = t.get_window_extent(renderer)
+        assert box.x0 <= b.x0 and b.x1 <= box.x1 and box.y0 <= b.y0 and b.y1 <= box.y1, t.get_text()
+    assert fig.legends[0].get_texts()[0].get_text().replace(",\n", ", ") == \
+        "ϑ = 0.5, lr = 0.05, momentum = 0.5, sec_per_sample = 0.005, concentration = 0.5"  # in config order
+
+
+def test_a_grid_point_two_sweeps_share_is_named_with_its_sweep(tmp_path):
+    curves = {("seafl", 5): CURVES[("seafl", 5)]}
+    for name in ("first", "second"):
+        sweep(tmp_path / name, curves, "buffer_size", str, [0.9])
+    groups = group_runs(find_runs([tmp_path / "first", tmp_path / "second"]))
+    lines = mean_lines(plot_accuracy_vs_time(groups, [0.9], tmp_path / "a.png"))
+    assert list(lines) == ["SEAFL (first)", "SEAFL (second)"]
+
+
+def test_a_dropout_sweep_plots_no_dropout_as_zero(tmp_path):
+    curves = {("seafl", p): [[(0, .1), (t, .9)]] for p, t in ((None, 20), (0.1, 30), (0.3, 50))}
+    runs = []
+    for (alg, p), (curve,) in curves.items():
+        name = f"dropout={p}"
+        make_run(tmp_path / "d" / name, curve, extra=[f"devices.dropout={'null' if p is None else p}"])
+        runs.append({"name": name, "label": name, "seed": 0})
+    (tmp_path / "d" / "sweep.json").write_text(json.dumps({"name": "d", "targets": [0.9], "runs": runs}))
+    groups = group_runs(find_runs([tmp_path / "d"]))
+    assert swept_keys(groups) == ["devices.dropout"]
+    ax = plot_time_vs_value(groups, "devices.dropout", [0.9], tmp_path / "v.png").axes[0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["0", "0.1", "0.3"] and ax.get_xlabel() == "dropout"
+    line = [line for line in ax.get_lines() if line.get_label() == "SEAFL"][0]
+    assert list(line.get_xdata()) == [0, 0.1, 0.3] and list(line.get_ydata()) == [20, 30, 50]
+
+
+def test_the_report_command_hands_its_figure_options_to_every_time_axis(k_groups, tmp_path, monkeypatch):
+    from seafl_dist import cli
+    from seafl_dist.report import build
+    drawn = []
+    real = build.write_report
+    monkeypatch.setattr(build, "write_report", lambda *a, **kw: drawn.append(real(*a, **kw)) or drawn[-1])
+    out = tmp_path / "rep"
+    assert cli.main(["report", str(tmp_path / "k"), "--out", str(out), "--until", "50", "--log-x", "--seed-curves"]) == 0
+    ax = drawn[0]["figures"]["accuracy_vs_time"].axes[0]
+    assert ax.get_xscale() == "log" and ax.get_xlim()[1] == 50 and len(ax.get_lines()) == 5 + 15 + 2
+    assert set(drawn[0]["figures"]) == {"accuracy_vs_time", "time_to_target", "time_to_target_vs_buffer_size"}

@@ -1,0 +1,71 @@
+"""Arms named as a reader names them (report/labels.py), in figures and as a sweep's W&B job types."""
+import dataclasses
+
+from seafl_dist.experiments import load_sweep
+from seafl_dist.report.labels import (ALGORITHMS, INFINITE_WHEN_NULL, USES, figure_title, reader_labels,
+                                      value_text)
+from seafl_dist.report.tables import flatten
+from seafl_dist.settings import ALGORITHMS as BUILT_IN
+from seafl_dist.settings import AlgorithmConfig, config_from_dict
+
+
+def arm(*overrides) -> dict:
+    return flatten(config_from_dict({}, list(overrides)).to_dict())
+
+
+def test_every_built_in_algorithm_has_a_name_and_the_keys_it_reads():
+    fields = {f.name for f in dataclasses.fields(AlgorithmConfig)}
+    for name in BUILT_IN:
+        assert ALGORITHMS[name] != name, name  # "FedBuff", not "fedbuff"
+        assert set(USES[name]) <= fields, (name, set(USES[name]) - fields)
+    assert set(USES) == set(BUILT_IN) == set(ALGORITHMS)
+
+
+def test_each_algorithm_shows_only_the_keys_it_reads_and_does_not_fix():
+    names = reader_labels([arm(f"algorithm.name={a}") for a in BUILT_IN])
+    # K is 10 wherever it is read (FedAsync fixes 1, FedAvg M); β differs: SEAFL's 10, FedBuff's ∞; FedAvg fixes 0
+    assert names == ["SEAFL, β = 10", "SEAFL², β = 10", "FedBuff, β = ∞", "FedAsync, β = ∞", "FedAvg"]
+    names = reader_labels([arm("algorithm.buffer_size=5"), arm("algorithm.name=fedasync"),
+                           arm("algorithm.name=fedbuff", "algorithm.staleness_limit=10")])
+    assert names == ["SEAFL, K = 5, β = 10", "FedAsync, β = ∞", "FedBuff, K = 10, β = 10"]  # FedAsync: no K
+
+
+def test_a_studys_shared_setting_is_left_out_and_twins_are_told_apart():
+    study = [arm(), arm("algorithm.buffer_size=5"), arm("algorithm.staleness_limit=2"), arm("algorithm.mu=0"),
+             arm("algorithm.name=fedbuff")]
+    assert reader_labels(study) == ["SEAFL", "SEAFL, K = 5", "SEAFL, β = 2", "SEAFL, μ = 0", "FedBuff, K = 10, β = ∞"]
+    twins = [arm("algorithm.name=fedasync", "run.max_time=200"), arm("algorithm.name=fedasync", "run.max_time=400")]
+    assert reader_labels(twins) == ["max_time = 200", "max_time = 400"]  # the budget, only now
+    ignored = [arm("algorithm.name=fedavg", "algorithm.mu=0"), arm("algorithm.name=fedavg")]
+    assert reader_labels(ignored) == ["μ = 0", "μ = 1"]  # a key the rule ignores, only now
+    assert reader_labels([arm()]) == ["SEAFL"]
+
+
+def test_values_as_a_reader_writes_them():
+    for key in INFINITE_WHEN_NULL:
+        assert value_text(key, None) == "∞", key
+    assert value_text("devices.dropout", None) == "0" and value_text("data.concentration", 0.30000) == "0.3"
+    assert value_text("devices.profile", "configs/mnist/churn_profile.csv") == "churn_profile.csv"
+    assert value_text("algorithm.similarity", None) == "none"
+
+
+def test_titles_name_the_setting_what_varies_and_the_seeds():
+    mnist = ["data.name=mnist", "model.name=lenet5"]
+    grid = [arm(*mnist, f"algorithm.buffer_size={k}") for k in (5, 10)]
+    assert figure_title(grid, [3, 3]) == "SEAFL on MNIST, LeNet-5: K varies, 3 seeds each"
+    both = grid + [arm(*mnist, "algorithm.name=fedbuff")]
+    assert figure_title(both, [2, 3, 3]) == "MNIST, LeNet-5: algorithm, K and β vary, 2–3 seeds each"
+    assert figure_title([arm(*mnist)], [1]) == "SEAFL on MNIST, LeNet-5"
+
+
+def test_a_sweeps_runs_carry_their_grid_points_label_as_w_and_b_job_type(tmp_path):
+    (tmp_path / "base.yaml").write_text("run: {max_aggregations: 3}\n")
+    (tmp_path / "s.yaml").write_text("base: base.yaml\ngrid:\n  algorithm.name: [seafl, fedbuff]\n"
+                                     "  algorithm.buffer_size: [5, 10]\nseeds: [0, 1]\n")
+    runs = load_sweep(tmp_path / "s.yaml").expand()
+    assert {r.label: r.config.logging.wandb.job_type for r in runs} == {
+        "algorithm=seafl,buffer_size=5": "SEAFL, K = 5, β = 10", "algorithm=seafl,buffer_size=10": "SEAFL, K = 10, β = 10",
+        "algorithm=fedbuff,buffer_size=5": "FedBuff, K = 5, β = ∞", "algorithm=fedbuff,buffer_size=10": "FedBuff, K = 10, β = ∞"}
+    assert len(runs) == 8 and all(r.config.logging.wandb.group == "s" for r in runs)
+    kept = load_sweep(tmp_path / "s.yaml", overrides=["logging.wandb.job_type=mine"]).expand()
+    assert {r.config.logging.wandb.job_type for r in kept} == {"mine"}
