@@ -20,7 +20,7 @@ def tree(*overrides):
 FREE = {"name", "run.checkpoint_every", "run.checkpoint_every_s", "runtime.device", "runtime.backend",
         "runtime.timeout_s", "runtime.threads", "runtime.placement", "logging.wandb.enabled", "logging.wandb.mode",
         "logging.wandb.project", "logging.wandb.entity", "logging.wandb.group", "logging.wandb.tags",
-        "logging.progress", "logging.progress_every_s",
+        "logging.wandb.job_type", "logging.progress", "logging.progress_every_s", "runtime.cuda_graphs",
         "devices.profile"}  # the path only: the profile's bytes are compared by their sha256 (profile_mismatch)
 REFUSED = {f"{section}.{key}" for section, keys in {
     "algorithm": ["name", "buffer_size", "staleness_limit", "alpha", "mu", "theta", "similarity", "similarity_over",
@@ -33,7 +33,7 @@ REFUSED = {f"{section}.{key}" for section, keys in {
              "test_fraction", "emnist_split", "augment", "seed"],
     "model": ["name", "width"],
     "run": ["seed", "max_aggregations", "max_time", "target_accuracy", "eval_every", "targets"],
-    "runtime": ["precision", "batch_jobs"]}.items() for key in keys}
+    "runtime": ["precision", "batch_jobs", "deterministic"]}.items() for key in keys}
 
 
 def schema_keys(cls=Config, prefix=""):

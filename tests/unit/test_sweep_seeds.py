@@ -21,7 +21,8 @@ from test_report_tables import make_run
 ROOT = Path(__file__).resolve().parents[2]
 QUICK = ROOT / "configs" / "quickstart.yaml"
 # what a user may give for each key the sweep sets itself, and what docs/sweeps.md promises
-USER_VALUE = {"run.seed": 7, "run.targets": [0.3], "name": "mine", "logging.wandb.group": "g", "runtime.threads": 3}
+USER_VALUE = {"run.seed": 7, "run.targets": [0.3], "name": "mine", "logging.wandb.group": "g",
+              "logging.wandb.job_type": "jt", "runtime.threads": 3}
 
 
 def one_line_error(call, *needles):
