@@ -68,7 +68,7 @@ def assert_same_run(ref: Path, got: Path) -> None:
     s_ref, s_got = summary(ref), summary(got)
     assert s_got["status"] == "completed"
     s_ref.pop("wall_time_s"), s_got.pop("wall_time_s")
-    assert s_got == s_ref
+    assert s_got == s_ref, {k: (s_ref.get(k), s_got.get(k)) for k in {*s_ref, *s_got} if s_ref.get(k) != s_got.get(k)}
     assert not list(got.glob("checkpoint-*")), "a completed run keeps no checkpoints"
 
 

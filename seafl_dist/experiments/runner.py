@@ -38,6 +38,7 @@ from pathlib import Path
 from seafl_dist.settings import ConfigError, dump_config
 from seafl_dist.experiments.sweep import Sweep, SweepRun
 from seafl_dist.report.sinks import FINISHED, read_config, read_summary
+from seafl_dist.report.tables import repeated_key_warning
 from seafl_dist.runtime.rundir import (clear, config_diff, config_tree, numerics_fix, numerics_mismatch,
                                        profile_mismatch, proof_mismatch)
 from seafl_dist.runtime.runlock import RunDirLock
@@ -201,6 +202,17 @@ def _check_profiles(sweep: Sweep, runs: list[SweepRun]) -> None:
                               "checkout of the repository) or give an absolute path")
 
 
+def _flag_repeated_keys(out: Path, stream) -> None:
+    """An existing sweep dir of an older seafl_dist whose runs repeat a key in their names: one line."""
+    try:
+        names = [r["name"] for r in json.loads((out / "sweep.json").read_text()).get("runs", [])]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return  # no sweep dir yet (or not one of ours: prepare_sweep rewrites it)
+    warning = repeated_key_warning(out, names)
+    if warning:
+        print(warning, file=stream)
+
+
 def _write_atomic(path: Path, text: str) -> None:
     """Write via a temp file and rename: array tasks write the same files while others read them."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -216,6 +228,7 @@ def run_sweep(sweep: Sweep, out_dir: str | Path, *, jobs: int = 1, stream=None, 
     stream = stream or sys.stderr
     out = Path(out_dir)
     jobs = 1 if index is not None else max(1, int(jobs))
+    _flag_repeated_keys(out, stream)
     planned = prepare_sweep(sweep, out, jobs, index=index, write=not dry_run)
     if index is not None:
         planned, report = [planned[index]], False

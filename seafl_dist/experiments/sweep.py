@@ -24,10 +24,11 @@ launcher: torchrun --standalone --nproc_per_node=4   # replaces `python` in each
 
 A run's config is: base → inline sections → ``overrides`` → the point's values → ``run.seed``.
 Command-line ``--grid key=v1,v2`` adds (or replaces) a grid key, ``--seeds`` replaces the seeds
-and positional ``key=value`` items are appended to ``overrides``. Every point is validated
-before anything runs. A run's directory is named from its point and seed, e.g.
-``buffer_size=10,seed=0`` (the last part of each dotted key, the section for ``*.name`` keys,
-the whole key where two clash).
+and positional ``key=value`` items are appended to ``overrides``; a grid (or override) over ``run.seed``
+is the seeds (docs/sweeps.md: the keys the sweep sets itself). Every point is validated before
+anything runs. A run's directory is named from its point and seed, e.g. ``buffer_size=10,seed=0``
+(the last part of each dotted key, the section for ``*.name`` keys, the whole key where two clash
+or where it would be ``seed``).
 """
 from __future__ import annotations
 
@@ -40,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from seafl_dist.report.tables import repeated_keys
 from seafl_dist.settings import Config, ConfigError, set_dotted, config_from_dict, find_config, load_yaml, parse_override
 
 SWEEP_KEYS = ("base", "name", "overrides", "grid", "points", "seeds", "targets", "baseline", "launcher")
@@ -132,7 +134,8 @@ class Sweep:
     def _short_names(self) -> dict:
         keys = dict.fromkeys(list(self.grid) + [k for p in self.points for k in p if k != "label"])
         last = {k: k.split(".")[-2] if k.endswith(".name") and "." in k else k.rsplit(".", 1)[-1] for k in keys}
-        return {k: s if list(last.values()).count(s) == 1 else k for k, s in last.items()}
+        taken = [*last.values(), "seed"]  # every run's name ends in seed=S: data.seed is named in full
+        return {k: s if taken.count(s) == 1 else k for k, s in last.items()}
 
     def expand(self, *, threads: int | None = None) -> list[SweepRun]:
         """Every run, seeds outermost (seed 0 of every point first), each config validated."""
@@ -150,6 +153,9 @@ class Sweep:
                             [f"{short[k]}={format_value(v)}" for k, v in g.items()]
                     label = ",".join(parts) or "base"
                     name = safe_name(f"{label},seed={seed}" if parts else f"seed={seed}")
+                    if repeated_keys(name):
+                        raise ConfigError(f"sweep '{self.name}': the run directory {name!r} names "
+                                          f"{', '.join(repeated_keys(name))} twice; give the point another label")
                     if name in seen:
                         raise ConfigError(f"sweep '{self.name}': two runs would share the directory {name!r}; "
                                           "give the points distinct labels")
@@ -264,4 +270,43 @@ def load_sweep(path: str | Path, *, grid: list[tuple[str, list]] = (), seeds: li
     if seeds is not None:
         sweep.seeds = list(seeds)
     sweep.overrides = list(sweep.overrides) + list(overrides)
+    _claim_own_keys(sweep)
     return sweep
+
+
+def _claim_own_keys(sweep: Sweep) -> None:
+    """The keys the sweep sets itself, given by the user too (docs/sweeps.md): run.seed in the grid or
+    the overrides becomes the seeds, once; run.targets beside ``targets`` and ``name`` anywhere but the
+    base are refused. logging.wandb.group and runtime.threads need nothing: a user's value is kept."""
+    where = f"sweep '{sweep.name}'"
+    given = {key: [value for k, value in map(parse_override, sweep.overrides) if k == key]
+             for key in ("run.seed", "run.targets", "name")}
+    for key in ("run.seed", "run.targets", "name"):
+        if any(key in p for p in sweep.points):
+            raise ConfigError(f"{where}: a point sets {key}, which the sweep sets for every run; "
+                              + _OWN_FIX[key])
+    if "name" in sweep.grid or given["name"]:
+        raise ConfigError(f"{where}: name is set by the sweep for every run (<sweep>-<run dir>); " + _OWN_FIX["name"])
+    if sweep.targets is not None and ("run.targets" in sweep.grid or given["run.targets"]):
+        raise ConfigError(f"{where}: run.targets is given twice, as targets: {sweep.targets} and as an override or "
+                          f"grid key; " + _OWN_FIX["run.targets"])
+    grid_seeds, over_seeds = sweep.grid.pop("run.seed", None), given["run.seed"]
+    if grid_seeds is None and not over_seeds:
+        return
+    how = f"--grid run.seed={','.join(map(format_value, grid_seeds))}" if grid_seeds is not None else \
+        f"run.seed={format_value(over_seeds[-1])}"
+    if sweep.seeds is not None or (grid_seeds is not None and over_seeds):
+        raise ConfigError(f"{where}: the seeds are given twice, as {how} and as "
+                          + (f"seeds {sweep.seeds} (--seeds or seeds:)" if sweep.seeds is not None else
+                             f"run.seed={format_value(over_seeds[-1])}") + "; " + _OWN_FIX["run.seed"])
+    values = grid_seeds if grid_seeds is not None else over_seeds[-1:]
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        raise ConfigError(f"{where}: {how}: a seed must be an integer; " + _OWN_FIX["run.seed"])
+    sweep.seeds = list(dict.fromkeys(values))
+    sweep.overrides = [o for o in sweep.overrides if parse_override(o)[0] != "run.seed"]
+
+
+_OWN_FIX = {"run.seed": "give the seeds once: --seeds 0,1 (or seeds: [0, 1] in the sweep file, or --grid run.seed=0,1)",
+            "run.targets": "give them once: --target on `seafl report`, targets: [...] in the sweep file, or "
+                           "run.targets=[...] without targets:",
+            "name": "name the sweep with --name or name: in the sweep file"}

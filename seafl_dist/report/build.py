@@ -89,7 +89,8 @@ def markdown(grows: list[dict], rrows: list[dict], targets: list[float], baselin
     ratio_cols = baseline is not None and any(r["baseline"] for r in grows)
     ttt_head = [h for t in targets for h in ([f"time to {t:.0%}"] + ([f"vs {baseline}"] if ratio_cols else []))]
     head = ["point", *[short(k) for k in keys], "seeds", *ttt_head, *[f[1] for f in FIGURES]]
-    body = [[g["label"], *[fmt_value(g["settings"][k], k) for k in keys], g["runs"],
+    body = [[g["label"], *[fmt_value(g["settings"][k], k) for k in keys],
+             g["seeds"] if g["seeds"] == g["runs"] else f"{g['seeds']} ({g['runs']} runs)",  # distinct seeds
              *[c for t in targets for c in ([fmt_ttt(g[f"ttt_{t:g}"])] +
                                            ([fmt_ratio(g[f"ratio_{t:g}"])] if ratio_cols else []))],
              *[_fmt(g[f[0]], f[2]) for f in FIGURES]] for g in grows]
@@ -118,7 +119,7 @@ def _csv_cell(v):
 def write_csvs(out: Path, grows: list[dict], rrows: list[dict], targets: list[float]) -> None:
     flat_g = []
     for g in grows:
-        row = {"label": g["label"], **g["settings"], "runs": g["runs"], "baseline": g["baseline"]}
+        row = {"label": g["label"], **g["settings"], "runs": g["runs"], "seeds": g["seeds"], "baseline": g["baseline"]}
         for t in targets:
             st = g[f"ttt_{t:g}"]
             row.update({f"ttt_{t:g}_mean": st["mean"], f"ttt_{t:g}_std": st["std"],

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -83,8 +84,26 @@ def load_run(run_dir: Path, sweep: str = "", label: str | None = None) -> RunRes
     return RunResult(run_dir, flatten(config), read_metrics(run_dir / "metrics.csv"), summary, sweep, label)
 
 
+def repeated_keys(run_name: str) -> list[str]:
+    """Keys named twice in a sweep run's directory name: ``'algorithm=seafl,seed=1,seed=0'`` -> ``['seed']``."""
+    keys = [part.split("=", 1)[0] for part in run_name.split(",") if "=" in part]
+    return sorted({k for k in keys if keys.count(k) > 1})
+
+
+def repeated_key_warning(sweep_dir: Path, names) -> str | None:
+    """One line about a sweep dir whose runs are named with a repeated key (made before a grid over
+    run.seed became the sweep's seeds: such runs all ran the sweep's seed, whatever their name says)."""
+    bad = [n for n in names if repeated_keys(n)]
+    if not bad:
+        return None
+    return (f"seafl: warning: sweep dir {sweep_dir}: {len(bad)} run(s) named with a repeated key ({bad[0]}: "
+            f"{', '.join(repeated_keys(bad[0]))} twice); an older seafl_dist let the sweep's seeds override a grid "
+            f"over run.seed, so such runs may repeat each other's seed: rerun the sweep into a new --out")
+
+
 def find_runs(paths) -> list[RunResult]:
-    """Runs under each path: a run dir (has metrics.csv), a sweep dir (sweep.json), or any dir of runs."""
+    """Runs under each path: a run dir (has metrics.csv), a sweep dir (sweep.json), or any dir of runs.
+    A sweep dir whose runs are named with a repeated key is flagged in one line on stderr."""
     runs, seen = [], set()
     for p in map(Path, paths):
         if not p.is_dir():
@@ -93,6 +112,9 @@ def find_runs(paths) -> list[RunResult]:
             found = [(p, "", None)]
         elif (p / "sweep.json").exists():
             meta = json.loads((p / "sweep.json").read_text())
+            warning = repeated_key_warning(p, [r["name"] for r in meta.get("runs", [])])
+            if warning:
+                print(warning, file=sys.stderr)
             found = [(p / r["name"], p.name, r["label"]) for r in meta.get("runs", [])
                      if (p / r["name"] / "metrics.csv").exists()]
         else:
@@ -146,11 +168,15 @@ def fmt_value(v, key: str = "") -> str:
 
 
 def group_runs(runs: list[RunResult]) -> list[Group]:
-    """Runs that differ only in seed (and runtime/logging) form one group, in order of appearance."""
+    """Runs of one sweep's grid point (its label in sweep.json) form one group; runs outside a sweep, those
+    that differ only in seed (and runtime/logging). In order of appearance."""
     groups: dict[str, Group] = {}
     for r in runs:
-        key = json.dumps({k: v for k, v in r.config.items() if not _ignored(k)}, sort_keys=True, default=str)
-        key = f"{r.sweep}\0{key}"
+        if r.sweep and r.label is not None:  # a grid point may differ in a runtime key only (runtime.batch_jobs)
+            key = f"{r.sweep}\0point\0{r.label}"
+        else:
+            key = json.dumps({k: v for k, v in r.config.items() if not _ignored(k)}, sort_keys=True, default=str)
+            key = f"{r.sweep}\0{key}"
         groups.setdefault(key, Group(key)).runs.append(r)
     groups = list(groups.values())
     varying = [k for k in setting_keys(runs) if len({json.dumps(r.config.get(k)) for r in runs}) > 1]
@@ -214,7 +240,8 @@ def group_rows(groups: list[Group], targets: list[float], baseline: str | None) 
     rows = []
     for g in groups:
         base = find_baseline(groups, g, baseline)
-        row = {"label": g.label, "runs": len(g.runs), "baseline": base.label if base else None,
+        row = {"label": g.label, "runs": len(g.runs), "seeds": len({json.dumps(r.seed) for r in g.runs}),
+               "baseline": base.label if base else None,
                "settings": {k: g.config.get(k) for k in keys}}
         for t in targets:
             st = ttt_stats(g.runs, t)

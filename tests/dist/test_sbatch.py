@@ -47,7 +47,7 @@ def test_multinode_runs_torchrun_on_every_node(standin):
     assert proc.stdout.splitlines() == [
         "--kill-on-bad-exit=1", "--nodes=2", "--ntasks-per-node=1", sys.executable, "-m", "torch.distributed.run",
         "--nnodes=2", "--nproc_per_node=4", "--max-restarts=3", "--rdzv_id=123", "--rdzv_backend=c10d",
-        "--rdzv_endpoint=gpu07:29623",
+        "--rdzv_endpoint=gpu07:29623", "--rdzv_conf=join_timeout=600",
         "-m", "seafl_dist", "run", "configs/quickstart.yaml", "run.seed=1", "--out", "runs/a b"]
 
 

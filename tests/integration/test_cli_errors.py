@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from one_line import one_error_line
 from seafl_dist.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,12 +32,7 @@ BAD = {
 }
 
 
-def one_line_error(text: str) -> str:
-    lines = [line for line in text.splitlines() if line.strip()]
-    assert len(lines) == 1, text
-    assert "Traceback" not in text
-    assert lines[0].startswith("seafl: error: ")
-    return lines[0]
+one_line_error = one_error_line
 
 
 @pytest.mark.parametrize("case", list(BAD))

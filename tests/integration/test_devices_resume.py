@@ -11,7 +11,9 @@ import shutil
 import pytest
 
 from device_runs import churn_overrides, write_profile
+from one_line import one_error_line
 from resuming import assert_same_run, checkpoint_versions, cli, dir_bytes, reference, run_args
+from small_runs import SMALL
 
 EVERY_2 = ["run.checkpoint_every=2", "run.checkpoint_every_s=null"]
 
@@ -52,8 +54,20 @@ def test_resume_with_a_profile_of_other_content_is_refused(tmp_path):
     before = dir_bytes(out)
     refused = cli("run", "--resume", out)
     assert refused.returncode == 2
-    lines = refused.stderr.strip().splitlines()
-    assert len(lines) == 1 and "devices.profile" in lines[0] and "other content" in lines[0], refused.stderr
+    one_error_line(refused.stderr, "devices.profile", "other content")
+    assert dir_bytes(out) == before
+
+
+def test_a_run_without_a_profile_resumed_with_one_is_refused(tmp_path):
+    """devices.profile's path is free on resume, but none -> one is not a moved profile: the whole schedule changes."""
+    out = tmp_path / "run"
+    stopped = cli(*run_args([*SMALL, *EVERY_2], out), fault="after_aggregate:2")
+    assert stopped.returncode != 0 and checkpoint_versions(out) == [2]
+    profile = write_profile(tmp_path / "devices.csv")
+    before = dir_bytes(out)
+    refused = cli("run", "--resume", out, f"devices.profile={profile}")
+    assert refused.returncode == 2
+    one_error_line(refused.stderr, "devices.profile", str(profile), "the run had none")
     assert dir_bytes(out) == before
 
 

@@ -17,6 +17,7 @@ import pytest
 from fake_datasets import random_images, write_cifar, write_cinic, write_idx
 from leaf_files import WRITERS, write_leaf
 from resuming import cli, run_args
+from one_line import one_error_line
 from seafl_dist.cli import main
 from seafl_dist.data import DataError, clear_cache, load_dataset
 from seafl_dist.sim import stream_seed
@@ -45,10 +46,7 @@ def dry(args, capsys, code=0):
     return captured.out, captured.err
 
 
-def one_line(err: str) -> str:
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("seafl: error: ") and "Traceback" not in err, err
-    return lines[0]
+one_line = one_error_line
 
 
 @pytest.fixture

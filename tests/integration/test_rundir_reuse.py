@@ -19,6 +19,7 @@ import pytest
 import seafl_dist
 from resuming import (SAME_BYTES, assert_same_run, checkpoint_versions, cli, dir_bytes, reference, run_args,
                       summary)
+from one_line import one_line
 from seafl_dist.cli import main as seafl_main
 from seafl_dist.runtime.runlock import NAME
 from seafl_dist.settings import ConfigError
@@ -33,8 +34,7 @@ B = [*SMALL, "run.checkpoint_every=1", "run.checkpoint_every_s=null"]
 def refused(capsys, argv, run_dir, *, code=2) -> str:
     before = dir_bytes(run_dir)
     assert seafl_main([str(a) for a in argv]) == code
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    err = one_line(capsys.readouterr().err)
     assert dir_bytes(run_dir) == before, "a refused run changed the run dir"
     return err
 

@@ -1,4 +1,9 @@
-"""A real single-node Slurm for the tests: munged, slurmctld and slurmd started from a generated slurm.conf.
+"""A real Slurm for the tests: munged, slurmctld and two slurmd started from a generated slurm.conf.
+
+Partition ``test`` (the default) is one node, this host. Partition ``two`` adds a second node,
+``<host>-2``: a second slurmd on this host (``slurmd -N <host>-2``, its own port, spool and pid file,
+``NodeAddr=127.0.0.1``), so `sbatch -p two --nodes=2` runs a real two-node job whose first node
+is this host by its name (the rendezvous endpoint `multinode.sbatch` takes from the allocation).
 
 Everything lives in a fresh directory under /tmp (munge's socket and key, Slurm's state, spool
 and logs), the daemons listen on free ports and run in the foreground as children of pytest, so
@@ -51,18 +56,17 @@ def write_conf(base: Path, host: str, cpus: int) -> Path:
 ClusterName=seafltest
 SlurmctldHost={host}(127.0.0.1)
 SlurmctldPort={_free_port()}
-SlurmdPort={_free_port()}
 AuthType=auth/munge
 CredType=cred/munge
 AuthInfo=socket={base}/munge/munge.socket
 SlurmUser=root
 SlurmdUser=root
 StateSaveLocation={base}/state
-SlurmdSpoolDir={base}/spool
+SlurmdSpoolDir={base}/spool-%n
 SlurmctldPidFile={base}/slurmctld.pid
-SlurmdPidFile={base}/slurmd.pid
+SlurmdPidFile={base}/slurmd-%n.pid
 SlurmctldLogFile={base}/log/slurmctld.log
-SlurmdLogFile={base}/log/slurmd.log
+SlurmdLogFile={base}/log/slurmd-%n.log
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 SelectType=select/cons_tres
@@ -74,8 +78,10 @@ MailProg=/bin/true
 MinJobAge=4
 KillWait=10
 ReturnToService=2
-NodeName={host} NodeAddr=127.0.0.1 CPUs={cpus} RealMemory=512 State=UNKNOWN
+NodeName={host} NodeAddr=127.0.0.1 Port={_free_port()} CPUs={cpus} RealMemory=512 State=UNKNOWN
+NodeName={host}-2 NodeAddr=127.0.0.1 Port={_free_port()} CPUs={cpus} RealMemory=512 State=UNKNOWN
 PartitionName=test Nodes={host} Default=YES MaxTime=INFINITE State=UP
+PartitionName=two Nodes={host},{host}-2 MaxTime=INFINITE State=UP
 """)
     return conf
 
@@ -126,9 +132,9 @@ class Cluster:
             text += f"\n--- {path} ---\n" + "\n".join(lines)
         return text
 
-    def start(self, *args, user=None):
+    def start(self, *args, user=None, name=None):
         """A daemon in the foreground (so stopping it is ours), its stderr in log/<name>.err."""
-        with open(self.base / "log" / f"{Path(args[0]).name}.err", "w") as err:
+        with open(self.base / "log" / f"{name or Path(args[0]).name}.err", "w") as err:
             self.procs.append(subprocess.Popen([str(a) for a in args], env=self.env, stdin=subprocess.DEVNULL,
                                                stdout=subprocess.DEVNULL, stderr=err, user=user, group=user))
 
@@ -149,7 +155,7 @@ class Cluster:
 def start_cluster(base: Path) -> Cluster:
     host = subprocess.run(["hostname", "-s"], capture_output=True, text=True, check=True).stdout.strip()
     cpus = len(os.sched_getaffinity(0))  # `nproc`: more CPUs than slurmd finds would drain the node
-    for sub in ("state", "spool", "log"):
+    for sub in ("state", f"spool-{host}", f"spool-{host}-2", "log"):
         (base / sub).mkdir()
     cluster = Cluster(base, write_conf(base, host, cpus), host, cpus)
     munge_dir = base / "munge"  # munged wants its socket dir owned by it and traversable by all, its key private
@@ -164,11 +170,12 @@ def start_cluster(base: Path) -> Cluster:
     _wait(cluster, lambda: (munge_dir / "munge.socket").exists(), "munged did not create its socket")
     cluster.start(_find("slurmctld"), "-D", "-f", cluster.conf)
     cluster.start(_find("slurmd"), "-D", "-f", cluster.conf)
+    cluster.start(_find("slurmd"), "-D", "-N", f"{host}-2", "-f", cluster.conf, name="slurmd-2")
 
-    def node_idle():
-        out = cluster.cmd("sinfo", "-h", "-N", "-o", "%T", check=False, timeout=10).stdout.split()
-        return out == ["idle"]
-    _wait(cluster, node_idle, "the node never became idle in sinfo")
+    def nodes_idle():
+        out = cluster.cmd("sinfo", "-h", "-N", "-p", "two", "-o", "%T", check=False, timeout=10).stdout.split()
+        return out == ["idle", "idle"]
+    _wait(cluster, nodes_idle, "the two nodes never became idle in sinfo")
     return cluster
 
 

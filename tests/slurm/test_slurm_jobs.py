@@ -1,4 +1,4 @@
-"""The project's own slurm/*.sbatch scripts, submitted to a real single-node Slurm (conftest.py starts it).
+"""The project's own slurm/*.sbatch scripts, submitted to a real Slurm of one node, or two (conftest.py starts it).
 
 Each job runs the tiny quickstart of tests/small_runs.py with one thread per rank; its trace must
 be byte-identical to the same config run in one process, as on a laptop.
@@ -7,6 +7,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -97,6 +98,24 @@ def test_multinode_sbatch_on_one_node(slurm, submit, reference, tmp_path):
     text = job_log(log)
     assert state.get("JobState", "COMPLETED") == "COMPLETED", (state, text)
     assert f"1 node(s) x 2 rank(s), rendezvous {slurm.host}:" in text, text
+    assert status(out) == "completed", text
+    same_trace(out, reference)
+
+
+def test_multinode_sbatch_on_two_nodes(slurm, submit, reference, tmp_path):
+    """Two slurmd on this host (partition ``two``): srun starts one torchrun on each, 2 x 2 ranks meet at the first."""
+    out, log = tmp_path / "run", tmp_path / "job.out"
+    port = socket.socket()
+    port.bind(("127.0.0.1", 0))
+    free = port.getsockname()[1]
+    port.close()
+    job = submit("--parsable", "-p", "two", "--nodes=2", "--cpus-per-task=2", f"--export=ALL,SEAFL_PORT={free}",
+                 f"--output={log}", "slurm/multinode.sbatch", QUICKSTART, *SMALL, "--out", out).stdout.split(";")[0]
+    state = slurm.wait_job(job.strip(), timeout=180)
+    text = job_log(log)
+    assert state.get("JobState", "COMPLETED") == "COMPLETED", (state, text)
+    assert f"2 node(s) x 2 rank(s), rendezvous {slurm.host}:{free}" in text, text
+    assert "on 4 ranks (gloo)" in text, text
     assert status(out) == "completed", text
     same_trace(out, reference)
 

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import torch
 
+from one_line import one_line_message
 from seafl_dist.algo import AggregationResult, BufferedUpdate, aggregate
 from seafl_dist.settings import ConfigError, config_from_dict
 from seafl_dist.data import ArrayDataset, clear_cache, load_dataset
@@ -103,9 +104,7 @@ def config(*overrides):
 
 
 def one_line_error(excinfo, key, value):
-    msg = str(excinfo.value)
-    assert "\n" not in msg and f"config key '{key}' has value {value!r}" in msg, msg
-    return msg
+    return one_line_message(str(excinfo.value), f"config key '{key}' has value {value!r}")
 
 
 @pytest.mark.parametrize("key, attr, fragment", [

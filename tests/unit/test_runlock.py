@@ -154,3 +154,37 @@ def test_release_leaves_a_lock_taken_over_by_another_run(tmp_path):
     write_lock(tmp_path, token="new-holder")  # as a takeover after a stale heartbeat would leave it
     lock.release()
     assert json.loads((tmp_path / NAME).read_text())["token"] == "new-holder"
+
+
+def test_a_late_second_taker_leaves_the_lock_the_first_taker_just_took(tmp_path, capsys):
+    """Two takers read the same stale lock; the first takes it over and holds it; the second, late,
+    moves the first's fresh lock aside: seeing another token than the stale one it read, it puts it back."""
+    write_lock(tmp_path, pid=dead_pid())
+    stale = runlock.read(tmp_path / NAME)  # what the late taker read, before the first took over
+    first = RunDirLock(tmp_path).acquire()
+    try:
+        capsys.readouterr()
+        late = RunDirLock(tmp_path)
+        late._take_over(stale, "process gone")
+        assert json.loads((tmp_path / NAME).read_text())["token"] == first.token, "the late taker took the lock"
+        assert "taking over" not in capsys.readouterr().err
+        assert sorted(p.name for p in tmp_path.iterdir()) == [NAME], "the late taker left a file behind"
+        with pytest.raises(RunDirBusy, match=f"pid {os.getpid()}"):
+            late.acquire()
+    finally:
+        first.release()
+
+
+def test_the_heartbeat_stops_once_the_lock_is_taken_over(tmp_path, capsys):
+    lock = RunDirLock(tmp_path, heartbeat_s=0.05).acquire()
+    try:
+        write_lock(tmp_path, token="new-holder", age_s=1000)  # a takeover's lock, its heartbeat old
+        lock._thread.join(timeout=10)
+        assert not lock._thread.is_alive(), "the heartbeat thread still runs on a lock that is no longer ours"
+        time.sleep(0.3)  # six beats' time: nothing may touch the new holder's lock
+        assert runlock.read(tmp_path / NAME)["heartbeat_age"] > 900, "the old holder beat the new holder's lock"
+        warned = [ln for ln in capsys.readouterr().err.splitlines() if "was taken over" in ln]
+        assert len(warned) == 1 and "two runs may now write it" in warned[0]
+    finally:
+        lock.release()
+    assert json.loads((tmp_path / NAME).read_text())["token"] == "new-holder"
