@@ -36,6 +36,7 @@ from pathlib import Path
 
 
 from seafl_dist.settings import ConfigError, dump_config
+from seafl_dist.experiments.cpus import ranks_per_run, threads_per_run  # noqa: F401 (their home before)
 from seafl_dist.experiments.sweep import Sweep, SweepRun
 from seafl_dist.report.sinks import FINISHED, read_config, read_summary
 from seafl_dist.report.tables import repeated_key_warning
@@ -43,32 +44,6 @@ from seafl_dist.runtime.rundir import (clear, config_diff, config_tree, numerics
                                        profile_mismatch, proof_mismatch)
 from seafl_dist.runtime.runlock import RunDirLock
 from seafl_dist.runtime.signals import Interrupts, SweepSignal
-
-
-def ranks_per_run(launcher: list[str], cpus: int) -> int:
-    """The ranks one run starts on this node: torchrun's ``--nproc_per_node`` (or ``--nproc-per-node``);
-    1 without it. A non-numeric value (``auto``, ``cpu``, ``gpu``) counts as one rank per CPU."""
-    for i, arg in enumerate(launcher):
-        for flag in ("--nproc_per_node", "--nproc-per-node"):
-            if arg == flag and i + 1 < len(launcher):
-                value = launcher[i + 1]
-            elif arg.startswith(flag + "="):
-                value = arg.split("=", 1)[1]
-            else:
-                continue
-            return int(value) if value.isdigit() and int(value) > 0 else cpus
-    return 1
-
-
-def threads_per_run(jobs: int, launcher: list[str], cpus: int | None = None) -> int | None:
-    """torch threads for each rank of each run: the CPUs here shared by ``jobs`` runs of
-    :func:`ranks_per_run` ranks; ``None`` (torch's default) for one single-process run at a time."""
-    from seafl_dist.runtime.setup import cpus_here
-    cpus = cpus_here() if cpus is None else cpus
-    ranks = ranks_per_run(launcher, cpus)
-    if jobs <= 1 and ranks <= 1:
-        return None
-    return max(1, cpus // (jobs * ranks))
 
 
 def run_command(sweep: Sweep, config_path: Path, run_dir: Path) -> list[str]:

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from seafl_dist.experiments.arguments import parse_grid_arg, parse_seeds, split_top_level  # noqa: F401 (their home before)
 from seafl_dist.report.tables import repeated_keys
 from seafl_dist.settings import Config, ConfigError, set_dotted, config_from_dict, find_config, load_yaml, parse_override
 
@@ -50,44 +51,6 @@ CONFIG_SECTIONS = tuple(Config.__dataclass_fields__)
 
 def is_sweep_file(data: dict) -> bool:
     return "grid" in data or "base" in data
-
-
-def split_top_level(text: str, sep: str = ",") -> list[str]:
-    """Split at ``sep`` outside brackets and quotes: ``'1,[0.5,0.7],null'`` → 3 parts."""
-    parts, depth, quote, cur = [], 0, None, ""
-    for ch in text:
-        if quote:
-            quote = None if ch == quote else quote
-        elif ch in "'\"":
-            quote = ch
-        elif ch in "[{(":
-            depth += 1
-        elif ch in "]})":
-            depth -= 1
-        elif ch == sep and depth == 0:
-            parts.append(cur)
-            cur = ""
-            continue
-        cur += ch
-    parts.append(cur)
-    return [p.strip() for p in parts]
-
-
-def parse_grid_arg(text: str) -> tuple[str, list]:
-    """``'algorithm.buffer_size=1,5,10'`` → ``('algorithm.buffer_size', [1, 5, 10])``."""
-    key, _ = parse_override(text)
-    raw = text.split("=", 1)[1]
-    values = [parse_override(f"{key}={part}")[1] for part in split_top_level(raw)]
-    if not key or not values or values == [""]:
-        raise ConfigError(f"--grid {text!r} is not of the form key.sub=v1,v2 (e.g. algorithm.buffer_size=1,5,10)")
-    return key, values
-
-
-def parse_seeds(text: str) -> list[int]:
-    try:
-        return [int(s) for s in split_top_level(text) if s != ""]
-    except ValueError:
-        raise ConfigError(f"--seeds {text!r} is not a comma-separated list of integers (e.g. 0,1,2)") from None
 
 
 def format_value(v: Any) -> str:
