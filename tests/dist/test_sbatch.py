@@ -45,7 +45,7 @@ def test_multinode_runs_torchrun_on_every_node(standin):
     proc = run("multinode.sbatch", "configs/quickstart.yaml", "run.seed=1", "--out", "runs/a b", env=env)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == [
-        "--kill-on-bad-exit=1", "--nodes=2", "--ntasks-per-node=1", sys.executable, "-m", "torch.distributed.run",
+        "--kill-on-bad-exit=1", "--nodes=2", "--ntasks-per-node=1", sys.executable, "-m", "seafl_dist.runtime.torchrun",
         "--nnodes=2", "--nproc_per_node=4", "--max-restarts=3", "--rdzv_id=123", "--rdzv_backend=c10d",
         "--rdzv_endpoint=gpu07:29623", "--rdzv_conf=join_timeout=600",
         "-m", "seafl_dist", "run", "configs/quickstart.yaml", "run.seed=1", "--out", "runs/a b"]
@@ -119,7 +119,8 @@ def test_dry_run_goes_first_and_a_bad_config_starts_nothing(standin, tmp_path, n
     assert good.returncode == 0, good.stderr
     world = 3 if name == "run.sbatch" else 2  # C + 1 ranks on one node, C per node for multinode
     assert f"ranks: {world} ranks: rank 0 aggregates, {world - 1} worker(s) train" in good.stderr
-    assert "torch.distributed.run" in good.stdout and not (tmp_path / "r").exists()  # the stand-in srun ran
+    launcher = "torch.distributed.run" if name == "run.sbatch" else "seafl_dist.runtime.torchrun"
+    assert launcher in good.stdout and not (tmp_path / "r").exists()  # the stand-in srun ran
     bad = run(name, QUICK, "algorithm.bufer_size=3", "--out", tmp_path / "r", env=env)
     assert bad.returncode == 2 and bad.stdout == "", bad.stdout  # srun never started
     assert "seafl: error: config key 'algorithm.bufer_size'" in bad.stderr

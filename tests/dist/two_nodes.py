@@ -1,6 +1,7 @@
 """Two torchrun agents on this machine as two nodes, started the way slurm/multinode.sbatch starts them.
 
-Each agent gets ``--nnodes=2 --nproc_per_node=2`` and the same c10d rendezvous (``--rdzv_backend=c10d
+Each agent (``python -m seafl_dist.runtime.torchrun``: torchrun whose rendezvous errors are one line) gets
+``--nnodes=2 --nproc_per_node=2`` and the same c10d rendezvous (``--rdzv_backend=c10d
 --rdzv_endpoint=127.0.0.1:PORT``, ``--rdzv_conf=join_timeout=J``) on a free port, so the tests can run
 beside other torchrun jobs. The agent that hosts the store is the first to arrive; which agent becomes
 node 0 (ranks 0 and 1) is the rendezvous' choice, so a test finds a node's agent by the GROUP_RANK
@@ -29,7 +30,7 @@ def free_port() -> int:
 
 def node_cmd(port: int, *run_args, nproc: int = 2, restarts: int = 0, join_timeout: int = 30) -> list[str]:
     """One node's torchrun, as multinode.sbatch's ``srun`` starts it on every node."""
-    return [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", f"--nproc_per_node={nproc}",
+    return [sys.executable, "-m", "seafl_dist.runtime.torchrun", "--nnodes=2", f"--nproc_per_node={nproc}",
             f"--max-restarts={restarts}", "--rdzv_id=seafl-two-nodes", "--rdzv_backend=c10d",
             f"--rdzv_endpoint=127.0.0.1:{port}", f"--rdzv_conf=join_timeout={join_timeout}",
             "-m", "seafl_dist", "run", str(QUICKSTART), *map(str, run_args)]
