@@ -122,6 +122,8 @@ def add_report_parser(sub) -> None:
     p.add_argument("--log-x", action="store_true", help="accuracy_vs_time.png: virtual time on a log scale")
     p.add_argument("--seed-curves", action="store_true",
                    help="accuracy_vs_time.png: draw each seed's curve faint under its grid point's mean")
+    p.add_argument("--no-zoom", action="store_true",
+                   help="accuracy_vs_time.png: one panel only, without the close-up around the targets beside it")
 
 
 def add_devices_parser(sub) -> None:
@@ -209,7 +211,7 @@ def cmd_report(args) -> int:
     from seafl_dist.runtime.launch import default_out_dir
     out = Path(args.out) if args.out else Path(args.dirs[0]) if len(args.dirs) == 1 else default_out_dir("report")
     result = write_report(args.dirs, out, targets=targets, baseline=args.baseline, until=args.until,
-                          log_x=args.log_x, seed_curves=args.seed_curves)
+                          log_x=args.log_x, seed_curves=args.seed_curves, zoom=not args.no_zoom)
     print(result["markdown"])
     print("wrote " + ", ".join(str(p) for p in result["files"].values()), file=sys.stderr)
     return 0

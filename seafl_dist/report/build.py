@@ -138,10 +138,10 @@ def write_csvs(out: Path, grows: list[dict], rrows: list[dict], targets: list[fl
 
 
 def write_report(paths, out: str | Path, *, targets: list[float] | None = None, baseline: str | None = None,
-                 until: float | None = None, log_x: bool = False, seed_curves: bool = False) -> dict:
+                 until: float | None = None, log_x: bool = False, seed_curves: bool = False, zoom: bool = True) -> dict:
     """Write report.md/.csv, runs.csv and the figures into ``out``; return their paths and the markdown.
     ``until``: every time axis ends there; ``log_x``: accuracy against log time; ``seed_curves``: each
-    seed's curve drawn faint under its grid point's mean."""
+    seed's curve drawn faint under its grid point's mean; ``zoom``: the close-up panel around the targets."""
     paths = [Path(p) for p in paths]
     runs = find_runs(paths)
     if not runs:
@@ -160,7 +160,7 @@ def write_report(paths, out: str | Path, *, targets: list[float] | None = None, 
     (out / "report.md").write_text(md)
     write_csvs(out, grows, rrows, targets)
     files = {"report.md": out / "report.md", "report.csv": out / "report.csv", "runs.csv": out / "runs.csv"}
-    drawn = figures(groups, targets, out, until=until, log_x=log_x, seed_curves=seed_curves)
+    drawn = figures(groups, targets, out, until=until, log_x=log_x, seed_curves=seed_curves, zoom=zoom)
     files.update({f"{stem}.{ext}": out / f"{stem}.{ext}" for stem in drawn for ext in ("png", "pdf", "csv")})
     if len(runs) == 1 and (runs[0].dir / "events.jsonl").exists():
         files["timeline.png"] = plot_timeline(runs[0].dir / "events.jsonl", out / "timeline.png", until=until)
@@ -169,10 +169,10 @@ def write_report(paths, out: str | Path, *, targets: list[float] | None = None, 
             "figures": drawn}
 
 
-def figures(groups, targets: list[float], out: Path, *, until=None, log_x=False, seed_curves=False) -> dict:
+def figures(groups, targets: list[float], out: Path, *, until=None, log_x=False, seed_curves=False, zoom=True) -> dict:
     """The paper's figures of these groups, each saved as PNG, PDF and CSV: {file stem: matplotlib Figure}."""
     drawn = {"accuracy_vs_time": plot_accuracy_vs_time(groups, targets, out / "accuracy_vs_time.png", until=until,
-                                                       log_x=log_x, seed_curves=seed_curves)}
+                                                       log_x=log_x, seed_curves=seed_curves, zoom=zoom)}
     if targets:
         drawn["time_to_target"] = plot_time_to_target(groups, targets, out / "time_to_target.png")
         for key in swept_keys(groups):

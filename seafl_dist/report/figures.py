@@ -4,7 +4,9 @@
   on a common time grid (a seed's curve held at its last value after its run ends) with a shaded
   min–max band; per-seed curves faint on request. Targets are dashed lines, labelled on the right
   without overlap. The time axis ends where the slowest arm's mean curve reaches the highest target,
-  plus 10% (the longest run where none does), or at ``until``; log-x on request.
+  plus 10% (the longest run where none does), or at ``until``; log-x on request. Beside it, when an
+  arm's mean reaches the targets, a close-up panel of the same curves from a little below the lowest
+  target (the arms that converge differ there, a few points apart at the top of a 0–1 axis).
 - :func:`plot_time_to_target`: per target a panel, per arm a row: each seed a dot, the mean over
   the seeds that reached the target a bar, a seed that never did a cross in the "never" strip.
 - ``report/value_plots.py``: time to target against a swept number (K, β, ...), one line per algorithm.
@@ -140,68 +142,103 @@ def time_axis_end(curves: list[dict], targets: list[float]) -> float:
     return max(ends, default=1.0)
 
 
-def label_targets(fig: Figure, ax, targets: list[float]) -> None:
-    """Dashed target lines, labelled at the right edge and pushed apart until no two labels overlap."""
-    texts = []
-    for t in sorted(targets):
-        ax.axhline(t, ls="--", lw=0.8, color="0.45", zorder=1)
-        texts.append(ax.annotate(f"{t:.0%}", xy=(1.0, t), xycoords=("axes fraction", "data"), xytext=(3, 0),
-                                 textcoords="offset points", va="center", fontsize=9.5, color="0.3"))
-    if not texts:
+def label_targets(fig: Figure, axes, targets: list[float]) -> None:
+    """Dashed target lines on every panel, labelled at each panel's right edge and pushed apart until no two
+    labels of a panel overlap."""
+    axes = list(axes) if isinstance(axes, (list, tuple)) else [axes]
+    texts = {}
+    for ax in axes:
+        for t in sorted(targets):
+            ax.axhline(t, ls="--", lw=0.8, color="0.45", zorder=1)
+        lo, hi = ax.get_ylim()
+        texts[ax] = [(t, ax.annotate(f"{t:.0%}", xy=(1.0, t), xycoords=("axes fraction", "data"), xytext=(3, 0),
+                                     textcoords="offset points", va="center", fontsize=9.5, color="0.3"))
+                     for t in sorted(targets) if lo <= t <= hi]
+    if not any(texts.values()):
         return
     fig.canvas.draw()  # lay the figure out once, then freeze it so the offsets below stay true
     fig.set_layout_engine("none")
     renderer = fig.canvas.get_renderer()
-    gap = max(tx.get_window_extent(renderer).height for tx in texts) * 1.15 * 72 / fig.dpi  # in points
-    ys = [ax.transData.transform((0, t))[1] * 72 / fig.dpi for t in sorted(targets)]
-    placed = []
-    for y in ys:  # bottom up: each label at its line, or just above the label below it
-        placed.append(max(y, placed[-1] + gap) if placed else y)
-    for tx, y, p in zip(texts, ys, placed):
-        tx.set_position((3, p - y))
+    for ax, labelled in texts.items():
+        if not labelled:
+            continue
+        gap = max(tx.get_window_extent(renderer).height for _, tx in labelled) * 1.15 * 72 / fig.dpi  # in points
+        placed = None
+        for t, tx in labelled:  # bottom up: each label at its line, or just above the label below it
+            y = ax.transData.transform((0, t))[1] * 72 / fig.dpi
+            placed = y if placed is None else max(y, placed + gap)
+            tx.set_position((3, placed - y))
+
+
+def zoom_range(curves: list[dict], targets: list[float], end: float) -> tuple[float, float] | None:
+    """The accuracy range of the zoomed panel: from a little below the lowest target to a little above the
+    highest target or band within the time axis; None when no arm's mean reaches the lowest target by ``end``
+    or the range would not be a close-up (below 50%)."""
+    if not targets or not any(reach_time(c, min(targets)) <= end for c in curves):
+        return None
+    span = max(targets) - min(targets)
+    lo = min(targets) - max(0.05, 0.5 * span)
+    shown = [float(np.nanmax(c["max"][c["time"] <= end])) for c in curves if np.any(c["time"] <= end)]
+    hi = min(1.0, max(max(targets), *shown) + max(0.01, 0.2 * span))
+    return (lo, hi) if lo >= 0.5 else None
+
+
+def draw_curves(ax, groups, labels, looks, curves, end: float, seed_curves: bool) -> None:
+    """Each grid point's mean (stepped, with sparse markers) and min–max band, and its seeds faint on request."""
+    for g, label, look, c in zip(groups, labels, looks, curves):
+        if not len(c["time"]):
+            continue
+        every = max(1, int(np.searchsorted(c["time"], end)) // 6)
+        ax.plot(c["time"], c["mean"], drawstyle="steps-post", lw=1.6, label=wrap(label), color=look["color"],
+                linestyle=look["linestyle"], marker=look["marker"], markevery=every, ms=4.5, zorder=3)
+        if len(g.runs) > 1:
+            ax.fill_between(c["time"], c["min"], c["max"], step="post", color=look["color"], alpha=0.12, lw=0, zorder=2)
+        if seed_curves:
+            for t, acc in c["curves"]:
+                ax.plot(t, acc, drawstyle="steps-post", lw=0.6, alpha=0.35, color=look["color"], zorder=2)
 
 
 def plot_accuracy_vs_time(groups, targets, path: str | Path, *, until: float | None = None, log_x: bool = False,
-                          seed_curves: bool = False, title: str | None = None) -> Figure:
-    """Mean accuracy over seeds against virtual time, one curve and band per grid point (see module doc)."""
+                          seed_curves: bool = False, title: str | None = None, zoom: bool = True) -> Figure:
+    """Mean accuracy over seeds against virtual time, one curve and band per grid point (see module doc).
+    With ``zoom`` (the default) and an arm that reaches the targets, a second panel beside the first shows
+    the same curves close up around the targets, where the arms that converge differ."""
     labels, looks = arms(groups)
     curves = [mean_curve(g.runs) for g in groups]
     end = until if until is not None else time_axis_end(curves, targets)
-    rows = []
+    close_up = zoom_range(curves, targets, end) if zoom else None
+    rows = [{"label": label, "point": g.label, "seeds": len(g.runs), "time": float(t), "mean": float(m),
+             "min": float(lo), "max": float(hi)}
+            for g, label, c in zip(groups, labels, curves)
+            for t, m, lo, hi in zip(c["time"], c["mean"], c["min"], c["max"])]
     with paper_style():
-        ncol = legend_columns(labels)
+        ncol = legend_columns(labels) * (2 if close_up else 1)
         legend_rows = math.ceil(sum(wrap(x).count("\n") + 1 for x in labels) / ncol)
-        fig = new_figure(figsize=(5.2, 3.9 + 0.24 * legend_rows))
-        ax = fig.subplots()
-        for g, label, look, c in zip(groups, labels, looks, curves):
-            if not len(c["time"]):
-                continue
-            every = max(1, int(np.searchsorted(c["time"], end)) // 6)
-            ax.plot(c["time"], c["mean"], drawstyle="steps-post", lw=1.6, label=wrap(label), color=look["color"],
-                    linestyle=look["linestyle"], marker=look["marker"], markevery=every, ms=4.5, zorder=3)
-            if len(g.runs) > 1:
-                ax.fill_between(c["time"], c["min"], c["max"], step="post", color=look["color"], alpha=0.12,
-                                lw=0, zorder=2)
-            if seed_curves:
-                for t, acc in c["curves"]:
-                    ax.plot(t, acc, drawstyle="steps-post", lw=0.6, alpha=0.35, color=look["color"], zorder=2)
-            rows += [{"label": label, "point": g.label, "seeds": len(g.runs), "time": float(t), "mean": float(m),
-                      "min": float(lo), "max": float(hi)} for t, m, lo, hi in zip(c["time"], c["mean"], c["min"], c["max"])]
-        ax.set_xlabel("virtual time (s)" + (", log scale" if log_x else ""))
-        ax.set_ylabel("test accuracy")
-        ax.set_ylim(0, 1)
-        if log_x:
-            first = min((float(t) for c in curves for t in c["time"] if t > 0), default=1.0)
-            ax.set_xscale("log")
-            ax.set_xlim(first, max(end, first * 10))
+        fig = new_figure(figsize=(9.6 if close_up else 5.2, 3.9 + 0.24 * legend_rows))
+        axes = list(fig.subplots(1, 2, width_ratios=(1, 1), gridspec_kw={"wspace": 0.12}) if close_up
+                    else [fig.subplots()])
+        for ax, ylim in zip(axes, [(0.0, 1.0), close_up]):
+            draw_curves(ax, groups, labels, looks, curves, end, seed_curves)
+            ax.set_xlabel("virtual time (s)" + (", log scale" if log_x else ""))
+            ax.set_ylim(*ylim)
+            if log_x:
+                first = min((float(t) for c in curves for t in c["time"] if t > 0), default=1.0)
+                ax.set_xscale("log")
+                ax.set_xlim(first, max(end, first * 10))
+            else:
+                ax.set_xlim(0, max(end, 1e-9))
+            ax.grid(alpha=0.3)
+        axes[0].set_ylabel("test accuracy")
+        heading = title if title is not None else title_of(groups)
+        if close_up:
+            fig.suptitle(heading)
+            axes[1].set_title(f"close-up: accuracy from {close_up[0]:.0%}", fontsize=10)
         else:
-            ax.set_xlim(0, max(end, 1e-9))
-        ax.grid(alpha=0.3)
-        ax.set_title(title if title is not None else title_of(groups))
+            axes[0].set_title(heading)
         if groups:  # under the axes, where no curve can hide beneath it
-            fig.legend(*ax.get_legend_handles_labels(), title=seeds_caption(groups), frameon=False,
-                       loc="outside lower center", ncol=ncol)
-        label_targets(fig, ax, targets)
+            fig.legend(*axes[0].get_legend_handles_labels(), title=seeds_caption(groups), frameon=False,
+                       loc="outside lower center", ncol=min(ncol, len(labels)))
+        label_targets(fig, axes, targets)
     save(fig, Path(path), rows)
     return fig
 

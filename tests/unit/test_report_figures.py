@@ -55,7 +55,7 @@ def test_one_mean_curve_and_band_per_grid_point_named_in_the_readers_words(k_gro
     assert list(lines) == LABELS
     assert [t.get_text() for t in fig.legends[0].get_texts()] == LABELS
     assert fig.legends[0].get_title().get_text() == "mean of 3 seeds; band: min–max"
-    assert fig.axes[0].get_title() == "digits, LeNet-5: algorithm, K and β vary, 3 seeds each"
+    assert fig.get_suptitle() == "digits, LeNet-5: algorithm, K and β vary, 3 seeds each"  # over both panels
     k5 = lines[LABELS[0]]  # seed 1 ends at 20 s and seed 2 at 40 s: both held at their last value
     assert list(k5.get_xdata()) == [0, 10, 15, 20, 30, 40]
     assert k5.get_ydata() == pytest.approx([.1, .7 / 3, 1.2 / 3, 1.5 / 3, 1.8 / 3, 2.65 / 3])
@@ -68,6 +68,27 @@ def test_one_mean_curve_and_band_per_grid_point_named_in_the_readers_words(k_gro
     assert len(fig.axes[0].get_lines()) == 5 + 2  # no per-seed curves: the means and the two target lines
     faint = plot_accuracy_vs_time(k_groups, [0.85, 0.9], tmp_path / "b.png", seed_curves=True)
     assert len(faint.axes[0].get_lines()) == 5 + 15 + 2
+
+
+def test_a_close_up_panel_beside_shows_the_same_curves_around_the_targets(k_groups, tmp_path):
+    fig = plot_accuracy_vs_time(k_groups, [0.85, 0.9], tmp_path / "a.png")
+    full, close = fig.axes
+    assert full.get_ylim() == (0.0, 1.0) and close.get_xlim() == full.get_xlim()
+    # from the lowest target less max(0.05, half the targets' span) to the highest band within the
+    # time axis (FedBuff K = 10's 0.95 by 77 s) plus max(0.01, a fifth of the span)
+    assert close.get_ylim() == pytest.approx((0.80, 0.96))
+    assert close.get_title() == "close-up: accuracy from 80%"
+    assert [line.get_label() for line in close.get_lines() if not line.get_label().startswith("_")] == LABELS
+    for a, b in zip(mean_lines(fig).values(), [x for x in close.get_lines() if not x.get_label().startswith("_")]):
+        assert list(a.get_xdata()) == list(b.get_xdata()) and list(a.get_ydata()) == list(b.get_ydata())
+    assert len([c for c in close.collections if isinstance(c, PolyCollection)]) == 5
+    assert [t.get_text() for t in close.texts] == ["85%", "90%"]  # each panel labels its target lines
+    assert [t.get_text() for t in full.texts] == ["85%", "90%"]
+    assert len(fig.legends) == 1  # one legend for both
+    one = plot_accuracy_vs_time(k_groups, [0.85, 0.9], tmp_path / "b.png", zoom=False)
+    assert len(one.axes) == 1 and one.axes[0].get_title() == fig.get_suptitle()
+    assert len(plot_accuracy_vs_time(k_groups, [0.99], tmp_path / "c.png").axes) == 1  # no mean reaches 99%
+    assert len(plot_accuracy_vs_time(k_groups, [0.4], tmp_path / "d.png").axes) == 1  # not a close-up from 35%
 
 
 def test_the_algorithm_sets_the_hue_and_every_arm_has_its_own_line_style_and_marker(k_groups, tmp_path):
@@ -189,7 +210,7 @@ def test_long_labels_and_titles_stay_inside_the_figure(tmp_path):
     fig = plot_accuracy_vs_time(groups, [0.9], tmp_path / "a.png")
     fig.canvas.draw()
     renderer, box = fig.canvas.get_renderer(), fig.bbox
-    texts = [*fig.legends[0].get_texts(), fig.axes[0].title]
+    texts = [*fig.legends[0].get_texts(), fig._suptitle or fig.axes[0].title]  # over both panels when there are two
     assert max(len(line) for t in texts for line in t.get_text().split("\n")) <= 60
     assert all("\n" in t.get_text() for t in texts)  # each was too long for one line
     for t in texts:
