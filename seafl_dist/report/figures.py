@@ -77,8 +77,8 @@ def arms(groups) -> tuple[list[str], list[dict]]:
     return labels, styles(configs)
 
 
-def title_of(groups) -> str:
-    return wrap(figure_title([g.config for g in groups], [len(g.runs) for g in groups]), 60)
+def title_of(groups, width: int = 60) -> str:
+    return wrap(figure_title([g.config for g in groups], [len(g.runs) for g in groups]), width)
 
 
 def wrap(text: str, width: int = 42) -> str:
@@ -229,7 +229,7 @@ def plot_accuracy_vs_time(groups, targets, path: str | Path, *, until: float | N
                 ax.set_xlim(0, max(end, 1e-9))
             ax.grid(alpha=0.3)
         axes[0].set_ylabel("test accuracy")
-        heading = title if title is not None else title_of(groups)
+        heading = title if title is not None else title_of(groups, 100 if close_up else 60)  # over both panels
         if close_up:
             fig.suptitle(heading)
             axes[1].set_title(f"close-up: accuracy from {close_up[0]:.0%}", fontsize=10)

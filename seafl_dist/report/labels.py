@@ -115,13 +115,29 @@ def what_varies(configs: list[dict]) -> str:
         (" varies" if len(names) == 1 else " vary")
 
 
+def _dropout(value) -> str | None:
+    return f"dropout {float(value):g}" if value not in (None, 0, 0.0) else None
+
+
+def _profile(value) -> str | None:
+    return f"device profile {value_text('devices.profile', value)}" if value else None
+
+
+CONDITIONS = (("devices.dropout", _dropout), ("devices.profile", _profile))  # said in a title when shared
+
+
 def figure_title(configs: list[dict], seeds: list[int]) -> str:
-    """"MNIST, LeNet-5: K varies, 3 seeds each" from the arms' configs and their seed counts."""
+    """"MNIST, LeNet-5: K varies, 3 seeds each" from the arms' configs and their seed counts; a device
+    condition every arm shares (a dropout, a device profile) joins the setting: "MNIST, LeNet-5, dropout 0.3"."""
     setting = []
     for key, names in (("data.name", DATASETS), ("model.name", MODELS)):
         values = {str(c.get(key)) for c in configs if c.get(key) is not None}
         if len(values) == 1:
             setting.append(names.get(next(iter(values)), next(iter(values))))
+    for key, say in CONDITIONS:  # a device condition all arms share is part of the setting too
+        values = {json.dumps(c.get(key)) for c in configs}
+        if len(values) == 1 and (words := say(configs[0].get(key))):
+            setting.append(words)
     head = ", ".join(setting)
     algos = {str(c.get("algorithm.name")) for c in configs if "algorithm.name" in c}
     if len(algos) == 1:

@@ -207,15 +207,19 @@ def test_long_labels_and_titles_stay_inside_the_figure(tmp_path):
         make_run(tmp_path / "w" / f"r{i}", [(0, .1), (10 * (i + 1), .9)], seed=0,
                  extra=[e.format(v) for e, v in zip(extra, (scale, scale / 10, scale, scale, scale / 100))])
     groups = group_runs(find_runs([tmp_path / "w"]))
-    fig = plot_accuracy_vs_time(groups, [0.9], tmp_path / "a.png")
-    fig.canvas.draw()
-    renderer, box = fig.canvas.get_renderer(), fig.bbox
-    texts = [*fig.legends[0].get_texts(), fig._suptitle or fig.axes[0].title]  # over both panels when there are two
-    assert max(len(line) for t in texts for line in t.get_text().split("\n")) <= 60
-    assert all("\n" in t.get_text() for t in texts)  # each was too long for one line
-    for t in texts:
-        b = t.get_window_extent(renderer)
-        assert box.x0 <= b.x0 and b.x1 <= box.x1 and box.y0 <= b.y0 and b.y1 <= box.y1, t.get_text()
+    for zoom, width in ((False, 60), (True, 100)):  # the title spans both panels when there are two
+        fig = plot_accuracy_vs_time(groups, [0.9], tmp_path / "a.png", zoom=zoom)
+        assert len(fig.axes) == (2 if zoom else 1)
+        fig.canvas.draw()
+        renderer, box = fig.canvas.get_renderer(), fig.bbox
+        title = fig._suptitle if zoom else fig.axes[0].title
+        assert max(len(line) for line in title.get_text().split("\n")) <= width
+        assert max(len(line) for t in fig.legends[0].get_texts() for line in t.get_text().split("\n")) <= 60
+        assert all("\n" in t.get_text() for t in fig.legends[0].get_texts())  # each too long for one line
+        assert ("\n" in title.get_text()) != zoom  # too long for one panel's width, not for two
+        for t in [*fig.legends[0].get_texts(), title]:
+            b = t.get_window_extent(renderer)
+            assert box.x0 <= b.x0 and b.x1 <= box.x1 and box.y0 <= b.y0 and b.y1 <= box.y1, t.get_text()
     assert fig.legends[0].get_texts()[0].get_text().replace(",\n", ", ") == \
         "ϑ = 0.5, lr = 0.05, momentum = 0.5, sec_per_sample = 0.005, concentration = 0.5"  # in config order
 

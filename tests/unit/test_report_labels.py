@@ -56,6 +56,15 @@ def test_titles_name_the_setting_what_varies_and_the_seeds():
     both = grid + [arm(*mnist, "algorithm.name=fedbuff")]
     assert figure_title(both, [2, 3, 3]) == "MNIST, LeNet-5: algorithm, K and β vary, 2–3 seeds each"
     assert figure_title([arm(*mnist)], [1]) == "SEAFL on MNIST, LeNet-5"
+    # a device condition every arm shares is part of the setting; one that varies is said as varying
+    drop = [arm(*mnist, "devices.dropout=0.3", f"algorithm.name={a}") for a in ("seafl", "fedbuff")]
+    assert figure_title(drop, [3, 3]) == "MNIST, LeNet-5, dropout 0.3: algorithm and β vary, 3 seeds each"
+    windows = [arm(*mnist, "devices.profile=configs/mnist/churn_profile.csv", f"algorithm.buffer_size={k}")
+               for k in (5, 10)]
+    assert figure_title(windows, [3, 3]) == \
+        "SEAFL on MNIST, LeNet-5, device profile churn_profile.csv: K varies, 3 seeds each"
+    mixed = [arm(*mnist, f"devices.dropout={d}") for d in (0.1, 0.3)]
+    assert figure_title(mixed, [3, 3]) == "SEAFL on MNIST, LeNet-5: dropout varies, 3 seeds each"
 
 
 def test_a_sweeps_runs_carry_their_grid_points_label_as_w_and_b_job_type(tmp_path):
