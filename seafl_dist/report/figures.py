@@ -142,10 +142,9 @@ def time_axis_end(curves: list[dict], targets: list[float]) -> float:
     return max(ends, default=1.0)
 
 
-def label_targets(fig: Figure, axes, targets: list[float]) -> None:
+def label_targets(fig: Figure, axes: list, targets: list[float]) -> None:
     """Dashed target lines on every panel, labelled at each panel's right edge and pushed apart until no two
     labels of a panel overlap."""
-    axes = list(axes) if isinstance(axes, (list, tuple)) else [axes]
     texts = {}
     for ax in axes:
         for t in sorted(targets):
@@ -217,12 +216,12 @@ def plot_accuracy_vs_time(groups, targets, path: str | Path, *, until: float | N
         fig = new_figure(figsize=(9.6 if close_up else 5.2, 3.9 + 0.24 * legend_rows))
         axes = list(fig.subplots(1, 2, width_ratios=(1, 1), gridspec_kw={"wspace": 0.12}) if close_up
                     else [fig.subplots()])
+        first = min((float(t) for c in curves for t in c["time"] if t > 0), default=1.0)  # log-x starts here
         for ax, ylim in zip(axes, [(0.0, 1.0), close_up]):
             draw_curves(ax, groups, labels, looks, curves, end, seed_curves)
             ax.set_xlabel("virtual time (s)" + (", log scale" if log_x else ""))
             ax.set_ylim(*ylim)
             if log_x:
-                first = min((float(t) for c in curves for t in c["time"] if t > 0), default=1.0)
                 ax.set_xscale("log")
                 ax.set_xlim(first, max(end, first * 10))
             else:
