@@ -44,6 +44,7 @@ from pathlib import Path
 
 from seafl_dist.report.sinks import RunFileError
 from seafl_dist.settings import ConfigError, load_config
+from seafl_dist.settings.errors import ModuleContractError
 
 EPILOG = """examples:
   seafl run configs/quickstart.yaml
@@ -277,6 +278,8 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         if isinstance(err.__cause__, RunFileError):  # a full disk: one line says what is kept and what to do
             print(f"seafl: error: {err.__cause__}", file=sys.stderr)
+        elif isinstance(err.__cause__, ModuleContractError):  # a LightningModule that broke Lightning's contract
+            print(f"seafl: error: {err}", file=sys.stderr)  # mid-run (the probe found nothing): one line, no traceback
         else:  # a bug (a user's plugin, ours): its traceback, then one line
             traceback.print_exception(err.__cause__ or err, file=sys.stderr)
             print(f"seafl: error: {err}", file=sys.stderr)

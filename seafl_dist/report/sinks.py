@@ -3,6 +3,8 @@
 - ``config.yaml``: the resolved config,
 - ``events.jsonl``: the SPEC event trace, one JSON object a line, in virtual-time order,
 - ``metrics.csv``: one row per evaluation,
+- ``train_log.csv``: what a module logged while training, per aggregation (report/trainlog.py; only
+  for a module that logs),
 - ``summary.json``: final figures (also written, with ``status: failed``, when a run dies),
 - ``partition.json``: each device's sample count and label histogram,
 - ``model.pt``: the final model's ``state_dict`` (written by the server at the end),
@@ -18,6 +20,8 @@ import math
 import os
 from contextlib import contextmanager
 from pathlib import Path
+
+from seafl_dist.report.trainlog import NAME as TRAIN_LOG, TrainLog
 
 FINISHED = ("completed", "stalled")  # statuses of a run that ended by itself (a stalled one would only stall again)
 METRIC_COLUMNS = ["version", "time", "accuracy", "loss", "updates", "mean_staleness", "max_staleness",
@@ -107,7 +111,7 @@ class RunWriter:
 
     ``resume_at=(events_bytes, metrics_bytes)`` continues a checkpointed run: both files are cut
     back to the lengths the checkpoint recorded (dropping what the interrupted run wrote after
-    it) and appended to."""
+    it) and appended to; ``train_log.csv`` is written anew from the events kept."""
 
     def __init__(self, out_dir: str | Path, resume_at: tuple[int, int] | None = None,
                  columns: list[str] = METRIC_COLUMNS):
@@ -117,6 +121,8 @@ class RunWriter:
         if resume_at is not None:  # runtime/checkpoint.py checked that both are at least this long
             for path, size in zip((ev_path, m_path), resume_at):
                 os.truncate(path, size)
+        with writing(self.dir / TRAIN_LOG):
+            self._train = TrainLog(self.dir, resume=resume_at is not None)
         mode = "a" if resume_at is not None else "w"
         self._events = open(ev_path, mode)
         self._metrics_file = open(m_path, mode, newline="")
@@ -126,8 +132,12 @@ class RunWriter:
                 self._metrics.writeheader()
 
     def event(self, ev: dict) -> None:
+        clean = _clean(ev)
         with writing(self._events.name):
-            self._events.write(json.dumps(_clean(ev)) + "\n")
+            self._events.write(json.dumps(clean) + "\n")
+        if clean["event"] == "aggregate":
+            with writing(self._train.path):
+                self._train.write(clean)
 
     def metrics(self, row: dict) -> None:
         with writing(self._metrics_file.name):
@@ -147,6 +157,8 @@ class RunWriter:
                 if sync:
                     os.fsync(f.fileno())
             sizes.append(os.fstat(f.fileno()).st_size)
+        with writing(self._train.path):
+            self._train.flush()  # rebuilt from the events on resume: no length to record
         return sizes[0], sizes[1]
 
     def close(self) -> None:
@@ -159,6 +171,7 @@ class RunWriter:
                     f.close()
                 except OSError:
                     pass
+        self._train.close()
 
 
 def read_events(path: str | Path) -> list[dict]:

@@ -35,7 +35,8 @@ from seafl_dist.runtime.fetch import once_per_node
 from seafl_dist.runtime.setup import cpus_here, keep_only, oversubscription, pick_device, prepare
 from seafl_dist.runtime.worker import GONE_FAILED, GONE_INTERRUPTED, gone, run_worker
 from seafl_dist.train.plan import epoch_sizes
-from seafl_dist.transport import BYE, JOB, RESULT, STOP, Channel, Header, Mailbox, Outbox, TransportError, make_links
+from seafl_dist.transport import (BYE, JOB, LOGS, RESULT, STOP, Channel, Header, Mailbox, Outbox, TransportError,
+                                  decode_logs, make_links)
 
 
 class WorkerLost(RuntimeError):
@@ -106,6 +107,7 @@ class DistributedExecutor:
         self.last_sent = {r: None for r in self.workers}
         self.owed: dict[int, tuple[int, float]] = {}  # job -> (worker rank, when it was sent)
         self.results: dict[int, torch.Tensor] = {}
+        self.logs: dict[int, dict] = {}  # job -> what its module logged (LOGS, ahead of its RESULT)
         self.failed = False
 
     def submit(self, spec, start: torch.Tensor) -> None:
@@ -123,6 +125,8 @@ class DistributedExecutor:
         for r, h, payload in got:
             if h.kind == BYE and h.device in (GONE_INTERRUPTED, GONE_FAILED):
                 raise gone(r, h)
+            if h.kind == LOGS:
+                self.logs[h.job] = decode_logs(payload)
             if h.kind == RESULT:
                 self.results[h.job] = payload
                 self.owed.pop(h.job, None)
@@ -154,6 +158,10 @@ class DistributedExecutor:
         except BaseException:
             self.failed = True
             raise
+
+    def logged(self, job: int) -> dict:
+        """What the module logged in ``job`` (its LOGS message came before its result); {} if nothing."""
+        return self.logs.pop(job, {})
 
     def diagnose(self) -> str:
         silent = self.watcher.silent(limit_s=2.0)

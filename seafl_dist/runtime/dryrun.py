@@ -85,7 +85,8 @@ def summarise(sizes: list, total: bool = True) -> str:
 
 
 def check_model(cfg: Config, found) -> str:
-    """Build the model for the dataset's images and run a batch of two zeros through it."""
+    """Build the model for the dataset's images and run a batch of two zeros through it (a user's model:
+    and a probe job on four zeros, runtime/setup.py ``check_user_model``)."""
     import torch
 
     from seafl_dist.models import build_model
@@ -98,9 +99,14 @@ def check_model(cfg: Config, found) -> str:
         except ValueError as err:
             raise ConfigError(f"config key 'model.name' has value {name!r}: {err}") from None
         x = torch.zeros(2, c, h, w)
-        if is_import_path(name):
-            from seafl_dist.models.custom import check_logits
-            check_logits(name, model, x, found.num_classes)
+        if is_import_path(name):  # its logits, then a probe job on zeros (the data is not loaded here)
+            from seafl_dist.runtime.setup import check_user_model, pick_device
+            try:
+                device = pick_device(cfg.runtime.device, 0)
+            except RuntimeError as err:
+                raise ConfigError(str(err)) from None
+            check_user_model(cfg, model, torch.zeros(4, c, h, w), torch.arange(4) % found.num_classes,
+                             found.num_classes, device)
         else:
             with torch.no_grad():
                 try:

@@ -44,15 +44,17 @@ def job_seeds(cfg, spec: JobSpec) -> dict:
             "torch_seed": stream_seed(cfg.run.seed, "torch", spec.device, spec.job)}
 
 
-def run_job(exp, model, spec: JobSpec, start: torch.Tensor, on_step=None, result_on_device=False) -> torch.Tensor:
+def run_job(exp, model, spec: JobSpec, start: torch.Tensor, on_step=None, result_on_device=False,
+            logged: dict | None = None) -> torch.Tensor:
     """Train one job of ``exp`` (an Experiment) on ``model`` from flat ``start``; the result is on
     the CPU, or with ``result_on_device`` on the device that trained it (a worker's outbox copies it
-    off the GPU without holding up the next job)."""
-    cfg = exp.cfg
+    off the GPU without holding up the next job). ``logged`` gets what the module logged (train/standin.py)."""
+    cfg, t = exp.cfg, exp.cfg.train
     return train_job(model, start, exp.train.to(exp.device), exp.shard(spec.device), epochs=spec.epochs,
-                     batch_size=cfg.train.batch_size, **job_seeds(cfg, spec), augment=cfg.data.augment,
+                     batch_size=t.batch_size, **job_seeds(cfg, spec), augment=cfg.data.augment,
                      device=exp.device, precision=cfg.runtime.precision, on_step=on_step,
-                     result_device=exp.device if result_on_device else "cpu")
+                     result_device=exp.device if result_on_device else "cpu", loop=t.loop,
+                     clip=(t.grad_clip_val, t.grad_clip_algorithm), logged=logged)
 
 
 def run_graphed(exp, slots, specs: list[JobSpec], starts: list[torch.Tensor], on_step=None) -> list[torch.Tensor]:
@@ -71,6 +73,15 @@ def run_jobs(exp, model, specs: list[JobSpec], starts: list[torch.Tensor], on_st
                       epochs=[s.epochs for s in specs], batch_size=cfg.train.batch_size,
                       seeds=[s["seed"] for s in seeds], torch_seeds=[s["torch_seed"] for s in seeds],
                       augment=cfg.data.augment, device=exp.device, precision=cfg.runtime.precision, on_step=on_step)
+
+
+def loop_blocker(train) -> str | None:
+    """Why ``train`` (the config's section) needs each job's own loop, so neither fused steps nor CUDA graphs."""
+    if train.loop == "lightning":
+        return "train.loop is lightning (each job is one lightning.Trainer.fit)"
+    if train.grad_clip_val is not None:
+        return f"train.grad_clip_val is {train.grad_clip_val:g} (clipping runs in a job's own loop)"
+    return None
 
 
 def out_of_memory(err: BaseException) -> bool:
@@ -92,17 +103,20 @@ class GroupTrainer:
 
     def __init__(self, exp, model=None, graphs: bool | None = None):
         self.exp = exp
-        self.model = model if model is not None else exp.new_model()
+        train = exp.cfg.train
+        self.model = model if model is not None else exp.new_model(lightning=train.loop == "lightning")
         self.limit = exp.cfg.runtime.batch_jobs
         self.slots: list | None = None  # CUDA graph slots, made at the first group
+        self.logs: dict[int, dict] = {}  # job -> what its module logged (modules that log: one job at a time)
         # graphs=True on a CPU: the slots' code stepping eagerly (the tests' way to run it end to end)
         self.graphs = exp.device.type == "cuda" and exp.cfg.runtime.cuda_graphs if graphs is None else graphs
+        own = loop_blocker(train)  # what only a job's own loop does: train.loop: lightning, clipping
         if self.graphs:
-            why = graph_blocker(self.model)
+            why = own or graph_blocker(self.model)
             if why is not None:
                 self._eager(f"its jobs cannot be captured as CUDA graphs: {why}")
         if self.limit > 1 and not self.graphs:  # before anything trains: can this model's jobs be fused exactly?
-            why = fusion_blocker(self.model, exp.train.to(exp.device), exp.device, exp.cfg.runtime.precision)
+            why = own or fusion_blocker(self.model, exp.train.to(exp.device), exp.device, exp.cfg.runtime.precision)
             if why is not None:
                 print(f"seafl: runtime.batch_jobs={self.limit}: training one job at a time, since the fused step "
                       f"cannot train this model exactly: {why}", file=sys.stderr)
@@ -157,7 +171,11 @@ class GroupTrainer:
             self._halve(len(self.slots))  # each job's bits do not depend on its slot: the group trains again
             return self.train(specs, starts, on_step, result_on_device)
         if len(specs) == 1:
-            return [run_job(self.exp, self.model, specs[0], starts[0], on_step, result_on_device)]
+            logged: dict = {}
+            flat = run_job(self.exp, self.model, specs[0], starts[0], on_step, result_on_device, logged)
+            if logged:
+                self.logs[specs[0].job] = logged
+            return [flat]
         try:
             return run_jobs(self.exp, self.model, specs, starts, on_step)
         except torch.cuda.OutOfMemoryError:
@@ -244,6 +262,10 @@ class InProcessExecutor:
         for (spec, _), flat in zip(group[1:], flats[1:]):
             self._done[spec.job] = flat
         return flats[0]
+
+    def logged(self, job: int) -> dict:
+        """What the module logged in ``job`` (after its result was taken), reduced over the job; {} if nothing."""
+        return self.trainer.logs.pop(job, {})
 
     def close(self) -> None:
         """Forget what is pending; the thread (if any) ends after the group it is training."""

@@ -35,7 +35,8 @@ FREE_SECTIONS = ("logging",)
 FREE_KEYS = ("name", "run.checkpoint_every", "run.checkpoint_every_s", "runtime.device", "runtime.threads",
              "runtime.backend", "runtime.placement", "runtime.timeout_s", "runtime.cuda_graphs", "devices.profile")
 # What a run writes (and a fresh start or --overwrite removes); the proof covers those a completed run keeps.
-PROVEN = ("config.yaml", "events.jsonl", "metrics.csv", "model.pt", "partition.json", "partition.npz")
+PROVEN = ("config.yaml", "events.jsonl", "metrics.csv", "train_log.csv", "model.pt", "partition.json",
+          "partition.npz")
 RUN_FILES = PROVEN + ("summary.json",)
 CHECKPOINT = re.compile(r"^checkpoint-(\d{8})\.pt$")
 # Temp names of the run's own atomic writes (runtime/checkpoint.py atomic_save, report/sinks.py write_json).

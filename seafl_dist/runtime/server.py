@@ -103,6 +103,9 @@ class Server(Snapshots):
             u.update(info)
             self.counts["rejected"] += bool(info.get("rejected"))
             self.staleness.append(u["staleness"])
+            logged = self.executor.logged(u["job"])  # a module that logs: its job's values (report/trainlog.py)
+            if logged:
+                u["logged"] = logged
         return result.new_global
 
     def run(self) -> dict:

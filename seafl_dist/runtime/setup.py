@@ -85,12 +85,13 @@ class Experiment:
         """N, resolved: ``devices.num``, or the writer count where it is null (``data.partition: natural``)."""
         return len(self.shards)
 
-    def new_model(self):
+    def new_model(self, lightning: bool = False):
         """A fresh model for this dataset (weights are overwritten from a flat vector): the plain
-        nn.Module form, so no rank pays for importing Lightning (see models/base.py)."""
+        nn.Module form of a built-in model, so no rank pays for importing Lightning (see models/base.py);
+        ``lightning``: its LightningModule twin (same state_dict), what ``train.loop: lightning`` trains."""
         d, m = self.train, self.cfg.model
         return build_model(m.name, d.num_classes, d.in_channels, width=m.width, image_size=d.image_size,
-                           optim=self.cfg.train, lightning=False)
+                           optim=self.cfg.train, lightning=lightning)
 
     def flat_parts(self) -> FlatParts:
         """Which flat entries are trainable parameters, float statistics and integer counters."""
@@ -208,9 +209,22 @@ def prepare(cfg: Config, *, local_rank: int = 0, need_test: bool = True, fetch=N
                      writers=writers, profile=read_profiles(cfg.devices.profile) if cfg.devices.profile else None)
     if cfg.runtime.deterministic:  # first: an op without a deterministic implementation fails any forward
         determinism.check_model(exp)
-    if is_import_path(cfg.model.name):  # a user's model: check it gives logits before any job trains
+    if is_import_path(cfg.model.name):  # a user's model: checked before any job trains
         with torch.random.fork_rng(devices=[]):  # building it must not move torch's global generator
-            from seafl_dist.models.custom import check_logits  # imports Lightning: custom models only
-            check_logits(cfg.model.name, exp.new_model(), train.batch(torch.arange(min(2, len(train))))[0],
-                         train.num_classes)
+            x, y = train.batch(torch.arange(min(4, len(train))))
+            check_user_model(cfg, exp.new_model(), x, y, train.num_classes, exp.device)
     return exp
+
+
+def check_user_model(cfg: Config, model, x: torch.Tensor, y: torch.Tensor, num_classes: int, device) -> None:
+    """A model named by import path, refused in one ConfigError line naming ``model.name``: unless it
+    gives ``(batch, num_classes)`` logits, and unless a probe job (train/probe.py: the hooks it
+    overrides, then one epoch of two batches of ``(x, y)`` by the run's loop) trains it as the run would."""
+    from seafl_dist.models.custom import check_logits  # imports Lightning: custom models only
+    from seafl_dist.train.probe import check_module
+    check_logits(cfg.model.name, model, x[:2], num_classes)
+    t = cfg.train
+    why = check_module(model, x, y, loop=t.loop, clip=(t.grad_clip_val, t.grad_clip_algorithm), device=device,
+                       precision=cfg.runtime.precision)
+    if why is not None:
+        raise ConfigError(f"config key 'model.name' has value {cfg.model.name!r}: {why}")

@@ -15,7 +15,7 @@ import time
 
 from seafl_dist.runtime.executor import GroupTrainer, JobSpec
 from seafl_dist.runtime.liveness import POLL_S, StepCounter
-from seafl_dist.transport import BYE, JOB, RESULT, STOP, Channel, Header, Mailbox, Outbox
+from seafl_dist.transport import BYE, JOB, LOGS, RESULT, STOP, Channel, Header, Mailbox, Outbox, encode_logs
 
 
 class RankZeroLost(RuntimeError):
@@ -65,6 +65,10 @@ def run_worker(exp, rank: int, numel: int, watcher, links=(Channel(), Channel())
         flats = trainer.train(specs, [inbox.versions[h.version] for h in group], on_step=inbox.on_step,
                               result_on_device=True)
         for h, flat in zip(group, flats):
+            logged = trainer.logs.pop(h.job, None)
+            if logged:  # what the module logged travels just ahead of its model (a LOGS message)
+                values = encode_logs(logged)
+                outbox.send(0, Header(LOGS, job=h.job, has_payload=True, payload_numel=values.numel()), values)
             outbox.send(0, Header(RESULT, job=h.job, device=h.device, version=h.version, epochs=h.epochs,
                                   has_payload=True, finish=h.finish, payload_numel=numel), flat)
         trained += len(group)

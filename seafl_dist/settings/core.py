@@ -207,11 +207,13 @@ def load_config(path: str | Path, overrides: list[str] | tuple = ()) -> Config:
     return config_from_dict(data, overrides)
 
 
-# Keys of device populations (docs/devices.md) and GPU switches left out of config.yaml at their defaults, so the file of a run
+# Keys of device populations (docs/devices.md), GPU switches and the Lightning loop's keys left out of config.yaml at their defaults, so the file of a run
 # without them is byte for byte what it was before they existed (and older run dirs still compare equal).
 OMITTED_AT_DEFAULT = {("devices", "profile"): None, ("devices", "dropout"): None,
                       ("devices", "availability_scale"): 1.0, ("clock", "compute_scale"): 1.0,
-                      ("runtime", "deterministic"): False, ("runtime", "cuda_graphs"): True}
+                      ("runtime", "deterministic"): False, ("runtime", "cuda_graphs"): True,
+                      ("train", "loop"): "plain", ("train", "grad_clip_val"): None,
+                      ("train", "grad_clip_algorithm"): None}
 
 
 def dump_config(cfg: Config) -> str:

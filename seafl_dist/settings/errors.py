@@ -1,4 +1,4 @@
-"""The one exception of the settings package, and the wording every check uses."""
+"""The exceptions of a user's mistakes, and the wording every check uses."""
 from __future__ import annotations
 
 from typing import Any
@@ -6,6 +6,12 @@ from typing import Any
 
 class ConfigError(ValueError):
     """A user mistake in the configuration; the CLI prints it without a traceback."""
+
+
+class ModuleContractError(ValueError):
+    """A user's LightningModule that asks for what a job cannot do as Lightning does it (one line; raised
+    by train/). Found before the run it becomes a ConfigError naming ``model.name``; found mid-run the
+    CLI prints it in one line, without a traceback."""
 
 
 def _fail(key: str, value: Any, allowed: str) -> None:

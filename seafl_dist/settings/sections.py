@@ -17,6 +17,7 @@ from seafl_dist.settings.keys import key, section
 ALGORITHMS = ("seafl", "seafl2", "fedbuff", "fedasync", "fedavg")
 SIMILARITY_MODES = ("delta_vs_global", "model_vs_global", "delta_vs_movement")
 SIMILARITY_OVER = ("parameters", "parameters_and_stats")
+TRAIN_LOOPS = ("plain", "lightning")
 WITHOUT_WRITERS = ("digits", "mnist", "emnist", "cifar10", "cinic10")  # built-in datasets natural cannot split
 
 
@@ -136,6 +137,17 @@ class TrainConfig:
     lr: float = key(0.01, "local SGD learning rate")
     momentum: float = key(0.0, "local SGD momentum")
     weight_decay: float = key(0.0, "local SGD weight decay")
+    loop: str = key("plain", "how a job trains: `plain` (seafl's loop with Lightning's semantics) or `lightning` "
+                    "(one `lightning.Trainer.fit` per job)",
+                    note="Both run a LightningModule as Lightning's automatic optimization does: its "
+                         "`configure_optimizers` forms, schedulers, hooks and `self.log`, to the same bits on a CPU "
+                         "(docs/extending.md has the hook table). `plain` gives the module a stand-in Trainer and "
+                         "costs what a bare loop costs; `lightning` costs a Trainer per job and takes what the plain "
+                         "loop refuses: manual optimization, `configure_callbacks`, the batch-transfer hooks.")
+    grad_clip_val: Optional[float] = key(None, "clip gradients at this value before each optimiser step, as "
+                                         "Trainer's `gradient_clip_val`; `null`: no clipping")
+    grad_clip_algorithm: Optional[str] = key(None, "`norm` or `value`, as Trainer's `gradient_clip_algorithm`; "
+                                             "`null`: by norm")
 
     def __post_init__(self) -> None:
         _at_least("train.epochs", self.epochs, 1)
@@ -143,6 +155,10 @@ class TrainConfig:
         _at_least("train.lr", self.lr, 0, strict=True)
         _at_least("train.momentum", self.momentum, 0)
         _at_least("train.weight_decay", self.weight_decay, 0)
+        _choice("train.loop", self.loop, TRAIN_LOOPS)
+        _at_least("train.grad_clip_val", self.grad_clip_val, 0, strict=True)
+        if self.grad_clip_algorithm is not None:
+            _choice("train.grad_clip_algorithm", self.grad_clip_algorithm, ("norm", "value"))
 
 
 @dataclass(kw_only=True)

@@ -40,6 +40,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.optim.sgd import sgd
 
+from seafl_dist.models.contract import overridden
 from seafl_dist.train.flat import FlatLayout, flatten, join
 from seafl_dist.train.local import _autocast, train_job
 from seafl_dist.train.plan import StepPlan, epoch_sizes
@@ -71,9 +72,13 @@ def fusion_blocker(module, data, device: torch.device | str = "cpu", precision: 
 def shared_blocker(module, cumulative_bn: str) -> str | None:
     """Why ``module``'s jobs cannot be trained by a step other than its own (the fused step here, a
     CUDA graph in train/graphed.py): its own loss or optimiser, random layers, batch norm's
-    cumulative average (``cumulative_bn`` says why that one), an optimiser other than one SGD group."""
+    cumulative average (``cumulative_bn`` says why that one), an optimiser other than one SGD group, a
+    Lightning hook of its own (models/contract.py: the plain loop calls it, a fused step or graph could not)."""
     if not batchable(module):
         return "it defines its own training_step or configure_optimizers"
+    hooks = overridden(module)
+    if hooks:
+        return f"it overrides Lightning's {', '.join(sorted(hooks))}, which only a job's own loop runs"
     for name, layer in module.named_modules():
         if isinstance(layer, (nn.modules.dropout._DropoutNd, nn.RReLU)):
             return f"its layer {name} ({type(layer).__name__}) draws random numbers"

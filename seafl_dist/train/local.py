@@ -1,9 +1,10 @@
 """Local training of one job (SPEC "Local training"): E epochs of mini-batch SGD.
 
-The model is a LightningModule: its ``training_step`` and ``configure_optimizers`` define
-the loss and the optimiser. We drive them with a plain loop instead of ``Trainer.fit``:
-a Trainer per job (thousands per run) costs more than the job itself for small models
-(see benchmarks/local_training.py). The batches, their order and augmentation come from the
+The model is a LightningModule (or the built-in models' plain ``FLNet``): the plain loop
+(train/loop.py) trains it as ``Trainer.fit`` would, hooks, schedulers and ``self.log`` included,
+without a Trainer: a Trainer per job (thousands per run) costs more than the job itself for small
+models (see benchmarks/local_training.py). ``train.loop: lightning`` runs a real ``Trainer.fit``
+per job (train/lightning_loop.py) on the same batches, to the same bits. The batches, their order and augmentation come from the
 job's :class:`~seafl_dist.train.plan.StepPlan` (its own data-order stream); layers that draw
 random numbers (Dropout, ...) draw from torch's generators seeded with the job's ``torch_seed``
 (its own stream too) inside ``fork_rng``, so the caller's random state is left as it was. The
@@ -13,10 +14,12 @@ from __future__ import annotations
 
 import sys
 from contextlib import contextmanager, nullcontext
+from functools import partial
 
 import torch
 
 from seafl_dist.train.flat import flatten, load_flat
+from seafl_dist.train.loop import fit_job
 from seafl_dist.train.plan import StepPlan
 
 
@@ -55,33 +58,61 @@ def job_random_state(seed: int | None, device: torch.device):
         yield
 
 
+class EpochBatches:
+    """A job's batches, one epoch per iteration: iterating gives the next epoch's batches (drawn lazily
+    from the job's :class:`StepPlan`, already on the device and laid out as the model trains), ``len``
+    the batches of one epoch. An epoch left early (``on_train_batch_start`` returned -1) still uses up
+    its draws, so the next epoch's batches are the ones the plan makes for it. Both loops (the plain
+    one and ``lightning.Trainer.fit``, which takes any sized iterable) iterate the same object."""
+
+    def __init__(self, plan: StepPlan, data, *, augment: bool, device: torch.device, fmt: torch.memory_format):
+        self.plan, self.data, self.augment, self.device, self.fmt = plan, data, augment, device, fmt
+        self._draws = plan.batches(data.augment_draws)
+        self._left = 0  # batches of the epoch under way not drawn yet
+
+    def __len__(self) -> int:
+        return len(self.plan.bounds)
+
+    def __iter__(self):
+        for _ in range(self._left):  # the rest of an epoch that ended early
+            next(self._draws)
+        self._left = len(self)
+        while self._left:
+            self._left -= 1
+            _, idx, draws = next(self._draws)
+            x, y = self.data.batch(idx, augment=self.augment, draws=draws, device=self.device)
+            yield x.contiguous(memory_format=self.fmt), y
+
+
 def train_job(module, start: torch.Tensor, data, indices: torch.Tensor, *, epochs: int, batch_size: int,
               seed: int, torch_seed: int | None = None, augment: bool = False, device: torch.device | str = "cpu",
-              precision: str = "32", on_step=None, result_device: torch.device | str = "cpu") -> torch.Tensor:
+              precision: str = "32", on_step=None, result_device: torch.device | str = "cpu", loop: str = "plain",
+              clip: tuple = (None, None), logged: dict | None = None) -> torch.Tensor:
     """Train ``module`` from flat ``start`` on ``data[indices]``; return the trained flat vector
     (on ``result_device``: the CPU by default). ``start`` may live anywhere; it is moved to
     ``device`` in one copy. ``seed`` draws the data order, ``torch_seed`` seeds the random layers
     (the runtime passes one per job; see :func:`job_random_state`).
 
-    ``on_step()``, if given, is called after every optimiser step (a worker counts its progress)."""
+    ``loop``: ``plain`` (train/loop.py: Lightning's semantics without a Trainer) or ``lightning`` (one
+    ``lightning.Trainer.fit``, train/lightning_loop.py); both give the same bits on a CPU. ``clip``:
+    (``train.grad_clip_val``, ``train.grad_clip_algorithm``). ``logged`` gets what the module logged,
+    reduced over the job. ``on_step()``, if given, is called after every optimiser step (a worker
+    counts its progress)."""
     device = torch.device(device)
     fmt = memory_format(module, device)
     module.to(device, memory_format=fmt)
     load_flat(module, start.to(device))
     module.train()
-    optimizer = module.configure_optimizers()
-    plan = StepPlan(indices, epochs, batch_size, seed, augment)
+    batches = EpochBatches(StepPlan(indices, epochs, batch_size, seed, augment), data, augment=augment,
+                           device=device, fmt=fmt)
     with job_random_state(torch_seed, device):
-        for i, idx, draws in plan.batches(data.augment_draws):
-            x, y = data.batch(idx, augment=augment, draws=draws, device=device)
-            x = x.contiguous(memory_format=fmt)
-            with _autocast(device, precision):
-                loss = module.training_step((x, y), i)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            if on_step is not None:
-                on_step()
+        if loop == "lightning":
+            from seafl_dist.train.lightning_loop import fit_lightning
+            fit_lightning(module, batches, epochs=epochs, device=device, precision=precision, clip=clip,
+                          on_step=on_step, logged=logged)
+        else:
+            fit_job(module, batches, epochs=epochs, device=device, precision=precision, clip=clip,
+                    autocast=partial(_autocast, device, precision), on_step=on_step, logged=logged)
     return flatten(module, result_device)
 
 

@@ -1,7 +1,8 @@
 """Message headers: a fixed-size int64 tensor, nothing pickled.
 
 A message is a header (``HEADER_LEN`` int64) optionally followed by one flat float32 tensor
-of the model's size on the payload tag. Fields:
+on the payload tag: of the model's size, or (LOGS) the bytes of a JSON object of what a job's
+module logged, one byte a float (a worker sends it right before that job's RESULT). Fields:
 
     kind, job, device, version, epochs, has_payload, finish (float64 bits), payload_numel
 
@@ -9,6 +10,7 @@ of the model's size on the payload tag. Fields:
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 import torch
@@ -21,7 +23,9 @@ JOB = 1  # rank 0 -> worker: train this job (payload: the global model, if the w
 RESULT = 2  # worker -> rank 0: the trained model of a job (payload always)
 STOP = 3  # rank 0 -> worker: no more jobs; answer BYE after the results already sent
 BYE = 4  # worker -> rank 0: last message of this worker
-KINDS = {JOB: "job", RESULT: "result", STOP: "stop", BYE: "bye"}
+LOGS = 5  # worker -> rank 0: what the job's module logged ({name: value}), before its RESULT
+KINDS = {JOB: "job", RESULT: "result", STOP: "stop", BYE: "bye", LOGS: "logs"}
+MAX_LOG_BYTES = 1 << 20
 
 
 class MessageError(ValueError):
@@ -56,8 +60,27 @@ class Header:
                    finish=finish, payload_numel=v[7])
 
 
+def encode_logs(values: dict) -> torch.Tensor:
+    """``{name: float}`` as a LOGS payload: its JSON text's UTF-8 bytes, one float32 each (exact, and
+    unchanged by any copy of a float tensor; nothing pickled)."""
+    data = json.dumps(values).encode()
+    if len(data) > MAX_LOG_BYTES:
+        raise MessageError(f"logged values of {len(data)} bytes; at most {MAX_LOG_BYTES} travel with an update")
+    return torch.tensor(list(data), dtype=torch.float32)
+
+
+def decode_logs(payload: torch.Tensor) -> dict:
+    """The ``{name: float}`` of a LOGS payload."""
+    values = json.loads(bytes(payload.to(torch.uint8).tolist()).decode())
+    if not isinstance(values, dict):
+        raise MessageError("a logs message does not hold a JSON object")
+    return {str(k): float(v) for k, v in values.items()}
+
+
 def check_payload(header: Header, payload: torch.Tensor, expected_numel: int) -> None:
-    """Reject a payload whose size disagrees with the header or with the model."""
+    """Reject a payload whose size disagrees with the header or with the model (LOGS: with the header only)."""
+    if header.kind == LOGS:
+        expected_numel = header.payload_numel if 0 < header.payload_numel <= MAX_LOG_BYTES else -1
     if payload.dim() != 1 or payload.numel() != expected_numel or header.payload_numel != expected_numel:
         raise MessageError(f"{KINDS[header.kind]} message for job {header.job}: payload of {payload.numel()} values "
                            f"(header says {header.payload_numel}), the model has {expected_numel}")

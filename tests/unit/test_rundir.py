@@ -26,7 +26,7 @@ REFUSED = {f"{section}.{key}" for section, keys in {
     "algorithm": ["name", "buffer_size", "staleness_limit", "alpha", "mu", "theta", "similarity", "similarity_over",
                   "server_lr", "staleness_scaling", "mixing", "staleness_fn", "poly_a", "hinge_a", "hinge_b", "partial"],
     "devices": ["num", "concurrency", "dropout", "availability_scale"],
-    "train": ["epochs", "batch_size", "lr", "momentum", "weight_decay"],
+    "train": ["epochs", "batch_size", "lr", "momentum", "weight_decay", "loop", "grad_clip_val", "grad_clip_algorithm"],
     "clock": ["sec_per_sample", "download_s", "upload_s", "compute_scale", "idle.distribution", "idle.s", "idle.a",
               "idle.max", "idle.resample"],
     "data": ["name", "root", "download", "partition", "shards_overlap", "concentration", "samples_per_device",
@@ -90,7 +90,8 @@ def fake_run(d, *, completed=True):
 def test_the_proof_holds_until_a_file_changes(tmp_path):
     d = fake_run(tmp_path / "run")
     summary = read_summary(d)
-    assert set(summary["files"]) == set(rundir.PROVEN) - {"partition.npz"}  # the columns only above 10,000 devices
+    assert set(summary["files"]) == set(rundir.PROVEN) - {"partition.npz", "train_log.csv"}  # columns only above 10,000
+    # devices; train_log.csv only for a module that logs
     assert rundir.proof_mismatch(d, summary) is None
     assert summary["files"]["model.pt"]["bytes"] == len("weights")
     (d / "events.jsonl").write_text('{"event": "stop"}\n')  # same size, other bytes

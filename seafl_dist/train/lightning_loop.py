@@ -1,0 +1,106 @@
+"""``train.loop: lightning``: each job is one ``lightning.Trainer.fit``, on the job's own batches.
+
+    fit_lightning(module, batches, epochs=5, device=device, precision="32", clip=(None, None), logged={})
+
+The Trainer is Lightning's, all of it (manual optimization, ``configure_callbacks``, the
+batch-transfer hooks, torchmetrics values, everything the plain loop's stand-in refuses), with what a
+job does not need switched off: logger, checkpointing, progress bar, model summary, validation.
+``max_epochs`` is the job's epochs (fewer for a SEAFL²-notified job) and the batches are
+:class:`~seafl_dist.train.local.EpochBatches`, a plain sized iterable: a ``DataLoader`` would draw
+from torch's global generator every epoch and shift what random layers draw. The module arrives on
+its device with the job's weights loaded; Lightning's teardown moves it to the CPU at the end (on a
+GPU, one copy of the model per job that the plain loop does not make). What the module logs is
+recorded as the plain loop records it (train/standin.py), beside Lightning's own logging.
+"""
+from __future__ import annotations
+
+import logging
+import warnings
+from contextlib import contextmanager
+
+import torch
+
+from seafl_dist.models.contract import lightning_base, overridden
+from seafl_dist.train.optim_config import NO_OPTIMIZER, ModuleContractError
+from seafl_dist.train.standin import Recorder
+
+QUIET = ("lightning.pytorch", "lightning.fabric")  # their INFO lines ("GPU available: ...") at every Trainer
+
+
+@contextmanager
+def _quiet():
+    """Lightning's per-Trainer INFO lines and its once-a-job hints off for the job; the levels restored after."""
+    loggers = [logging.getLogger(name) for name in QUIET]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.WARNING)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=r".*(does not have many workers|no `val_dataloader`|"
+                                                      r"`training_step` returned `None`).*")
+            yield
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
+
+
+def _callback(on_step, recorder):
+    """A Callback that counts steps for the worker's liveness and shows the recorder the current batch."""
+    import lightning as L
+
+    class _JobCallback(L.Callback):
+        def on_fit_start(self, trainer, pl_module):
+            if pl_module.automatic_optimization and type(trainer.optimizers[0]).__name__ == "_MockOptimizer":
+                raise ModuleContractError(NO_OPTIMIZER)  # Lightning would train on with no optimizer
+
+        def on_train_epoch_start(self, trainer, pl_module):
+            if recorder is not None:
+                recorder.batch = recorder.batch_size = None
+
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+            if recorder is not None:
+                recorder.batch_start(batch)
+
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            if on_step is not None:
+                on_step()
+
+        def on_train_epoch_end(self, trainer, pl_module):
+            if recorder is not None:
+                recorder.batch = recorder.batch_size = None
+    return _JobCallback()
+
+
+def fit_lightning(module, batches, *, epochs: int, device: torch.device, precision: str = "32",
+                  clip: tuple = (None, None), on_step=None, logged: dict | None = None) -> None:
+    """Train ``module`` on ``batches`` for ``epochs`` with a fresh ``lightning.Trainer`` (module doc)."""
+    import lightning as L
+    if lightning_base(module) is None:
+        raise ModuleContractError(f"train.loop: lightning trains LightningModules; this is a "
+                                  f"{type(module).__name__}")
+    cuda = device.type == "cuda"
+    recorder = Recorder() if overridden(module) else None
+    if recorder is not None:  # beside Lightning's own self.log: the job's reduction, which travels with the update
+        base_log = type(module).log
+
+        def log(name, value, *args, **kwargs):
+            if isinstance(value, (torch.Tensor, int, float)):
+                recorder.fx = module._current_fx_name
+                recorder.log(name, value, *args, **kwargs)
+            return base_log(module, name, value, *args, **kwargs)
+        module.log = log
+    with _quiet():
+        trainer = L.Trainer(
+            max_epochs=epochs, accelerator="gpu" if cuda else "cpu", devices=[device.index or 0] if cuda else 1,
+            precision="bf16-mixed" if precision == "bf16" and cuda else "32-true", logger=False,
+            enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+            num_sanity_val_steps=0, limit_val_batches=0, gradient_clip_val=clip[0], gradient_clip_algorithm=clip[1],
+            callbacks=[_callback(on_step, recorder)])
+        try:
+            trainer.fit(module, train_dataloaders=batches)
+        finally:
+            module.trainer = None
+            if recorder is not None:
+                del module.log
+    if logged is not None and recorder is not None:
+        logged.update(recorder.job_values())

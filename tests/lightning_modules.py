@@ -1,0 +1,249 @@
+"""LightningModules written as Lightning's documentation writes them, one per form or hook under test.
+
+Each is built by ``build(name)`` (and, as a ``model.name`` plugin, by ``lightning_modules:<name>``
+with the builder signature ``f(num_classes, in_channels, image_size, width)``). Every module records
+what a test compares between the plain loop, ``train.loop: lightning`` and a bare ``Trainer.fit``:
+``calls`` (the hooks it saw, in order, with epoch, batch index and global step) and ``seen`` (at
+each epoch's end, the callback metrics and the learning rate).
+"""
+from __future__ import annotations
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.optim.lr_scheduler import OneCycleLR, ReduceLROnPlateau, StepLR
+
+
+class Base(L.LightningModule):
+    """A small CNN for 28x28x1 digits; SGD with momentum; logs its loss per step and per epoch."""
+
+    lr = 0.05
+
+    def __init__(self, num_classes: int = 10, in_channels: int = 1, image_size: int = 28):
+        super().__init__()
+        side = (image_size - 5) // 2 + 1
+        self.net = nn.Sequential(nn.Conv2d(in_channels, 4, 5, stride=2), nn.ReLU(), nn.Flatten(),
+                                 nn.Linear(4 * side * side, num_classes))
+        self.seen, self.calls = [], []
+
+    def forward(self, x):
+        return self.net(x)
+
+    def loss(self, batch):
+        x, y = batch
+        return F.cross_entropy(self(x), y)
+
+    def training_step(self, batch, batch_idx):
+        loss = self.loss(batch)
+        self.log("train_loss", loss, on_epoch=True)
+        return loss
+
+    def sgd(self):
+        return torch.optim.SGD(self.parameters(), lr=self.lr, momentum=0.9)
+
+    def configure_optimizers(self):
+        return self.sgd()
+
+    def on_train_epoch_end(self):
+        metrics = {k: float(v) for k, v in self.trainer.callback_metrics.items()}
+        self.seen.append({**metrics, "lr": self.trainer.optimizers[0].param_groups[0]["lr"]})
+
+
+# ---- configure_optimizers, every form ---------------------------------------------------------
+
+def _form(name, make):
+    return type(name, (Base,), {"configure_optimizers": make})
+
+
+def _step(self, opt):
+    return StepLR(opt, step_size=1, gamma=0.5)
+
+
+FORMS = {
+    "form_optimizer": lambda self: self.sgd(),
+    "form_list": lambda self: [self.sgd()],
+    "form_tuple": lambda self: (self.sgd(),),
+    "form_lists": lambda self: (lambda o: ([o], [_step(self, o)]))(self.sgd()),
+    "form_list_and_scheduler": lambda self: (lambda o: ([o], _step(self, o)))(self.sgd()),
+    "form_dict": lambda self: {"optimizer": self.sgd()},
+    "form_dict_scheduler": lambda self: (lambda o: {"optimizer": o, "lr_scheduler": _step(self, o)})(self.sgd()),
+    "form_dict_scheduler_dict": lambda self: (lambda o: {"optimizer": o, "lr_scheduler": {
+        "scheduler": StepLR(o, step_size=1, gamma=0.7), "interval": "step", "frequency": 2, "name": "steps",
+        "strict": True}})(self.sgd()),
+    "form_list_of_dicts": lambda self: (lambda o: [{"optimizer": o, "lr_scheduler": _step(self, o)}])(self.sgd()),
+    "form_tuple_of_dicts": lambda self: (lambda o: ({"optimizer": o, "lr_scheduler": {
+        "scheduler": _step(self, o), "interval": "epoch"}},))(self.sgd()),
+    "form_outer_monitor": lambda self: (lambda o: {"optimizer": o, "lr_scheduler": ReduceLROnPlateau(
+        o, factor=0.5, patience=0, threshold=10.0), "monitor": "train_loss"})(self.sgd()),
+}
+MODULES = {name: _form(name, make) for name, make in FORMS.items()}
+
+
+def _module(name):
+    def deco(cls):
+        MODULES[name] = cls
+        cls.__name__ = cls.__qualname__ = name
+        return cls
+    return deco
+
+
+# ---- schedulers by Lightning's rules ----------------------------------------------------------
+
+@_module("onecycle_per_step")
+class OneCycle(Base):
+    def configure_optimizers(self):
+        opt = self.sgd()
+        sched = OneCycleLR(opt, max_lr=0.1, total_steps=self.trainer.estimated_stepping_batches)
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+
+@_module("plateau_on_step_value")
+class PlateauStep(Base):
+    def training_step(self, batch, batch_idx):
+        loss = self.loss(batch)
+        self.log("loss_now", loss)  # on_step only: the plateau reads the last step's value
+        return loss
+
+    def configure_optimizers(self):
+        opt = self.sgd()
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": ReduceLROnPlateau(opt, factor=0.5, patience=0),
+                                                   "monitor": "loss_now", "interval": "step", "frequency": 3}}
+
+
+@_module("plateau_not_strict")
+class PlateauLoose(Base):
+    def configure_optimizers(self):
+        opt = self.sgd()
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": ReduceLROnPlateau(opt), "monitor": "nowhere",
+                                                   "strict": False}}
+
+
+# ---- training_step forms ----------------------------------------------------------------------
+
+@_module("step_returns_dict")
+class StepDict(Base):
+    def training_step(self, batch, batch_idx):
+        loss = self.loss(batch)
+        return {"loss": loss, "size": len(batch[1])}
+
+    def on_train_batch_end(self, outputs, batch, batch_idx):
+        self.calls.append(("outputs", sorted(outputs), float(outputs["loss"]), outputs["size"]))
+
+
+@_module("step_returns_none")
+class StepNone(Base):
+    def training_step(self, batch, batch_idx):
+        return None if batch_idx % 3 == 1 else self.loss(batch)
+
+    def on_train_batch_end(self, outputs, batch, batch_idx):
+        self.calls.append(("outputs", sorted(outputs), self.trainer.global_step))
+
+
+@_module("step_without_batch_idx")
+class StepNoIdx(Base):
+    def training_step(self, batch):
+        return self.loss(batch)
+
+
+# ---- every hook, in order ---------------------------------------------------------------------
+
+def _recording(hook):
+    def method(self, *args, **kwargs):
+        self.calls.append((hook, self.trainer.current_epoch, self.trainer.global_step))
+        return getattr(super(Hooks, self), hook)(*args, **kwargs)
+    method.__name__ = hook
+    return method
+
+
+RECORDED = ("setup", "configure_model", "on_fit_start", "on_train_start", "on_train_epoch_start",
+            "on_before_zero_grad", "optimizer_zero_grad", "on_before_backward", "backward", "on_after_backward",
+            "on_before_optimizer_step", "configure_gradient_clipping", "lr_scheduler_step", "on_train_epoch_end",
+            "on_train_end", "on_fit_end", "teardown")
+
+
+class Hooks(Base):
+    """Every honoured hook records itself and then does what Lightning's default does."""
+
+    def on_train_batch_start(self, batch, batch_idx):
+        self.calls.append(("on_train_batch_start", self.trainer.current_epoch, batch_idx, self.trainer.global_step))
+        return -1 if (self.trainer.current_epoch, batch_idx) == (1, 2) else None  # epoch 1 ends after 2 batches
+
+    def on_train_batch_end(self, outputs, batch, batch_idx):
+        self.calls.append(("on_train_batch_end", batch_idx, sorted(outputs), self.trainer.is_last_batch))
+
+    def optimizer_step(self, epoch, batch_idx, optimizer, optimizer_closure):
+        self.calls.append(("optimizer_step", epoch, batch_idx))
+        super().optimizer_step(epoch, batch_idx, optimizer, optimizer_closure)
+
+    def on_train_epoch_end(self):
+        self.calls.append(("on_train_epoch_end", self.trainer.current_epoch))
+        super().on_train_epoch_end()
+
+    def configure_optimizers(self):
+        opt = self.sgd()
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": StepLR(opt, 1, 0.8), "interval": "step"}}
+
+
+for _hook in RECORDED:
+    if _hook not in vars(Hooks):
+        setattr(Hooks, _hook, _recording(_hook))
+MODULES["every_hook"] = Hooks
+
+
+# ---- clipping, warm-up, logging, Adam, random layers ------------------------------------------
+
+@_module("clip_by_own_hook")
+class OwnClip(Base):
+    def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None):
+        self.clip_gradients(optimizer, gradient_clip_val=0.05, gradient_clip_algorithm="value")
+
+
+@_module("warmup_optimizer_step")
+class Warmup(Base):
+    """Lightning's documented warm-up recipe."""
+
+    def optimizer_step(self, epoch, batch_idx, optimizer, optimizer_closure):
+        optimizer.step(closure=optimizer_closure)
+        if self.trainer.global_step < 10:
+            lr_scale = min(1.0, float(self.trainer.global_step + 1) / 10.0)
+            for pg in optimizer.param_groups:
+                pg["lr"] = lr_scale * self.lr
+
+
+@_module("log_reduce_fx")
+class LogReduce(Base):
+    def training_step(self, batch, batch_idx):
+        loss = self.loss(batch)
+        self.log("loss_max", loss, reduce_fx="max", on_epoch=True)
+        self.log_dict({"loss_sum": loss, "ones": 1.0}, reduce_fx="sum", on_step=False, on_epoch=True)
+        self.log("weighted", loss, on_epoch=True, batch_size=3)
+        return loss
+
+    def on_train_epoch_start(self):
+        self.log("epoch_mark", float(self.trainer.current_epoch))
+
+
+@_module("adam")
+class AdamModule(Base):
+    def configure_optimizers(self):
+        return torch.optim.Adam(self.parameters(), lr=0.01, weight_decay=1e-4)
+
+
+@_module("dropout")
+class Dropout(Base):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.net.insert(2, nn.Dropout(0.3))
+
+
+def build(name: str):
+    return MODULES[name]()
+
+
+def __getattr__(name: str):  # lightning_modules:<name> as a model.name plugin
+    if name in MODULES:
+        def builder(num_classes, in_channels, image_size, width):
+            return MODULES[name](num_classes, in_channels, image_size)
+        return builder
+    raise AttributeError(name)
