@@ -247,3 +247,16 @@ def __getattr__(name: str):  # lightning_modules:<name> as a model.name plugin
             return MODULES[name](num_classes, in_channels, image_size)
         return builder
     raise AttributeError(name)
+
+
+# ---- a built-in model with a hook of its own (the fused step cannot run it) -------------------
+
+def lenet_with_hook(num_classes, in_channels, image_size, width):
+    """LeNet-5 as built in (its loss and SGD), plus one hook that logs: fusable but for the hook."""
+    from seafl_dist.models import LeNet5
+    from seafl_dist.models.base import lightning_class
+
+    class LeNetWithHook(lightning_class(LeNet5)):
+        def on_train_epoch_start(self):
+            self.log("epoch", float(self.current_epoch))
+    return LeNetWithHook(num_classes, in_channels, width=width, image_size=image_size)

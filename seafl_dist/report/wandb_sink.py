@@ -43,6 +43,7 @@ from pathlib import Path
 
 from seafl_dist.report import wandb_files
 from seafl_dist.report.sinks import FINISHED, read_metrics, write_json
+from seafl_dist.report.trainlog import aggregation_values
 
 LEDGER = "wandb_run.json"
 
@@ -96,7 +97,7 @@ class WandbSink:
         self.pending: tuple[int, dict] | None = None  # (version, values) of an aggregation awaiting its evaluation
         self.run.define_metric("virtual_time")
         self.run.define_metric("version")
-        for prefix in ("eval/*", "agg/*"):
+        for prefix in ("eval/*", "agg/*", "train/*"):
             self.run.define_metric(prefix, step_metric="virtual_time")
         self.run.define_metric("eval/accuracy", step_metric="virtual_time", summary="max")
         self._write_note()
@@ -166,7 +167,8 @@ class WandbSink:
         return {"virtual_time": event["time"], "version": event["version"], "agg/updates": len(ups),
                 "agg/mean_staleness": sum(st) / len(st) if st else 0.0, "agg/max_staleness": max(st, default=0),
                 "agg/partial_updates": sum(1 for u in ups if u.get("epochs", epochs) < epochs),
-                "agg/max_weight": max((u.get("weight") or 0.0 for u in ups), default=0.0)}
+                "agg/max_weight": max((u.get("weight") or 0.0 for u in ups), default=0.0),
+                **{f"train/{name}": value for name, value in aggregation_values(event).items()}}
 
     def on_eval(self, row: dict) -> None:
         version = row["version"]
