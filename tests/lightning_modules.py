@@ -119,6 +119,40 @@ class PlateauLoose(Base):
                                                    "strict": False}}
 
 
+class Halving:
+    """A scheduler that is not torch's: Lightning steps it through the module's lr_scheduler_step."""
+
+    def __init__(self, optimizer):
+        self.optimizer, self.n = optimizer, 0
+
+    def step(self):
+        self.n += 1
+        for group in self.optimizer.param_groups:
+            group["lr"] *= 0.9
+
+    def state_dict(self):
+        return {"n": self.n}
+
+    def load_state_dict(self, state):
+        self.n = state["n"]
+
+
+@_module("custom_scheduler")
+class CustomScheduler(Base):
+    def configure_optimizers(self):
+        opt = self.sgd()
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": Halving(opt), "interval": "step", "frequency": 2}}
+
+    def lr_scheduler_step(self, scheduler, metric):
+        scheduler.step()
+
+
+@_module("zero_grad_to_zeros")
+class ZeroGrad(Base):
+    def optimizer_zero_grad(self, epoch, batch_idx, optimizer):
+        optimizer.zero_grad(set_to_none=False)
+
+
 # ---- training_step forms ----------------------------------------------------------------------
 
 @_module("step_returns_dict")

@@ -102,43 +102,30 @@ class _Job:
 
     def step(self, optimizer, batch, batch_idx: int, epoch: int, wants_outputs: bool):
         """One optimizer step of automatic optimization; the outputs on_train_batch_end gets."""
-        m, hooks, result = self.module, self.hooks, {}
+        m, hooks, rec, result = self.module, self.hooks, self.recorder, {}
 
-        @torch.enable_grad()
-        def closure():
-            if self.recorder is not None:
-                self.recorder.fx = "training_step"
+        def closure():  # Lightning's Closure: training_step, then zero_grad and backward
+            if rec is not None:
+                rec.fx = "training_step"
             with self.autocast():
                 out = m.training_step(batch, batch_idx) if self.with_idx else m.training_step(batch)
             loss, extra = step_output(out)
-            if self.recorder is not None:
-                self.recorder.fx = None
-                if loss is None:
-                    warnings.warn("`training_step` returned `None`. If this was on purpose, ignore this warning...",
-                                  stacklevel=2)
-            self.call("on_before_zero_grad", optimizer)
-            if "optimizer_zero_grad" in hooks:
-                self.call("optimizer_zero_grad", epoch, batch_idx, optimizer)
-            else:
+            if not hooks:  # nothing of the module's to call in between (the built-in models)
                 optimizer.zero_grad()
-            if loss is not None:
-                self.call("on_before_backward", loss)
-                if "backward" in hooks:
-                    self.call("backward", loss)
-                else:
+                if loss is not None:
                     loss.backward()
-                self.call("on_after_backward")
-            if wants_outputs:
-                result["out"] = {"loss": loss.detach().clone(), **extra} if loss is not None else {}
-            return None if loss is None else loss.detach()
+                return loss
+            with torch.enable_grad():  # as Lightning's closure, whoever calls it
+                return self._zero_grad_and_backward(optimizer, loss, extra, batch_idx, epoch, result, wants_outputs)
 
-        def closure_and_clip():
+        def closure_and_clip():  # Lightning's precision plugin wraps the closure so
             loss = closure()
-            self.call("on_before_optimizer_step", optimizer)
+            if hooks:
+                self.call("on_before_optimizer_step", optimizer)
             if "configure_gradient_clipping" in hooks:
                 self.call("configure_gradient_clipping", optimizer, gradient_clip_val=self.trainer.gradient_clip_val,
                           gradient_clip_algorithm=self.trainer.gradient_clip_algorithm)
-            else:
+            elif self.clip_val:
                 clip_gradients(optimizer, self.clip_val, self.clip_algorithm)
             return loss
 
@@ -149,6 +136,28 @@ class _Job:
         if self.trainer is not None:
             self.trainer._set(global_step=self.trainer.global_step + 1)
         return result.get("out")
+
+    def _zero_grad_and_backward(self, optimizer, loss, extra, batch_idx, epoch, result, wants_outputs):
+        if self.recorder is not None:
+            self.recorder.fx = None
+        if loss is None:
+            warnings.warn("`training_step` returned `None`. If this was on purpose, ignore this warning...",
+                          stacklevel=3)
+        self.call("on_before_zero_grad", optimizer)
+        if "optimizer_zero_grad" in self.hooks:
+            self.call("optimizer_zero_grad", epoch, batch_idx, optimizer)
+        else:
+            optimizer.zero_grad()
+        if loss is not None:
+            self.call("on_before_backward", loss)
+            if "backward" in self.hooks:
+                self.call("backward", loss)
+            else:
+                loss.backward()
+            self.call("on_after_backward")
+        if wants_outputs:
+            result["out"] = {"loss": loss.detach().clone(), **extra} if loss is not None else {}
+        return None if loss is None else loss.detach()
 
     def scheduler_step(self, scheduler, value) -> None:
         if "lr_scheduler_step" in self.hooks:

@@ -102,6 +102,32 @@ def test_the_table_covers_the_cases_the_issue_names():
                  "form_dict_scheduler", "form_dict_scheduler_dict", "form_list_of_dicts", "form_tuple_of_dicts",
                  "form_outer_monitor", "onecycle_per_step", "plateau_on_step_value", "step_returns_dict",
                  "step_returns_none", "step_without_batch_idx", "every_hook", "clip_by_own_hook",
-                 "warmup_optimizer_step", "log_reduce_fx", "adam"):
+                 "warmup_optimizer_step", "log_reduce_fx", "adam", "custom_scheduler", "zero_grad_to_zeros"):
         assert must in CASES
     assert {"norm", "value"} <= {c[1] or "norm" for c in CLIP.values()}
+
+
+@pytest.mark.parametrize("loop", ["plain", "lightning"])
+@pytest.mark.parametrize("model", [("lenet5", 1.0), ("resnet18", 0.125)], ids=["lenet5", "resnet18"])
+def test_a_built_in_model_trains_to_a_bare_loops_bits(model, loop, digits):
+    """The built-in models override no hook: both loops give what a hand-written loop gives (forward,
+    zero_grad, backward, SGD step over the job's batches), which is what train_job did before it
+    learnt Lightning's hooks, so the built-in models' traces keep their bytes."""
+    from seafl_dist.models import build_model
+    from seafl_dist.settings import TrainConfig
+    name, width = model
+    optim = TrainConfig(lr=0.05, momentum=0.9, weight_decay=1e-4)
+    torch.manual_seed(0)
+    net = build_model(name, 10, 1, width=width, image_size=28, optim=optim, lightning=loop == "lightning")
+    start = flatten(net)
+    got = train_job(net, start, digits, IDX, epochs=2, batch_size=BATCH, seed=SEED, loop=loop)
+    load_flat(net, start)
+    net.train()
+    opt = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9, weight_decay=1e-4)
+    for _, idx, _ in StepPlan(IDX, 2, BATCH, SEED).batches():
+        x, y = digits.batch(idx)
+        loss = torch.nn.functional.cross_entropy(net(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    assert torch.equal(got, flatten(net))
