@@ -1,7 +1,7 @@
 """The built-in models' traces keep their bytes: today's code against the code before the LightningModule
 contract (issue "LightningModules as Lightning's own documentation writes them"), run here, side by side.
 
-The package as it was at ``BEFORE`` is taken from this clone's git history (``git archive``) and run
+The package as it was at the reference commit of today's numerics version is taken from this clone's git history (``git archive``) and run
 with the same configs on this machine, so the comparison does not depend on the CPU the bits were
 made on. events.jsonl, metrics.csv and model.pt must be byte-identical, and config.yaml too (the new
 keys are left out at their defaults), for one job at a time, fused jobs and SEAFL²'s partial jobs.
@@ -16,10 +16,13 @@ from pathlib import Path
 
 import pytest
 
+from seafl_dist import versions
 from small_runs import QUICKSTART, SMALL
 
 ROOT = Path(__file__).resolve().parents[2]
-BEFORE = "6825129"
+# per numerics version (seafl_dist/versions.py): a commit whose built-in traces today's code must
+# reproduce. A change that bumps NUMERICS adds its own first commit here.
+BEFORE_BY_NUMERICS = {1: "6825129"}
 CASES = {
     "one_at_a_time": [],
     "fused": ["runtime.batch_jobs=3", "model.name=resnet18", "model.width=0.125"],
@@ -29,11 +32,14 @@ CASES = {
 
 @pytest.fixture(scope="module")
 def old_package(tmp_path_factory):
+    assert versions.NUMERICS in BEFORE_BY_NUMERICS, (
+        f"numerics version {versions.NUMERICS} has no reference commit: add its first commit to BEFORE_BY_NUMERICS")
+    before = BEFORE_BY_NUMERICS[versions.NUMERICS]
     try:
-        blob = subprocess.run(["git", "-C", str(ROOT), "archive", "--format=tar", BEFORE, "seafl_dist"],
+        blob = subprocess.run(["git", "-C", str(ROOT), "archive", "--format=tar", before, "seafl_dist"],
                               check=True, capture_output=True).stdout
     except (OSError, subprocess.CalledProcessError) as err:
-        pytest.skip(f"git revision {BEFORE} is not in this clone ({err}); the old files cannot be made")
+        pytest.skip(f"git revision {before} is not in this clone ({err}); the old files cannot be made")
     where = tmp_path_factory.mktemp("before")
     with tarfile.open(fileobj=io.BytesIO(blob)) as tar:
         tar.extractall(where, filter="data")
