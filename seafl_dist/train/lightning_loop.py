@@ -15,8 +15,10 @@ recorded as the plain loop records it (train/standin.py), beside Lightning's own
 from __future__ import annotations
 
 import logging
+import tempfile
 import warnings
 from contextlib import contextmanager
+from pathlib import Path
 
 import torch
 
@@ -25,6 +27,7 @@ from seafl_dist.train.optim_config import NO_OPTIMIZER, ModuleContractError
 from seafl_dist.train.standin import Recorder
 
 QUIET = ("lightning.pytorch", "lightning.fabric")  # their INFO lines ("GPU available: ...") at every Trainer
+NOWHERE = str(Path(tempfile.gettempdir()) / "seafl-lightning-job-writes-nothing")
 
 
 @contextmanager
@@ -37,11 +40,18 @@ def _quiet():
     try:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=r".*(does not have many workers|no `val_dataloader`|"
-                                                      r"`training_step` returned `None`).*")
+                                                      r"`training_step` returned `None`|The `srun` command).*")
             yield
     finally:
         for lg, level in zip(loggers, levels):
             lg.setLevel(level)
+
+
+def _one_process():
+    """The job's cluster environment: this one process. Left to itself, a Trainer reads torchrun's or Slurm's
+    variables (a rank of a seafl run has them) as its own cluster, and warns about ``srun`` on a Slurm node."""
+    from lightning.fabric.plugins.environments import LightningEnvironment
+    return LightningEnvironment()  # world size 1, global rank 0
 
 
 def _callback(on_step, recorder):
@@ -95,7 +105,8 @@ def fit_lightning(module, batches, *, epochs: int, device: torch.device, precisi
             precision="bf16-mixed" if precision == "bf16" and cuda else "32-true", logger=False,
             enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
             num_sanity_val_steps=0, limit_val_batches=0, gradient_clip_val=clip[0], gradient_clip_algorithm=clip[1],
-            callbacks=[_callback(on_step, recorder)])
+            callbacks=[_callback(on_step, recorder)], plugins=[_one_process()],
+            default_root_dir=NOWHERE)  # never made: a job writes nothing, and resumes no "hpc" checkpoint
         try:
             trainer.fit(module, train_dataloaders=batches)
         finally:
