@@ -5,7 +5,8 @@ version 2 the commit that made the built-in models train channels-last on a CPU)
 That package is taken from this clone's git history (``git archive``, tests/old_code.py) and run
 with the same configs on this machine, so the comparison does not depend on the CPU the bits were
 made on. events.jsonl, metrics.csv and model.pt must be byte-identical, and config.yaml too (the new
-keys are left out at their defaults), for one job at a time, fused jobs and SEAFL²'s partial jobs.
+keys are left out at their defaults), for one job at a time (LeNet-5, and ResNet-18 channels-last),
+fused jobs and SEAFL²'s partial jobs.
 Without that history (a shallow clone) the test cannot make the old files and skips, saying so.
 """
 import pytest
@@ -19,6 +20,7 @@ BEFORE_BY_NUMERICS = {1: "6825129", 2: "aced3a1"}
 CASES = {
     "one_at_a_time": [],
     "fused": ["runtime.batch_jobs=3", "model.name=resnet18", "model.width=0.125"],
+    "batch_norm_channels_last": ["model.name=resnet18", "model.width=0.25"],  # width 0.125 trains NCHW on a CPU
     "partial": ["algorithm.name=seafl2", "train.epochs=2", "algorithm.staleness_limit=1", "run.seed=2"],
 }
 
