@@ -35,8 +35,8 @@ class FLNet(nn.Module):
 
     ``channels_last``: the model's forward takes channels-last (NHWC) images, so it trains and
     evaluates with its weights and images laid out so, on a CPU and on a GPU (train/local.py's
-    ``memory_format``; the built-in models: a training step 1.16-1.37x faster on one CPU thread,
-    evaluation 1.3-2.3x). The layout changes the convolutions' rounding, so turning it on or off
+    ``memory_format``; the built-in models: a job 1.07-1.26x less CPU on one thread, evaluation
+    1.3-2.3x faster; docs/performance.md). The layout changes the convolutions' rounding, so turning it on or off
     changes a run's bits (numerics version 2 is the built-in models channels-last on the CPU). A
     model whose ``forward`` calls ``view`` on its input could not take such a tensor, so the base
     leaves it off."""

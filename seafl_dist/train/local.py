@@ -52,8 +52,8 @@ def memory_format(module, device: torch.device, *, training: bool = True) -> tor
     """How a model's weights and images are laid out where it trains and evaluates: channels-last for
     a model that allows it (``channels_last``: the built-in models), otherwise as PyTorch makes them.
     On a GPU, cuDNN's NHWC kernels: ResNet-18's big-batch step 1.7x faster on an H200
-    (docs/performance.md). On a CPU a training step is 1.16x (LeNet-5) to 1.3x (ResNet-18, VGG-16)
-    faster on one thread (benchmarks/local_training.py), at other rounding than NCHW: numerics
+    (docs/performance.md). On a CPU a job takes 1.07-1.13x (LeNet-5) to 1.2-1.26x (ResNet-18, VGG-16)
+    less CPU on one thread (benchmarks/local_training.py), at other rounding than NCHW: numerics
     version 2 (seafl_dist/versions.py; version 1 trained NCHW on a CPU and evaluated channels-last).
     A model with a convolution that oneDNN's bug above meets trains NCHW on a CPU and evaluates
     channels-last (forward only: unaffected). A pure function of the model, the device type and
