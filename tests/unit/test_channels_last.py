@@ -125,6 +125,26 @@ class ViewsItsInput(nn.Module):
         return torch.optim.SGD(self.parameters(), lr=0.1)
 
 
+class SaysChannelsLast(ViewsItsInput):
+    """A user's model that flattens with torch.flatten and declares it (docs/extending.md)."""
+
+    channels_last = True
+
+    def forward(self, x):
+        return self.fc(torch.flatten(self.conv(x), 1))
+
+
+def test_a_users_model_that_declares_it_trains_channels_last():
+    torch.manual_seed(0)
+    model, data = SaysChannelsLast(), _data(50, 3, 8)
+    start = flatten(model)
+    trained = train_job(model, start, data, torch.arange(40), epochs=1, batch_size=16, seed=0)
+    assert model.conv.weight.is_contiguous(memory_format=torch.channels_last) and not torch.equal(trained, start)
+    model.channels_last = False  # the same model, undeclared: as PyTorch makes it
+    train_job(model, start, data, torch.arange(40), epochs=1, batch_size=16, seed=0)
+    assert model.conv.weight.is_contiguous() and not model.conv.weight.is_contiguous(memory_format=torch.channels_last)
+
+
 def test_a_model_without_the_flag_trains_and_is_evaluated_as_it_is():
     model, data = ViewsItsInput(), _data(50, 3, 8)
     acc, loss = evaluate(model, flatten(model), data, batch_size=16)
