@@ -31,12 +31,7 @@ def _data(n, channels, size, seed=0):
                         torch.randint(0, 10, (n,), generator=g), 10, "t", (0.5,) * channels, (0.25,) * channels)
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py: bits compared on one thread
 
 
 def bare_job(name, channels, size, width, start, data, idx, fmt):

@@ -29,12 +29,7 @@ def digits():
     return load_dataset("digits")
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py: bits compared on one thread
 
 
 def start_weights(name):
