@@ -119,16 +119,17 @@ def run_pair(args, data_root: Path, tmp: Path, i: int, momentum: float, out: dic
             trainers = sum(v for k, v in summ["cpu"].items() if k.startswith("rank ") and k != "rank 0")
             evals, acc = summ["events"]["eval"], summ["final_accuracy"]
         else:
-            wall, loop, report, cpu = run_flower(args.flwr_python, data_root, args.rounds, momentum, args.flower_form)
-            updates, evals, acc = report["updates"], report["evaluations"], report["final_accuracy"]
-            trainers = report["client_train_cpu_s"]
+            wall, loop, flower, cpu = run_flower(args.flwr_python, data_root, args.rounds, momentum, args.flower_form)
+            updates, evals, acc = flower["updates"], flower["evaluations"], flower["final_accuracy"]
+            trainers = flower["client_train_cpu_s"]
         for key, value in (("time", wall), ("loop", loop), ("cpu", cpu), ("trainers", trainers)):
             out[momentum][side][key].append(value)
-        print(f"  {wall:.1f} s command, {loop or float('nan'):.1f} s loop, {cpu:.1f} CPU s ({trainers:.1f} in {TRAINERS[side]}); "
-              f"{updates} updates, {evals} evaluations, final accuracy {acc:.4f}", file=sys.stderr, flush=True)
+        print(f"  {wall:.1f} s command, {loop or float('nan'):.1f} s loop, {cpu:.1f} CPU s ({trainers:.1f} in "
+              f"{TRAINERS[side]}); {updates} updates, {evals} evaluations, final accuracy {acc:.4f}", file=sys.stderr,
+              flush=True)
 
 
-def report(args, out: dict, momenta: list[float]) -> None:
+def print_report(out: dict, momenta: list[float]) -> None:
     """Per momentum: the pairs, the medians and where each side's time went; then both ratios."""
     summary = []
     for m in momenta:
@@ -142,9 +143,9 @@ def report(args, out: dict, momenta: list[float]) -> None:
               f"{statistics.median(ratios):.2f}x; range {min(ratios):.2f}-{max(ratios):.2f}x")
         for side in ("seafl", "flower"):
             inner = [x for x in out[m][side]["loop"] if x is not None]
-            loop = f"loop {statistics.median(inner):.1f} s, start-up and teardown {med[side] - statistics.median(inner):.1f} s, " \
-                if inner else ""
-            print(f"  {side}: {loop}CPU seconds of the whole process tree {statistics.median(out[m][side]['cpu']):.1f}, "
+            loop = statistics.median(inner) if inner else None
+            where = f"loop {loop:.1f} s, start-up and teardown {med[side] - loop:.1f} s, " if inner else ""
+            print(f"  {side}: {where}CPU seconds of the whole process tree {statistics.median(out[m][side]['cpu']):.1f}, "
                   f"of {TRAINERS[side]} {statistics.median(out[m][side]['trainers']):.1f} (medians)")
         summary.append(f"momentum {m:g} {statistics.median(ratios):.2f}x")
     print("median ratio Flower/seafl: " + ", ".join(summary) + " (goal >= 1.5x at both)")
@@ -187,7 +188,7 @@ def main() -> None:
           f"{' '.join(f'{x:.2f}' for x in load_after)} after; {args.pairs} pair(s) a momentum, order alternating")
     print(f"Flower side: {versions}, clients in form {args.flower_form!r}; seafl side: torchrun W={args.world}, "
           f"1 thread a rank")
-    report(args, out, momenta)
+    print_report(out, momenta)
 
 
 if __name__ == "__main__":

@@ -142,8 +142,9 @@ def main(grid: Grid, context: Context) -> None:
     assert result.arrays is not None, "Flower returned no final model"
     print(json.dumps({"rounds": int(cfg["rounds"]), "updates": strategy.aggregated, "evaluations": len(evals),
                       "final_accuracy": evals[-1]["accuracy"] if evals else None,
-                      "client_train_cpu_s": strategy.client_cpu, "client_torch_threads": sorted(strategy.client_threads),
-                      "momentum": float(cfg["momentum"])}), flush=True)
+                      "client_train_cpu_s": strategy.client_cpu,
+                      "client_torch_threads": sorted(strategy.client_threads), "momentum": float(cfg["momentum"])}),
+          flush=True)
 
 
 if __name__ == "__main__":
