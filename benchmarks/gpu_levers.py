@@ -32,7 +32,7 @@ def eager_jobs(name, width, g, steps, device, data, channels_last=True) -> float
     c, s = gt.MODELS[name]
     net = gt.build_model(name, 10, c, width=width, image_size=s, lightning=False)
     if not channels_last:
-        net.channels_last_eval = False
+        net.channels_last = False
     start = flatten(net)
     idx = torch.arange(steps * 32) % len(data)
 

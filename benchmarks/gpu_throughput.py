@@ -128,11 +128,11 @@ def ours(name, width, g, steps, device, precision, data, batch=32, path=None, ch
     """G jobs of ``steps`` steps each as the runtime trains them, images/s. ``path``: "graphs" (the
     GPU default: G CUDA-graph slots, train/graphed.py), "fused" (G jobs in one vmap step,
     runtime.cuda_graphs=false; G = 1: train_job), or None for the runtime's choice on ``device``.
-    ``channels_last=False``: the model trains in NCHW on a GPU too (an A/B lever)."""
+    ``channels_last=False``: the model trains in NCHW (an A/B lever)."""
     c, s = MODELS[name]
     path = path or ("graphs" if device.type == "cuda" else "fused")
     net = build_model(name, 10, c, width=width, image_size=s, lightning=False)
-    net.channels_last_eval = channels_last and net.channels_last_eval
+    net.channels_last = channels_last and net.channels_last
     starts = []
     for j in range(g):
         torch.manual_seed(j)

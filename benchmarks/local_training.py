@@ -2,14 +2,18 @@
 
     python benchmarks/local_training.py --threads 1 --reps 11                  # LeNet-5, 600 digits samples, E = 5
     python benchmarks/local_training.py --threads 1 --model resnet18 --width 0.25 --samples 256 --epochs 2
+    python benchmarks/local_training.py --threads 1 --no-lightning --before ac12a98   # channels-last on a CPU, alone
     python benchmarks/local_training.py --device cuda --model resnet18 --samples 600   # on a GPU (digits images)
 
 One job = load the global model, E epochs of mini-batch SGD (batch 32, lr 0.01, momentum 0.9) over
 the samples in a job-seeded order, return the trained weights. Variants, run interleaved (rotating
 order, ``--reps`` times after a warm-up) so a noisy machine hurts all alike; medians compared:
 
-  bare       a plain nn.Module with the model's layers and a hand-written loop over the same batches
+  bare       a plain nn.Module with the model's layers and a hand-written loop over the same batches, laid
+             out as train_job lays the model out (channels-last where it may: train/local.py's memory_format)
   plain      ``train_job`` (train/loop.py) on the built-in model: what every simulated job runs
+  nchw       ``train_job`` on the model with ``channels_last = False``: the layout numerics version 1 trained
+             in on a CPU, with today's code (plain / nchw: the channels-last gain alone)
   before     ``train_job`` as it was at ``--before`` (a git revision; default: the commit before the
              plain loop learnt Lightning's hooks), loaded from git beside today's code
   lightning  ``train_job(..., loop="lightning")``: one ``lightning.Trainer.fit`` per job (on a GPU its
@@ -18,8 +22,10 @@ order, ``--reps`` times after a warm-up) so a noisy machine hurts all alike; med
              step (the stand-in Trainer and the log reduction at work); ``logs-lightning``: the same
              module under ``train.loop: lightning``
 
-bare, plain, before and lightning give the same weights (checked and printed). CPU seconds of this
-process are printed beside the wall time: they hardly move when other processes share the cores.
+bare, plain and lightning give the same weights (checked and printed); nchw, and before where it
+is another numerics version (``--before`` older than numerics version 2), give other rounding: their
+relative L2 distance to plain is printed instead. CPU seconds of this process are printed beside the
+wall time: they hardly move when other processes share the cores.
 """
 from __future__ import annotations
 
@@ -44,6 +50,7 @@ from seafl_dist.models import MODELS, build_model
 from seafl_dist.models.base import lightning_class
 from seafl_dist.settings import TrainConfig
 from seafl_dist.train import flatten, load_flat, train_job
+from seafl_dist.train.local import memory_format
 from seafl_dist.train.plan import StepPlan
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -76,13 +83,14 @@ def bare_copy(module: nn.Module) -> nn.Module:
     return bare
 
 
-def run_bare(model, start, data, indices, cfg, epochs, seed, device):
+def run_bare(model, start, data, indices, cfg, epochs, seed, device, fmt):
+    model.to(memory_format=fmt)
     load_flat(model, start.to(device))
     model.train()
     opt = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
     for _, idx, _ in StepPlan(indices, epochs, cfg.batch_size, seed).batches():
         x, y = data.batch(idx, device=device)
-        loss = F.cross_entropy(model(x), y)
+        loss = F.cross_entropy(model(x.contiguous(memory_format=fmt)), y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -108,9 +116,13 @@ def variants(args, data, cfg, device):
             pass
 
     indices = torch.randperm(len(data), generator=torch.Generator().manual_seed(0))[:args.samples]
-    out = {"bare": (lambda model, start, seed: run_bare(model, start, data, indices, cfg, args.epochs, seed, device),
-                    bare_copy(built())),
-           "plain": (job(train_job), built())}
+    fmt = memory_format(built(), device)
+    nchw = built()
+    nchw.channels_last = False
+    out = {"bare": (lambda model, start, seed: run_bare(model, start, data, indices, cfg, args.epochs, seed, device,
+                                                        fmt), bare_copy(built())),
+           "plain": (job(train_job), built()),
+           "nchw": (job(train_job), nchw)}
     before = old_train_job(args.before)
     if before is not None:
         out["before"] = (job(before), built())
@@ -126,7 +138,7 @@ def variants(args, data, cfg, device):
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--model", default="lenet5", choices=("lenet5", "resnet18"))
+    ap.add_argument("--model", default="lenet5", choices=("lenet5", "resnet18", "vgg16"))
     ap.add_argument("--width", type=float, default=1.0)
     ap.add_argument("--samples", type=int, default=600)
     ap.add_argument("--epochs", type=int, default=5)
@@ -151,8 +163,9 @@ def main() -> None:
     steps = StepPlan(indices, args.epochs, cfg.batch_size, 0).steps
 
     results = {name: fn(model, start, 1) for name, (fn, model) in runs.items()}  # also the warm-up
-    same = {name: torch.equal(results[name], results["plain"]) for name in ("bare", "before", "lightning")
+    same = {name: torch.equal(results[name], results["plain"]) for name in ("bare", "before", "lightning", "nchw")
             if name in results}
+    start_moved = float((results["plain"] - start).norm())
     wall = {k: [] for k in runs}
     cpu = {k: [] for k in runs}
     names = list(runs)
@@ -180,7 +193,14 @@ def main() -> None:
         paired = statistics.median(p / b for p, b in zip(cpu["plain"], cpu["before"]))
         print(f"  plain / before, CPU seconds: {statistics.median(cpu['plain']) / statistics.median(cpu['before']):.3f}"
               f" (median of paired ratios {paired:.3f}; target <= 1.02)")
+    fmt = memory_format(runs["plain"][1], device)
+    print(f"  channels-last gain alone (today's train_job, plain's layout {fmt}): nchw / plain CPU seconds "
+          f"{statistics.median(cpu['nchw']) / statistics.median(cpu['plain']):.3f} (median of paired ratios "
+          f"{statistics.median(n / p for n, p in zip(cpu['nchw'], cpu['plain'])):.3f})")
     print("  weights equal to plain's, bit for bit: " + ", ".join(f"{k} {v}" for k, v in same.items()))
+    for name in (k for k, v in same.items() if not v):
+        dist = float((results[name] - results["plain"]).norm()) / start_moved
+        print(f"  {name}: other rounding, |{name} - plain| / |plain - start| = {dist:.1e}")
 
 
 if __name__ == "__main__":

@@ -33,11 +33,15 @@ def scaled(channels: int, width: float) -> int:
 class FLNet(nn.Module):
     """Base class: ``forward`` gives logits; training is mini-batch SGD on cross-entropy.
 
-    ``channels_last_eval``: evaluation on a CPU may run the model and images channels-last (the
-    built-in models: 1.3-2.3x faster there; a model whose ``forward`` calls ``view`` on its
-    input could not take such a tensor, so the base leaves it off)."""
+    ``channels_last``: the model's forward takes channels-last (NHWC) images, so it trains and
+    evaluates with its weights and images laid out so, on a CPU and on a GPU (train/local.py's
+    ``memory_format``; the built-in models: a job 1.07-1.26x less CPU on one thread, evaluation
+    1.3-2.3x faster; docs/performance.md). The layout changes the convolutions' rounding, so turning it on or off
+    changes a run's bits (numerics version 2 is the built-in models channels-last on the CPU). A
+    model whose ``forward`` calls ``view`` on its input could not take such a tensor, so the base
+    leaves it off."""
 
-    channels_last_eval = False
+    channels_last = False
 
     def __init__(self, *, num_classes: int, in_channels: int, width: float, image_size: int,
                  optim: TrainConfig | None = None) -> None:

@@ -16,7 +16,7 @@ from .base import FLNet, scaled
 
 
 class LeNet5(FLNet):
-    channels_last_eval = True  # flattens with torch.flatten / nn.Flatten: fine with channels-last
+    channels_last = True  # flattens with torch.flatten / nn.Flatten: fine with channels-last
 
     def __init__(self, num_classes: int, in_channels: int, *, width: float = 1.0, image_size: int = 28, optim=None):
         super().__init__(num_classes=num_classes, in_channels=in_channels, width=width, image_size=image_size, optim=optim)

@@ -21,7 +21,7 @@ VGG16_CFG = (64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M",
 
 
 class VGG16(FLNet):
-    channels_last_eval = True  # flattens with torch.flatten / nn.Flatten: fine with channels-last
+    channels_last = True  # flattens with torch.flatten / nn.Flatten: fine with channels-last
 
     def __init__(self, num_classes: int, in_channels: int, *, width: float = 1.0, image_size: int = 32, optim=None):
         super().__init__(num_classes=num_classes, in_channels=in_channels, width=width, image_size=image_size, optim=optim)

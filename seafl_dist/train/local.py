@@ -31,15 +31,39 @@ def _autocast(device: torch.device, precision: str, cache: bool = True):
     return nullcontext()
 
 
-def memory_format(module, device: torch.device) -> torch.memory_format:
-    """How a model's weights and images are laid out where it trains and evaluates: channels-last
-    on a GPU for a model that allows it (``channels_last_eval``; cuDNN's NHWC kernels: ResNet-18's
-    big-batch step 1.7x faster on an H200, docs/performance.md), and on a CPU for evaluation only
-    (see :func:`evaluate`); otherwise as PyTorch makes them. A pure function of the model and the
-    device type, so every rank and every path of one run lays them out alike."""
-    if device.type == "cuda" and getattr(module, "channels_last_eval", False):
-        return torch.channels_last
-    return torch.contiguous_format
+# oneDNN's x64 kernels for the weight gradient of a strided 1x1 convolution whose NHWC input has fewer
+# channels than their channel block (8 on AVX2, 16 on AVX-512) write past their workspace: hangs,
+# crashes, wrong gradients (uxlfoundation/oneDNN#6035, open for oneDNN 3.12 in torch 2.14; here
+# ResNet-18 at width 0.125, 8-channel shortcut, aborts on 2 threads). Such a model trains NCHW on a CPU.
+ONEDNN_1X1_BLOCK = 16
+
+
+def narrow_strided_1x1(module) -> str | None:
+    """The first convolution of ``module`` that oneDNN's bug above would meet when training channels-last
+    on a CPU (its name), or None."""
+    for name, m in module.named_modules():
+        if (isinstance(m, torch.nn.Conv2d) and m.kernel_size == (1, 1) and m.stride != (1, 1)
+                and m.in_channels // m.groups < ONEDNN_1X1_BLOCK):
+            return name
+    return None
+
+
+def memory_format(module, device: torch.device, *, training: bool = True) -> torch.memory_format:
+    """How a model's weights and images are laid out where it trains and evaluates: channels-last for
+    a model that allows it (``channels_last``: the built-in models), otherwise as PyTorch makes them.
+    On a GPU, cuDNN's NHWC kernels: ResNet-18's big-batch step 1.7x faster on an H200
+    (docs/performance.md). On a CPU a job takes 1.07-1.13x (LeNet-5) to 1.2-1.26x (ResNet-18, VGG-16)
+    less CPU on one thread (benchmarks/local_training.py), at other rounding than NCHW: numerics
+    version 2 (seafl_dist/versions.py; version 1 trained NCHW on a CPU and evaluated channels-last).
+    A model with a convolution that oneDNN's bug above meets trains NCHW on a CPU and evaluates
+    channels-last (forward only: unaffected). A pure function of the model, the device type and
+    ``training``, so every rank and every path of one run (the plain loop, ``train.loop: lightning``,
+    graph slots, evaluation) lays it out alike."""
+    if not getattr(module, "channels_last", False):
+        return torch.contiguous_format
+    if training and device.type == "cpu" and narrow_strided_1x1(module) is not None:
+        return torch.contiguous_format
+    return torch.channels_last
 
 
 @contextmanager
@@ -122,9 +146,9 @@ def evaluate(module, flat: torch.Tensor, data, *, batch_size: int = 1024, device
     """Accuracy and mean cross-entropy of the flat model on the whole dataset. Out of GPU memory,
     the batches halve (one line says so) and stay that size for this model from then on."""
     device = torch.device(device)
-    # channels-last on a CPU: LeNet-5 evaluates 10,000 MNIST images in 0.29 s instead of 0.66 s
-    # (1 thread; ResNet-18 and VGG-16 gain 1.3-1.5x); on a GPU as the model trains (memory_format).
-    fmt = torch.channels_last if getattr(module, "channels_last_eval", False) else torch.contiguous_format
+    # as the model trains (channels-last on a CPU: LeNet-5 evaluates 10,000 MNIST images in 0.29 s
+    # instead of 0.66 s on 1 thread; ResNet-18 and VGG-16 gain 1.3-1.5x)
+    fmt = memory_format(module, device, training=False)
     load_flat(module, flat)
     module.to(device, memory_format=fmt).eval()
     batch_size = min(batch_size, getattr(module, "_seafl_eval_batch", batch_size))

@@ -3,10 +3,12 @@
 summary.json and every checkpoint record the package and numerics versions of the code that
 wrote them. Resuming a checkpoint, finding a completed run (``seafl run``, the API) and a sweep's
 skip of a completed run are refused in one line (exit 2, the dir untouched) when the numerics
-versions differ, in both directions: this code newer (``NUMERICS`` bumped here, as the lead will)
-and the dir newer (its records say 2). ``--overwrite`` starts the run afresh. A package version
-alone may change; a dir written before the versions were recorded reads as numerics version 1.
-The runs are real (the small quickstart); the killed one is a ``python -m seafl_dist`` process.
+versions differ, in both directions: this code newer (its numerics version 2 against a dir whose
+records say seafl 0.1.0, version 1, as the code before channels-last CPU training wrote them; and a
+dir really written by that code, from git) and the dir newer (its records say 3). ``--overwrite``
+starts the run afresh. A package version alone may change; a dir written before the versions were
+recorded reads as numerics version 1. The runs are real (the small quickstart); the killed one is a
+``python -m seafl_dist`` process.
 """
 import shutil
 
@@ -14,6 +16,8 @@ import pytest
 import torch
 
 import seafl_dist
+from old_code import package_at
+from old_code import run as run_package
 from resuming import (SAME_BYTES, SMALL, QUICKSTART, checkpoint_versions, cli, dir_bytes, reference, refused,
                       run_args, summary)
 from seafl_dist import versions
@@ -24,6 +28,7 @@ from seafl_dist.settings.core import parse_override
 
 ARGS = [*SMALL, "run.checkpoint_every=2"]
 RECORDS = ("seafl_version", "numerics")
+LAST_OF_1 = "ac12a98"  # main just before numerics version 2: the last code of numerics version 1
 
 
 @pytest.fixture(scope="module")
@@ -67,20 +72,19 @@ def same_bits(ref, got) -> None:
     assert b == a and not checkpoint_versions(got)
 
 
-DIRECTIONS = {  # how this code and the dir end up with numerics versions 2 and 1, either way round
-    "code newer": dict(code=2, dir_fields={}, dir_says="by seafl 0.1.0 with numerics version 1",
-                       code_says="this seafl 0.1.0 trains numerics version 2"),
-    "dir newer": dict(code=1, dir_fields={"seafl_version": "0.2.0", "numerics": 2},
-                      dir_says="by seafl 0.2.0 with numerics version 2", code_says="this seafl 0.1.0 trains numerics "
-                                                                                   "version 1"),
+CODE_SAYS = "this seafl 0.2.0 trains numerics version 2"  # this code, as it is: no monkeypatch
+DIRECTIONS = {  # the dir's records, older or newer than this code's numerics version 2
+    "code newer": dict(dir_fields={"seafl_version": "0.1.0", "numerics": 1},
+                       dir_says="by seafl 0.1.0 with numerics version 1"),
+    "dir newer": dict(dir_fields={"seafl_version": "0.3.0", "numerics": 3},
+                      dir_says="by seafl 0.3.0 with numerics version 3"),
 }
 
 
-def other_numerics(monkeypatch, run_dir, direction) -> dict:
-    """Put ``run_dir`` and this code at numerics versions 2 and 1 as ``direction`` says; its DIRECTIONS entry."""
+def other_numerics(run_dir, direction) -> dict:
+    """Make ``run_dir``'s records those of ``direction``; its DIRECTIONS entry."""
     d = DIRECTIONS[direction]
     rewrite_records(run_dir, **d["dir_fields"])
-    monkeypatch.setattr(versions, "NUMERICS", d["code"])
     return d
 
 
@@ -93,36 +97,50 @@ def test_summary_and_every_checkpoint_record_both_versions(dirs):
 
 
 @pytest.mark.parametrize("direction", DIRECTIONS)
-def test_resume_across_numerics_versions_is_refused_and_overwrite_starts_afresh(capsys, monkeypatch, dirs, killed,
-                                                                                direction):
-    d = other_numerics(monkeypatch, killed, direction)
+def test_resume_across_numerics_versions_is_refused_and_overwrite_starts_afresh(capsys, dirs, killed, direction):
+    d = other_numerics(killed, direction)
     for argv in (["run", "--resume", killed], run_args(ARGS, killed)):
         err = refused(capsys, argv, killed)
         assert err.startswith(f"seafl: error: checkpoint {killed / 'checkpoint-00000004.pt'} was trained "
-                              f"{d['dir_says']}, and {d['code_says']} (other bits); "), err
+                              f"{d['dir_says']}, and {CODE_SAYS} (other bits); "), err
         assert "--overwrite" in err and "another --out" in err
-        assert f"use seafl {d['dir_fields'].get('seafl_version', '0.1.0')} for it" in err
+        assert f"use seafl {d['dir_fields']['seafl_version']} for it" in err
     assert seafl_main([*map(str, run_args(ARGS, killed)), "--overwrite"]) == 0
     assert "resumed" not in capsys.readouterr().err, "a checkpoint of other bits was resumed"
-    assert summary(killed)["numerics"] == d["code"]
+    assert summary(killed)["numerics"] == versions.NUMERICS == 2
     same_bits(dirs[1], killed)  # the bits did not really change: the fresh run is the reference, byte for byte
 
 
 @pytest.mark.parametrize("direction", DIRECTIONS)
-def test_a_completed_run_of_another_numerics_version_is_refused_not_reported(capsys, monkeypatch, dirs, done,
-                                                                              direction):
-    d = other_numerics(monkeypatch, done, direction)
+def test_a_completed_run_of_another_numerics_version_is_refused_not_reported(capsys, dirs, done, direction):
+    d = other_numerics(done, direction)
     err = refused(capsys, run_args(ARGS, done), done)
     assert err.startswith(f"seafl: error: run dir {done} holds a completed run trained {d['dir_says']}, and "
-                          f"{d['code_says']} (other bits); "), err
+                          f"{CODE_SAYS} (other bits); "), err
     before = dir_bytes(done)
     with pytest.raises(ConfigError, match=f"holds a completed run trained {d['dir_says']}"):
         seafl_dist.run(str(QUICKSTART), out=done, **dict(parse_override(o) for o in ARGS))
     assert dir_bytes(done) == before
     assert seafl_main([*map(str, run_args(ARGS, done)), "--overwrite"]) == 0
     assert "nothing to do" not in capsys.readouterr().err
-    assert summary(done)["numerics"] == d["code"]
+    assert summary(done)["numerics"] == versions.NUMERICS
     same_bits(dirs[1], done)
+
+
+def test_a_run_dir_the_code_of_numerics_version_1_wrote_is_refused_and_held_other_bits(capsys, dirs, tmp_path):
+    """Not records rewritten: the run of the code before the bump (from git), refused by this code in one
+    line; run afresh, its trained files are this code's, and not the ones the old code wrote."""
+    old = tmp_path / "v1"
+    run_package(package_at(LAST_OF_1, tmp_path / "old"), old, ARGS)
+    assert {k: summary(old)[k] for k in RECORDS} == {"seafl_version": "0.1.0", "numerics": 1}
+    written = dir_bytes(old)
+    err = refused(capsys, run_args(ARGS, old), old)
+    assert err.startswith(f"seafl: error: run dir {old} holds a completed run trained by seafl 0.1.0 with numerics "
+                          f"version 1, and {CODE_SAYS} (other bits); use seafl 0.1.0 for it"), err
+    assert seafl_main([*map(str, run_args(ARGS, old)), "--overwrite"]) == 0
+    same_bits(dirs[1], old)
+    for name in SAME_BYTES:  # channels-last training changed every trained file
+        assert (old / name).read_bytes() != written[name], f"{name}: numerics version 1 wrote the same bytes"
 
 
 def test_a_package_version_alone_may_change(capsys, monkeypatch, dirs, killed, done):
@@ -139,12 +157,11 @@ def test_dirs_written_before_the_versions_were_recorded_are_numerics_version_1(c
     for d in (killed, done):
         rewrite_records(d, seafl_version=None, numerics=None)
     assert "numerics" not in summary(done) and "numerics" not in torch.load(killed / "checkpoint-00000004.pt")
-    monkeypatch.setattr(versions, "NUMERICS", 2)
-    err = refused(capsys, run_args(ARGS, done), done)
+    err = refused(capsys, run_args(ARGS, done), done)  # this code as it is, numerics version 2
     assert "trained by a seafl that recorded no version with numerics version 1, and this seafl" in err
     assert "use the seafl that wrote it for it" in err
     assert "recorded no version with numerics version 1" in refused(capsys, ["run", "--resume", killed], killed)
-    monkeypatch.setattr(versions, "NUMERICS", 1)  # today's code: they compare equal and resume
+    monkeypatch.setattr(versions, "NUMERICS", 1)  # code of version 1: they compare equal and resume
     assert refused(capsys, run_args(ARGS, done), done, code=0).endswith("nothing to do")
     assert seafl_main(["run", "--resume", str(killed)]) == 0
     same_bits(dirs[1], killed)
@@ -159,7 +176,7 @@ def test_a_sweep_refuses_to_skip_a_completed_run_of_another_numerics_version(cap
     capsys.readouterr()
     monkeypatch.setattr(versions, "__version__", "0.9.0")  # a package version alone: skipped
     assert seafl_main(argv) == 0 and f"skip  {run.name} (completed)" in capsys.readouterr().err
-    monkeypatch.setattr(versions, "NUMERICS", 2)
+    rewrite_records(run, seafl_version="0.1.0", numerics=1)  # as the code before the bump wrote it
     err = refused(capsys, argv, run)
     assert err == (f"seafl: error: sweep run {run.name}: {run} holds a run (completed) trained by seafl 0.1.0 with "
                    f"numerics version 1, and this seafl 0.9.0 trains numerics version 2 (other bits); use seafl "

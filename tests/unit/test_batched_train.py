@@ -10,7 +10,14 @@ from seafl_dist.models import build_model
 from seafl_dist.train import flatten, train_job, train_jobs
 from seafl_dist.train.batched import batchable, epoch_sizes
 
-TOL = 1e-4  # relative L2 difference, fp32
+TOL = 1e-4  # relative L2 difference, fp32, to the job alone in the fused step's layout (NCHW)
+# ... and to the job alone as it trains (numerics version 2: channels-last on a CPU where the model
+# allows it): other rounding of the same math, which VGG-16 at width 0.125 on noise images amplifies.
+# Its last 2x2 max-pool meets near-ties (a conv of a nearly zero input gives its bias at every
+# position), and a window whose two largest inputs round the other way round in the other layout
+# routes its gradient elsewhere: measured up to 1.9e-3 here (job 2 at lr 0.001; LeNet-5 and the
+# NCHW-trained ResNet-18 stay under 1e-4), while the fused step stays within 1e-5 of float64.
+LAYOUT_TOL = 5e-3
 
 
 def rel_l2(a, b):
@@ -63,12 +70,17 @@ def check_jobs(name, channels, size, augment, width, *, lr, dtype, tol):
     together = train_jobs(net, starts, data, shards, epochs=EPOCHS, seeds=seeds, on_step=lambda: steps.append(1),
                           **common)
     names = list(net.state_dict())
+    nchw = build_model(*model, width=width, image_size=size, optim=optim, lightning=False).to(dtype)
+    nchw.channels_last = False  # the layout of the fused step's grouped convolutions
     for j in range(len(SHARDS)):
         alone = train_job(net, starts[j], data, shards[j], epochs=EPOCHS[j], seed=seeds[j], **common)
+        same_layout = train_job(nchw, starts[j], data, shards[j], epochs=EPOCHS[j], seed=seeds[j], **common)
         assert rel_l2(alone, starts[j]) > 5 * tol  # it trained
-        err = rel_l2(together[j], alone)
-        print(f"{name} {dtype} job {j}: relative L2 {err:.2e} (moved {rel_l2(alone, starts[j]):.2e})")
+        err, err_layout = rel_l2(together[j], same_layout), rel_l2(together[j], alone)
+        print(f"{name} {dtype} job {j}: relative L2 {err:.2e}, {err_layout:.2e} to the job as it trains alone "
+              f"(moved {rel_l2(alone, starts[j]):.2e})")
         assert err <= tol, f"{name} job {j}: relative L2 {err:.2e}"
+        assert err_layout <= (tol if dtype == torch.float64 else LAYOUT_TOL), f"{name} job {j}: {err_layout:.2e}"
         if name != "lenet5":  # batch-norm statistics are per job: num_batches_tracked counts its own steps
             i = names.index("stem.1.num_batches_tracked" if name == "resnet18" else "features.1.num_batches_tracked")
             offset = sum(t.numel() for t in list(net.state_dict().values())[:i])
