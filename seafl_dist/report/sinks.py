@@ -19,7 +19,9 @@ import os
 from contextlib import contextmanager
 from pathlib import Path
 
-FINISHED = ("completed", "stalled")  # statuses of a run that ended by itself (a stalled one would only stall again)
+# statuses of a run that ended by itself (a stalled one would only stall again; a diverged one, stopped by
+# run.stop_on_divergence, would only diverge again)
+FINISHED = ("completed", "stalled", "diverged")
 METRIC_COLUMNS = ["version", "time", "accuracy", "loss", "updates", "mean_staleness", "max_staleness",
                   "notifications", "rejected"]
 

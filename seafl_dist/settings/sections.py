@@ -73,6 +73,14 @@ class AlgorithmConfig:
     hinge_b: float = key(4.0, "FedAsync: threshold b of the `hinge` staleness function (f = 1 up to S = b)", "[0, inf)")
     partial: Optional[bool] = key(None, "SEAFL²'s partial training (notify blocking devices to upload early) for "
                                   "another rule; `null`: for seafl2 only")
+    update_norm_factor: Optional[float] = key(
+        None, "the update guard: reject an update whose norm ‖w_k − w_{t_k}‖ exceeds this many times its peers' "
+              "median; `null`: off", "(1, inf]",
+        note="The norm runs over the trainable parameters, in float64. The peers are the buffer's updates that pass "
+             "the value check (finite, the right size), or, when fewer than 3 do (FedAsync), the last 20 accepted "
+             "norms; with fewer than 3 of those too, nothing is rejected. A rejected update is reported in the "
+             "aggregate event as a non-finite one is (weight 0, its reason), before any rule runs, a rule of your "
+             "own included. Left out of config.yaml when null.")
 
     def __post_init__(self) -> None:
         if self.staleness_limit is UNSET:
@@ -226,6 +234,13 @@ class RunConfig:
              "when a run resumes.")
     checkpoint_every_s: Optional[float] = key(300.0, "rank 0 checkpoints once this many real seconds passed since "
                                               "the last checkpoint; `null`: off", "(0, inf)")
+    stop_on_divergence: bool = key(
+        False, "stop a run that diverges (status `diverged`); `false`: say so once and go on",
+        note="A run diverges at the first evaluation whose loss is non-finite or above 10 × the version-0 loss, or "
+             "whose accuracy fell back to within 10% of chance (the largest class's share c of the test set) "
+             "of the best so far above it, once the best reached half way from c to 1 (docs/running.md, "
+             "\"Divergence\"). Either way one line says so and summary.json records `diverged_at`. Left out of "
+             "config.yaml when false.")
 
     def __post_init__(self) -> None:
         check_fields(self, "run")

@@ -54,11 +54,18 @@ def test_titles_name_the_setting_what_varies_and_the_seeds():
     grid = [arm(*mnist, f"algorithm.buffer_size={k}") for k in (5, 10)]
     assert figure_title(grid, [3, 3]) == "SEAFL on MNIST, LeNet-5: K varies, 3 seeds each"
     both = grid + [arm(*mnist, "algorithm.name=fedbuff")]
-    assert figure_title(both, [2, 3, 3]) == "MNIST, LeNet-5: algorithm, K and β vary, 2–3 seeds each"
+    # β is 10 for SEAFL and ∞ for FedBuff, each its algorithm's default: no sweep varied it (issue 30)
+    assert figure_title(both, [2, 3, 3]) == "MNIST, LeNet-5: algorithm and K vary, 2–3 seeds each"
+    swept = {"algorithm.name", "algorithm.buffer_size", "algorithm.staleness_limit"}
+    assert figure_title(both, [2, 3, 3], swept) == "MNIST, LeNet-5: algorithm, K and β vary, 2–3 seeds each"
+    waited = both + [arm(*mnist, "algorithm.name=fedbuff", "algorithm.staleness_limit=10")]  # not FedBuff's own β
+    assert figure_title(waited, [3] * 4) == "MNIST, LeNet-5: algorithm, K and β vary, 3 seeds each"
+    assert figure_title([arm(*mnist, f"algorithm.name={a}") for a in ("seafl", "fedbuff", "fedasync", "fedavg")],
+                        [3] * 4) == "MNIST, LeNet-5: algorithm varies, 3 seeds each"
     assert figure_title([arm(*mnist)], [1]) == "SEAFL on MNIST, LeNet-5"
     # a device condition every arm shares is part of the setting; one that varies is said as varying
     drop = [arm(*mnist, "devices.dropout=0.3", f"algorithm.name={a}") for a in ("seafl", "fedbuff")]
-    assert figure_title(drop, [3, 3]) == "MNIST, LeNet-5, dropout 0.3: algorithm and β vary, 3 seeds each"
+    assert figure_title(drop, [3, 3]) == "MNIST, LeNet-5, dropout 0.3: algorithm varies, 3 seeds each"
     windows = [arm(*mnist, "devices.profile=configs/mnist/churn_profile.csv", f"algorithm.buffer_size={k}")
                for k in (5, 10)]
     assert figure_title(windows, [3, 3]) == \
