@@ -19,15 +19,19 @@ SYMBOLS = {"algorithm.name": "algorithm", "algorithm.buffer_size": "K", "algorit
            "algorithm.alpha": "α", "algorithm.mu": "μ", "algorithm.theta": "ϑ", "algorithm.server_lr": "η_g",
            "algorithm.mixing": "α_mix", "devices.num": "N", "devices.concurrency": "M", "train.epochs": "E",
            "train.lr": "lr", "data.concentration": "concentration", "devices.dropout": "dropout",
-           "devices.availability_scale": "availability scale", "devices.profile": "profile"}
+           "devices.availability_scale": "availability scale", "devices.profile": "profile",
+           "algorithm.update_norm_factor": "guard"}
 INFINITE_WHEN_NULL = ("algorithm.staleness_limit", "run.max_time", "run.max_aggregations")
 ZERO_WHEN_NULL = ("devices.dropout",)  # no dropout
-_SEAFL = ("buffer_size", "staleness_limit", "alpha", "mu", "theta", "similarity", "similarity_over", "partial")
+OFF_WHEN_NULL = ("algorithm.update_norm_factor",)  # no guard
+_SEAFL = ("buffer_size", "staleness_limit", "alpha", "mu", "theta", "similarity", "similarity_over", "partial",
+          "update_norm_factor")
 USES = {  # the algorithm.* keys each built-in rule reads and does not fix itself (a rule of one's own: all)
     "seafl": _SEAFL, "seafl2": _SEAFL, "fedbuff": ("buffer_size", "staleness_limit", "server_lr", "staleness_scaling",
-                                                   "partial"),
-    "fedasync": ("staleness_limit", "mixing", "staleness_fn", "poly_a", "hinge_a", "hinge_b", "partial"),
-    "fedavg": ()}
+                                                   "partial", "update_norm_factor"),
+    "fedasync": ("staleness_limit", "mixing", "staleness_fn", "poly_a", "hinge_a", "hinge_b", "partial",
+                 "update_norm_factor"),
+    "fedavg": ("update_norm_factor",)}  # the update guard runs before every rule
 NOT_ARMS = ("name", "run.", "logging.", "runtime.")  # budget, bookkeeping and execution: not what an arm is
 HUES = {"seafl": "Blues", "seafl2": "Purples", "fedbuff": "Oranges", "fedasync": "Greens", "fedavg": "Greys"}
 SPARE_HUES = ("Reds", "YlOrBr", "PuRd", "BuGn")  # (not FedAvg red beside FedAsync green: colour-blind readers)
@@ -42,7 +46,8 @@ def algorithm_name(name) -> str:
 def value_text(key: str, value) -> str:
     """A value as a label prints it: ``None`` of a limit is ∞, floats short, a profile by its file name."""
     if value is None:
-        return "∞" if key in INFINITE_WHEN_NULL else "0" if key in ZERO_WHEN_NULL else "none"
+        return "∞" if key in INFINITE_WHEN_NULL else "0" if key in ZERO_WHEN_NULL else \
+            "off" if key in OFF_WHEN_NULL else "none"
     if isinstance(value, float):
         return f"{value:g}"
     if key == "devices.profile":

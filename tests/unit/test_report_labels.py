@@ -28,6 +28,10 @@ def test_each_algorithm_shows_only_the_keys_it_reads_and_does_not_fix():
     names = reader_labels([arm("algorithm.buffer_size=5"), arm("algorithm.name=fedasync"),
                            arm("algorithm.name=fedbuff", "algorithm.staleness_limit=10")])
     assert names == ["SEAFL, K = 5, β = 10", "FedAsync, β = ∞", "FedBuff, K = 10, β = 10"]  # FedAsync: no K
+    guarded = [arm(f"algorithm.name={a}", f"algorithm.update_norm_factor={f}") for a in ("fedbuff", "fedavg")
+               for f in ("null", 10)]  # the update guard runs before every rule, FedAvg's too
+    assert reader_labels(guarded) == ["FedBuff, guard = off", "FedBuff, guard = 10", "FedAvg, guard = off",
+                                      "FedAvg, guard = 10"]
 
 
 def test_a_studys_shared_setting_is_left_out_and_twins_are_told_apart():
