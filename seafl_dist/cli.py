@@ -47,7 +47,7 @@ from seafl_dist.settings import ConfigError, load_config
 
 EPILOG = """examples:
   seafl run configs/quickstart.yaml
-  seafl run configs/quickstart.yaml algorithm.name=fedbuff run.seed=1 --out runs/fb
+  seafl run configs/quickstart.yaml algorithm.name=fedbuff algorithm.update_norm_factor=10 run.seed=1 --out runs/fb
   torchrun --nproc_per_node=3 -m seafl_dist run configs/quickstart.yaml
   seafl run --resume runs/fb                 # continue an interrupted run from its checkpoint
   seafl run configs/quickstart.yaml --out runs/q --dry-run   # check everything, train and write nothing
