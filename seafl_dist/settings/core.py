@@ -212,7 +212,7 @@ def load_yaml(path: str | Path) -> dict:
     try:
         data = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as err:
-        raise ConfigError(f"config file '{path}' is not valid YAML: {err}") from None
+        raise ConfigError(f"config file '{path}' is not valid YAML: {_yaml_problem(err)}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"config file '{path}' must hold a mapping of sections (algorithm:, devices:, ...)")
     return data
@@ -227,6 +227,13 @@ def load_run_yaml(path: str | Path) -> dict:
                           f"), not a run config; run it with `seafl sweep {path}`")
     data.setdefault("name", find_config(path).stem)
     return data
+
+
+def _yaml_problem(err: yaml.YAMLError) -> str:
+    """PyYAML's several-line message as one line: where, then what."""
+    mark, problem = getattr(err, "problem_mark", None), getattr(err, "problem", None)
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+    return where + " ".join(str(problem or err).split())
 
 
 def load_config(path: str | Path, overrides: list[str] | tuple = ()) -> Config:
