@@ -73,6 +73,7 @@ FLAGS = """
 import json, os, sys, torch
 from seafl_dist.runtime.setup import prepare
 from seafl_dist.settings import load_config
+torch.backends.cudnn.benchmark = True  # as a caller may have set it: the key must turn autotuning off
 prepare(load_config(sys.argv[1], sys.argv[2:]))
 print(json.dumps({"algorithms": torch.are_deterministic_algorithms_enabled(),
                   "cudnn_deterministic": torch.backends.cudnn.deterministic,
@@ -95,5 +96,5 @@ def test_the_key_sets_torchs_deterministic_switches_when_a_run_is_prepared(on):
         assert flags == {"algorithms": True, "cudnn_deterministic": True, "cudnn_benchmark": False,
                          "cublas_workspace": ":4096:8"}
     else:
-        assert flags == {"algorithms": False, "cudnn_deterministic": False, "cudnn_benchmark": False,
+        assert flags == {"algorithms": False, "cudnn_deterministic": False, "cudnn_benchmark": True,
                          "cublas_workspace": None}

@@ -5,6 +5,8 @@ a resumed run rebuilds where it diverged from its rows and does not say it again
 
 FedBuff with a server learning rate of 30 on the small quickstart blows up at the first aggregation (its
 loss 1.8e6 against 2.3 at version 0), the same way on every machine."""
+import json
+
 import pytest
 
 import seafl_dist
@@ -87,4 +89,20 @@ def test_a_resumed_run_knows_where_it_diverged_and_does_not_say_it_again(diverge
     assert warnings(resumed.stderr) == []
     assert summary(out)["diverged_at"] == summary(ref)["diverged_at"]
     for name in ("events.jsonl", "metrics.csv"):
+        assert (out / name).read_bytes() == (ref / name).read_bytes(), name
+
+
+def test_the_guards_accepted_norms_are_kept_in_checkpoints(tmp_path):
+    """FedAsync's buffer of one is judged against the last accepted norms: a run resumed after aggregation 6
+    must judge aggregation 8 against the 7 norms it had, as the uninterrupted run does."""
+    guarded = [*SMALL, "run.max_aggregations=12", "algorithm.name=fedasync", "algorithm.update_norm_factor=1.5",
+               "run.checkpoint_every=1"]
+    ref, out = tmp_path / "ref", tmp_path / "killed"
+    assert cli(*run_args(guarded, ref)).returncode == 0
+    aggs = [json.loads(line) for line in (ref / "events.jsonl").read_text().splitlines() if '"aggregate"' in line]
+    assert aggs[7]["updates"][0]["reason"].startswith("update norm 3.245 > 1.5 × the last 7 accepted median norm")
+    assert cli(*run_args(guarded, out), fault="after_aggregate:6").returncode != 0
+    resumed = cli(*run_args(guarded, out))
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    for name in ("events.jsonl", "metrics.csv", "model.pt"):
         assert (out / name).read_bytes() == (ref / name).read_bytes(), name

@@ -148,3 +148,4 @@ def test_the_command_itself_refuses_with_one_line_and_exit_2(tmp_path):
         assert proc.returncode == 2 and not out.exists(), proc.stderr
         key = bad.split("=")[0]
         one_line_message(proc.stderr.strip(), f"seafl: error: config key '{key}' has value", "allowed: a")
+
