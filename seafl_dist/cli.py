@@ -118,8 +118,8 @@ def add_report_parser(sub) -> None:
     p.add_argument("--baseline", help="grid point label or algorithm to take time ratios against (e.g. fedbuff)")
     p.add_argument("--out", metavar="DIR", help="output dir (default: the one dir given, else runs/report-<timestamp>)")
     p.add_argument("--until", type=float, metavar="SECONDS",
-                   help="end every time axis here (default: accuracy_vs_time.png ends 10%% past the slowest "
-                        "grid point's mean reaching the highest target; timeline.png at the run's end)")
+                   help="end every time axis here (default: at the longest run's end; accuracy_vs_time.png's "
+                        "close-up 10%% past the slowest grid point's mean reaching the highest target)")
     p.add_argument("--log-x", action="store_true", help="accuracy_vs_time.png: virtual time on a log scale")
     p.add_argument("--seed-curves", action="store_true",
                    help="accuracy_vs_time.png: draw each seed's curve faint under its grid point's mean")
