@@ -1,4 +1,5 @@
-"""The one exception of the settings package, and the wording every check uses."""
+"""The one exception of the settings package, and the wording every check uses (a key's domain is worded
+by :mod:`.domains`)."""
 from __future__ import annotations
 
 from typing import Any
@@ -10,15 +11,3 @@ class ConfigError(ValueError):
 
 def _fail(key: str, value: Any, allowed: str) -> None:
     raise ConfigError(f"config key '{key}' has value {value!r}; allowed: {allowed}")
-
-
-def _choice(key: str, value: Any, choices: tuple) -> None:
-    if value not in choices:
-        _fail(key, value, "one of " + ", ".join(map(str, choices)))
-
-
-def _at_least(key: str, value: Any, low: float, *, strict: bool = False) -> None:
-    if value is None:
-        return
-    if (value <= low) if strict else (value < low):
-        _fail(key, value, f"a number {'>' if strict else '>='} {low}")
