@@ -211,7 +211,7 @@ def run_sweep(sweep: Sweep, out_dir: str | Path, *, jobs: int = 1, stream=None, 
     for r, cfg_path, run_dir in planned:
         why = _why_rerun(r, run_dir)
         if why is None:
-            print(f"skip  {r.name} (completed)", file=stream)
+            print(f"skip  {r.name} ({run_status(run_dir)})", file=stream)  # completed, or stalled, or diverged
             continue
         if why:
             print(f"rerun {r.name}: {why}; its old files are deleted", file=stream)

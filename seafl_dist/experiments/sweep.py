@@ -4,7 +4,8 @@
     seafl sweep configs/quickstart.yaml --grid algorithm.name=seafl,fedbuff --seeds 0,1,2
 
 A sweep file is YAML with these top-level keys (all optional except that a sweep file has
-``base`` or ``grid``; a plain run config given to ``seafl sweep`` is a sweep with no grid):
+``base`` or ``grid``; a plain run config given to ``seafl sweep`` needs ``--grid`` or ``--seeds``,
+and a sweep file given to ``seafl run`` is refused naming ``seafl sweep``):
 
 ```yaml
 base: ../mnist_prelim.yaml      # run config to start from, relative to this file
@@ -43,14 +44,11 @@ from typing import Any
 
 from seafl_dist.experiments.arguments import parse_grid_arg, parse_seeds, split_top_level  # noqa: F401 (their home before)
 from seafl_dist.report.tables import repeated_keys
-from seafl_dist.settings import Config, ConfigError, set_dotted, config_from_dict, find_config, load_yaml, parse_override
+from seafl_dist.settings import (Config, ConfigError, config_from_dict, find_config, is_sweep_file, load_yaml,  # noqa: F401
+                                 parse_override, set_dotted)
 
 SWEEP_KEYS = ("base", "name", "overrides", "grid", "points", "seeds", "targets", "baseline", "launcher")
 CONFIG_SECTIONS = tuple(Config.__dataclass_fields__)
-
-
-def is_sweep_file(data: dict) -> bool:
-    return "grid" in data or "base" in data
 
 
 def format_value(v: Any) -> str:
@@ -234,6 +232,10 @@ def load_sweep(path: str | Path, *, grid: list[tuple[str, list]] = (), seeds: li
         sweep.seeds = list(seeds)
     sweep.overrides = list(sweep.overrides) + list(overrides)
     _claim_own_keys(sweep)
+    if not is_sweep_file(data) and not sweep.grid and sweep.seeds is None:
+        raise ConfigError(f"'{path}' is a run config, not a sweep file (it has no base: or grid:), and nothing varies "
+                          f"(no --grid, no --seeds); run it with `seafl run {path}`, or sweep it with --grid KEY=V1,V2 "
+                          f"or --seeds 0,1,2")
     return sweep
 
 

@@ -62,6 +62,12 @@ def fmt_ttt(st: dict) -> str:
     return text + (f" ({st['reached']}/{st['n']})" if st["reached"] < st["n"] else "")
 
 
+def fmt_diverged(r: dict) -> str:
+    if r["diverged_version"] is None:
+        return "—"
+    return f"version {r['diverged_version']} ({r['diverged_time']:.1f} s)"
+
+
 def fmt_ratio(r: float) -> str:
     if math.isnan(r):
         return "—"
@@ -100,9 +106,17 @@ def markdown(grows: list[dict], rrows: list[dict], targets: list[float], baselin
                                                         "reached": int(math.isfinite(r[f"ttt_{t:g}"]))})] +
                                             ([fmt_ratio(r[f"ratio_{t:g}"])] if ratio_cols else []))],
               *[_fmt(r[f[0]], f[2]) for f in FIGURES]] for r in rrows]
+    if any(r["diverged_version"] is not None for r in rrows):  # a column only where a run diverged
+        head.append("diverged")
+        body = [row + [f"{g['diverged']}/{g['runs']}"] for row, g in zip(body, grows)]
+        rhead.append("diverged at")
+        rbody = [row + [fmt_diverged(r)] for row, r in zip(rbody, rrows)]
     notes = (f"Times are virtual seconds to reach each test accuracy: mean ± sample std over seeds; "
              f"\"never\" = not reached within the run's budget; \"(k/n)\" = only k of n seeds reached it "
              f"(the mean is over those k).")
+    if any(r["diverged_version"] is not None for r in rrows):
+        notes += (" \"diverged\": the runs that diverged (summary.json's diverged_at: a non-finite loss, a loss "
+                  "above 10 × the first one, or an accuracy collapsed to near chance for 3 evaluations).")
     if ratio_cols:
         notes += (f" \"vs {baseline}\" = mean time / the baseline's mean time (0.78× = 22% faster), given only "
                   "where every seed of both reached the target.")
@@ -126,6 +140,7 @@ def write_csvs(out: Path, grows: list[dict], rrows: list[dict], targets: list[fl
                         f"ttt_{t:g}_reached": st["reached"], f"ratio_{t:g}": g[f"ratio_{t:g}"]})
         for name, _, _ in FIGURES + [("wall_time_s", "", 0)]:
             row[f"{name}_mean"], row[f"{name}_std"] = g[name]
+        row["diverged"] = g["diverged"]
         flat_g.append(row)
     flat_r = [{k: v for k, v in {**r, **r["settings"]}.items() if k != "settings"} for r in rrows]
     for name, rows in (("report.csv", flat_g), ("runs.csv", flat_r)):

@@ -23,7 +23,9 @@ from pathlib import Path
 
 from seafl_dist.report.trainlog import NAME as TRAIN_LOG, TrainLog
 
-FINISHED = ("completed", "stalled")  # statuses of a run that ended by itself (a stalled one would only stall again)
+# statuses of a run that ended by itself (a stalled one would only stall again; a diverged one, stopped by
+# run.stop_on_divergence, would only diverge again)
+FINISHED = ("completed", "stalled", "diverged")
 METRIC_COLUMNS = ["version", "time", "accuracy", "loss", "updates", "mean_staleness", "max_staleness",
                   "notifications", "rejected"]
 

@@ -46,6 +46,7 @@ class RunResult:
     summary: dict  # summary.json ({} if missing)
     sweep: str = ""  # the sweep dir's name when the run came from one
     label: str | None = None  # the sweep's label of the run's grid point
+    point: tuple = ()  # the keys the sweep set for this run (its grid point's), from sweep.json
 
     @property
     def name(self) -> str:
@@ -61,6 +62,11 @@ class RunResult:
 
     def ttt(self, target: float) -> float:
         return time_to_target(self.rows, target)
+
+    @property
+    def diverged_at(self) -> dict | None:
+        """``{"version", "time"}`` where the run diverged (summary.json, report/divergence.py), else None."""
+        return self.summary.get("diverged_at")
 
     def figures(self) -> dict:
         rows, s = self.rows, self.summary
@@ -78,10 +84,10 @@ class RunResult:
         }
 
 
-def load_run(run_dir: Path, sweep: str = "", label: str | None = None) -> RunResult:
+def load_run(run_dir: Path, sweep: str = "", label: str | None = None, point: tuple = ()) -> RunResult:
     run_dir = Path(run_dir)
     config, summary = read_config(run_dir) or {}, read_summary(run_dir) or {}
-    return RunResult(run_dir, flatten(config), read_metrics(run_dir / "metrics.csv"), summary, sweep, label)
+    return RunResult(run_dir, flatten(config), read_metrics(run_dir / "metrics.csv"), summary, sweep, label, point)
 
 
 def repeated_keys(run_name: str) -> list[str]:
@@ -109,20 +115,20 @@ def find_runs(paths) -> list[RunResult]:
         if not p.is_dir():
             raise FileNotFoundError(f"'{p}' is not a directory; give a run dir or a sweep dir")
         if (p / "metrics.csv").exists():
-            found = [(p, "", None)]
+            found = [(p, "", None, ())]
         elif (p / "sweep.json").exists():
             meta = json.loads((p / "sweep.json").read_text())
             warning = repeated_key_warning(p, [r["name"] for r in meta.get("runs", [])])
             if warning:
                 print(warning, file=sys.stderr)
-            found = [(p / r["name"], p.name, r["label"]) for r in meta.get("runs", [])
+            found = [(p / r["name"], p.name, r["label"], tuple(r.get("point") or ())) for r in meta.get("runs", [])
                      if (p / r["name"] / "metrics.csv").exists()]
         else:
-            found = [(m.parent, "", None) for m in sorted(p.rglob("metrics.csv"))]
-        for d, sweep, label in found:
+            found = [(m.parent, "", None, ()) for m in sorted(p.rglob("metrics.csv"))]
+        for d, sweep, label, point in found:
             if d.resolve() not in seen:
                 seen.add(d.resolve())
-                runs.append(load_run(d, sweep, label))
+                runs.append(load_run(d, sweep, label, point))
     return runs
 
 
@@ -250,6 +256,7 @@ def group_rows(groups: list[Group], targets: list[float], baseline: str | None) 
         figs = [r.figures() for r in g.runs]
         for name in figs[0]:
             row[name] = mean_std([f[name] for f in figs])
+        row["diverged"] = sum(r.diverged_at is not None for r in g.runs)
         rows.append(row)
     return rows
 
@@ -268,5 +275,7 @@ def run_rows(groups: list[Group], targets: list[float], baseline: str | None) ->
                 row[f"ttt_{t:g}"] = st["mean"]
                 row[f"ratio_{t:g}"] = ratio(st, ttt_stats(base.runs, t) if base else None)
             row.update(r.figures())
+            at = r.diverged_at or {}
+            row["diverged_version"], row["diverged_time"] = at.get("version"), at.get("time")
             rows.append(row)
     return rows

@@ -8,7 +8,7 @@ from seafl_dist.versions import stamp
 
 
 def build_summary(cfg, rows: list[dict], counts, staleness: list, *, status: str, error: str | None, wall: float,
-                  churn: bool, profile_sha256: str | None, stalled: str | None) -> dict:
+                  churn: bool, profile_sha256: str | None, stalled: str | None, diverged_at: dict | None = None) -> dict:
     """What summary.json holds: the run's outcome from its metric rows and the server's counters, and
     which seafl (package and numerics version, seafl_dist/versions.py) trained it."""
     targets = sorted(set(cfg.run.targets) | ({cfg.run.target_accuracy} - {None}))
@@ -22,6 +22,7 @@ def build_summary(cfg, rows: list[dict], counts, staleness: list, *, status: str
         "mean_staleness": sum(staleness) / len(staleness) if staleness else 0.0,
         "max_staleness": max(staleness, default=0),
         "notifications": counts["notify"], "rejected_updates": counts["rejected"],
+        "diverged_at": diverged_at,  # {"version", "time"} of the evaluation where it diverged (report/divergence.py)
         "events": {k: counts[k] for k in ("start", "notify", "finish", "aggregate", "eval")},
         "wall_time_s": wall, **stamp(),
         **churn_figures(counts, churn=churn, profile_sha256=profile_sha256, stalled=stalled),
@@ -58,4 +59,6 @@ def format_summary(summary: dict) -> str:
         *([f"  drops: {d['total']} ({d['offline']} offline, {d['dropout']} by dropout)"] if (d := summary.get("drops"))
           else []),
         *([f"  stalled: {summary['stalled']}"] if summary.get("stalled") else []),
+        *([f"  diverged at version {d['version']} (virtual time {d['time']:.1f}s): the accuracies above are "
+           f"of a run that broke down there"] if (d := summary.get("diverged_at")) else []),
     ])

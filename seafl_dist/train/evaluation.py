@@ -4,7 +4,8 @@
     metrics = evaluate_by_step(module, flat, test_set, batch_size=1024, device=device)   # {"test_loss": ...}
 
 The module's weights come from ``flat``; it is put in ``eval()`` (its mode restored after) and run
-under ``torch.no_grad`` over the test set in batches: ``on_{stage}_start`` ->
+under ``torch.no_grad`` over the test set in batches (``on_{stage}_model_eval`` and
+``on_{stage}_model_train`` replace that switch where the module overrides them): ``on_{stage}_start`` ->
 ``on_{stage}_epoch_start`` -> per batch ``on_{stage}_batch_start`` -> ``{stage}_step`` ->
 ``on_{stage}_batch_end`` -> ``on_{stage}_epoch_end`` -> ``on_{stage}_end``. What it logs with
 ``self.log`` is reduced over the batches as Lightning's ``on_epoch`` reduction does (train/standin.py),
@@ -70,7 +71,10 @@ def _evaluate(module, data, batch_size: int, device: torch.device, precision: st
     was_training = module.training
     module.trainer, module.log, module.log_dict = trainer, rec.log, rec.log_dict
     try:
-        module.eval()
+        if f"on_{stage}_model_eval" in hooks:  # Lightning's default: eval()
+            call(f"on_{stage}_model_eval")
+        else:
+            module.eval()
         with torch.no_grad():
             call(f"on_{stage}_start")
             call(f"on_{stage}_epoch_start")
@@ -90,8 +94,11 @@ def _evaluate(module, data, batch_size: int, device: torch.device, precision: st
             rec.epoch_end()
             results = rec.epoch_results()
             call(f"on_{stage}_end")
+            if f"on_{stage}_model_train" in hooks:
+                call(f"on_{stage}_model_train")
     finally:
-        module.train(was_training)
+        if f"on_{stage}_model_train" not in hooks:
+            module.train(was_training)
         module.trainer = None
         del module.log, module.log_dict
     return results

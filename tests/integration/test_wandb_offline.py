@@ -195,3 +195,13 @@ def test_drop_counts_reach_w_and_b(tmp_path):
     assert summary["drops"]["total"] > 0
     assert wb["summary"]["drops/total"] == summary["drops"]["total"] == int(rows[-1]["drops"])
     assert wb["summary"]["drops/dropout"] == summary["drops"]["total"]
+
+
+def test_where_a_run_diverged_is_in_the_w_and_b_summary(tmp_path):
+    out = tmp_path / "run"
+    proc = seafl_offline(tmp_path, out, "algorithm.name=fedbuff", "algorithm.server_lr=30")  # blows up at once
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    at = json.loads((out / "summary.json").read_text())["diverged_at"]
+    (f,) = out.glob("wandb/offline-run-*/run-*.wandb")
+    wb = read_offline_run(f)["summary"]
+    assert at is not None and (wb["diverged_at/version"], wb["diverged_at/time"]) == (at["version"], at["time"])
