@@ -122,6 +122,7 @@ class Sweep:
                                           "give the points distinct labels")
                     seen.add(name)
                     runs.append(SweepRun(name, label, values, seed, self._config(name, values, seed, threads)))
+        one_metric(self.name, runs)
         return with_job_types(runs)
 
     def _config(self, run_name: str, values: dict, seed: int, threads: int | None) -> Config:
@@ -148,6 +149,18 @@ class Sweep:
         return {"name": self.name, "source": self.source, "overrides": self.overrides, "grid": self.grid,
                 "points": self.points, "seeds": self.seeds, "targets": self.targets, "baseline": self.baseline,
                 "launcher": self.launcher}
+
+
+def one_metric(sweep: str, runs: list[SweepRun]) -> None:
+    """A sweep's runs follow one target metric (run.target_metric, run.target_mode): its report compares their
+    times to target and draws their curves on one axis."""
+    seen: dict = {}
+    for r in runs:
+        seen.setdefault((r.config.run.target_metric, r.config.run.target_mode), r.name)
+    if len(seen) > 1:
+        raise ConfigError(f"sweep '{sweep}': its runs follow different target metrics (" + "; ".join(
+            f"{m} ({mode}) in {name}" for (m, mode), name in seen.items()) + "); vary run.target_metric and "
+            "run.target_mode in separate sweeps")
 
 
 def with_job_types(runs: list[SweepRun]) -> list[SweepRun]:

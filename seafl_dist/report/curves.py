@@ -1,4 +1,4 @@
-"""The curves of the accuracy-against-time figure (report/figures.py): each arm's mean over its seeds, the
+"""The curves of the metric-against-time figure (report/figures.py): each arm's mean over its seeds, the
 time ranges of the two panels, arms whose means coincide, and where runs diverged.
 
 - The main panel runs from 0 to the end of the longest run (:func:`run_end`), so how every run ends
@@ -21,9 +21,10 @@ SAME = 1e-9  # two mean curves closer than this everywhere on their common grid 
 DIVERGED = {"marker": "x", "ms": 9, "mew": 2.2, "color": "#c0392b", "ls": "none", "zorder": 5}
 
 
-def mean_curve(runs) -> dict:
-    """The seeds' step curves on their common time grid: {time, mean, min, max, curves}."""
-    curves = [(np.array([r["time"] for r in run.rows], float), np.array([r["accuracy"] for r in run.rows], float))
+def mean_curve(runs, name: str = "accuracy") -> dict:
+    """The seeds' step curves of metric ``name`` on their common time grid: {time, mean, min, max, curves}."""
+    curves = [(np.array([r["time"] for r in run.rows], float),
+               np.array([np.nan if r.get(name) is None else r[name] for r in run.rows], float))
               for run in runs if run.rows]
     if not curves:
         empty = np.array([])
@@ -42,8 +43,9 @@ def _held(t: np.ndarray, values: np.ndarray, grid: np.ndarray) -> np.ndarray:
     return np.where(i >= 0, values[np.clip(i, 0, None)], np.nan)
 
 
-def reach_time(curve: dict, target: float) -> float:
-    hit = np.nonzero(curve["mean"] >= target)[0]
+def reach_time(curve: dict, target: float, mode: str = "max") -> float:
+    """When the mean first reaches ``target``: at or above it (``max``), at or below (``min``)."""
+    hit = np.nonzero(curve["mean"] >= target if mode == "max" else curve["mean"] <= target)[0]
     return float(curve["time"][hit[0]]) if len(hit) else math.inf
 
 
@@ -52,26 +54,41 @@ def run_end(curves: list[dict]) -> float:
     return max((float(c["time"][-1]) for c in curves if len(c["time"])), default=1.0)
 
 
-def time_axis_end(curves: list[dict], targets: list[float]) -> float:
-    """Where the slowest arm's mean reaches the highest target, plus 10%; the longest run where none does."""
+def time_axis_end(curves: list[dict], targets: list[float], mode: str = "max") -> float:
+    """Where the slowest arm's mean reaches the hardest target (the highest; for ``min``, the lowest), plus
+    10%; the longest run where none does."""
     if targets:
-        reached = [t for t in (reach_time(c, max(targets)) for c in curves) if math.isfinite(t)]
+        hardest = max(targets) if mode == "max" else min(targets)
+        reached = [t for t in (reach_time(c, hardest, mode) for c in curves) if math.isfinite(t)]
         if reached:
             return min(max(reached) * MARGIN, run_end(curves)) if max(reached) > 0 else run_end(curves)
     return run_end(curves)
 
 
-def zoom_range(curves: list[dict], targets: list[float], end: float) -> tuple[float, float] | None:
-    """The accuracy range of the zoomed panel: from a little below the lowest target to a little above the
-    highest target or band within the time axis; None when no arm's mean reaches the lowest target by ``end``
-    or the range would not be a close-up (below 50%)."""
-    if not targets or not any(reach_time(c, min(targets)) <= end for c in curves):
+def zoom_range(curves: list[dict], targets: list[float], end: float, metric=None) -> tuple[float, float] | None:
+    """The range of the zoomed panel: from a little short of the easiest target to a little past the hardest
+    target or band within the time axis; None when no arm's mean reaches the easiest target by ``end``, or
+    the range would not be a close-up. Accuracy (the default metric): from below the lowest target, up to
+    1 at most, and only above 50%; another metric: within the range its curves span, and at most half of it."""
+    from seafl_dist.report.metric import Metric
+    metric = metric or Metric()
+    up = metric.mode == "max"
+    easiest = min(targets) if targets and up else max(targets) if targets else None
+    if easiest is None or not any(reach_time(c, easiest, metric.mode) <= end for c in curves):
         return None
     span = max(targets) - min(targets)
-    lo = min(targets) - max(0.05, 0.5 * span)
-    shown = [float(np.nanmax(c["max"][c["time"] <= end])) for c in curves if np.any(c["time"] <= end)]
-    hi = min(1.0, max(max(targets), *shown) + max(0.01, 0.2 * span))
-    return (lo, hi) if lo >= 0.5 else None
+    within = [c for c in curves if np.any(c["time"] <= end)]
+    top = max(float(np.nanmax(c["max"][c["time"] <= end])) for c in within)
+    bottom = min(float(np.nanmin(c["min"][c["time"] <= end])) for c in within)
+    if metric.is_accuracy:
+        lo = min(targets) - max(0.05, 0.5 * span)
+        hi = min(1.0, max(max(targets), top) + max(0.01, 0.2 * span))
+        return (lo, hi) if lo >= 0.5 else None
+    full = max(top, max(targets)) - min(bottom, min(targets))
+    pad, edge = max(0.05 * full, 0.5 * span), max(0.01 * full, 0.2 * span)
+    lo, hi = ((easiest - pad, max(max(targets), top) + edge) if up else
+              (min(min(targets), bottom) - edge, easiest + pad))
+    return (lo, hi) if 0 < hi - lo <= 0.5 * full else None
 
 
 def same(a: dict, b: dict) -> bool:

@@ -10,6 +10,10 @@ L₀ the loss of the version-0 evaluation. A run has diverged at the first evalu
   this evaluation and the :data:`SUSTAINED` − 1 after it (or until the run's end, if that comes
   first); the run diverged at the first of them.
 
+A module evaluated by its own ``test_step`` with another ``run.target_metric`` has no chance level:
+its run diverges where that metric is non-finite, or, for a metric to minimise (``run.target_mode:
+min``), above :data:`LOSS_FACTOR` times its version-0 value.
+
 The accuracy rule waits because asynchronous runs dip and recover: the README's FedBuff example
 (quickstart, seed 1) fell from 0.847 to 0.111 at version 8 and was back at 0.864 by version 10; the
 loss rule does not wait (a loss ten times the untrained model's is no dip). The constants were
@@ -52,6 +56,8 @@ class Divergence:
     diverged, once that is known; ``pending`` the first evaluation of a collapse not yet sustained."""
 
     chance: float | None  # c; None (no class labels): the accuracy rule is off
+    metric: str = "accuracy"  # run.target_metric: another one (a module's own test_step) has rules of its own
+    mode: str = "max"
     first_loss: float | None = None
     best: float | None = None
     at: dict | None = None
@@ -59,12 +65,15 @@ class Divergence:
 
     def observe(self, row: dict) -> str | None:
         """Why the run diverged, at the evaluation where that becomes known; None at every other one."""
-        acc, loss = row.get("accuracy"), row.get("loss")
+        acc, loss, what = row.get("accuracy"), row.get("loss"), "loss"
+        if self.metric not in ("accuracy", "loss"):  # a module's own metric: no chance level to fall back to
+            value, acc, what = row.get(self.metric), None, self.metric
+            loss = value if self.mode == "min" or (value is not None and not _finite(value)) else None
         if self.first_loss is None and row.get("version") == 0:
             self.first_loss = loss
         why = None
         if self.at is None:
-            why = self._blown_up(loss)
+            why = self._blown_up(loss, what)
             if why is not None:  # during a collapse, the run diverged where the collapse began
                 self.at = {k: self.pending[k] for k in ("version", "time")} if self.pending else _point(row)
                 self.pending = None
@@ -80,11 +89,11 @@ class Divergence:
             return None
         return self._confirm()
 
-    def _blown_up(self, loss) -> str | None:
+    def _blown_up(self, loss, what: str = "loss") -> str | None:
         if loss is not None and not _finite(loss):
-            return f"the loss is {loss}"
+            return f"the {what} is {loss}"
         if _finite(loss) and _finite(self.first_loss) and self.first_loss > 0 and loss > LOSS_FACTOR * self.first_loss:
-            return f"the loss {loss:.4g} > {LOSS_FACTOR:g} × the version-0 loss {self.first_loss:.4g}"
+            return f"the {what} {loss:.4g} > {LOSS_FACTOR:g} × the version-0 {what} {self.first_loss:.4g}"
         return None
 
     def _collapse(self, row: dict, acc) -> str | None:

@@ -32,6 +32,7 @@ from matplotlib.ticker import MaxNLocator
 from seafl_dist.report.curves import (DIVERGED, draw_curves, joint_label, mark_divergence, mean_curve, run_end,
                                       same_curves, time_axis_end, zoom_range)
 from seafl_dist.report.labels import figure_title, reader_labels, styles
+from seafl_dist.report.metric import Metric
 
 FONTS = {"font.size": 11, "axes.titlesize": 11, "axes.labelsize": 11, "legend.fontsize": 9.5, "legend.title_fontsize": 9.5,
          "xtick.labelsize": 10, "ytick.labelsize": 10, "pdf.fonttype": 42, "svg.fonttype": "none"}
@@ -113,7 +114,7 @@ def legend_columns(labels: list[str]) -> int:
     return 3 if longest <= 14 else 2 if longest <= 26 else 1
 
 
-def label_targets(fig: Figure, axes: list, targets: list[float]) -> None:
+def label_targets(fig: Figure, axes: list, targets: list[float], metric: Metric = Metric()) -> None:
     """Dashed target lines on every panel, labelled at each panel's right edge and pushed apart until no two
     labels of a panel overlap."""
     texts = {}
@@ -121,7 +122,7 @@ def label_targets(fig: Figure, axes: list, targets: list[float]) -> None:
         for t in sorted(targets):
             ax.axhline(t, ls="--", lw=0.8, color="0.45", zorder=1)
         lo, hi = ax.get_ylim()
-        texts[ax] = [(t, ax.annotate(f"{t:.0%}", xy=(1.0, t), xycoords=("axes fraction", "data"), xytext=(3, 0),
+        texts[ax] = [(t, ax.annotate(f"{t:.0%}" if metric.is_accuracy else f"{t:g}", xy=(1.0, t), xycoords=("axes fraction", "data"), xytext=(3, 0),
                                      textcoords="offset points", va="center", fontsize=9.5, color="0.3"))
                      for t in sorted(targets) if lo <= t <= hi]
     if not any(texts.values()):
@@ -141,15 +142,17 @@ def label_targets(fig: Figure, axes: list, targets: list[float]) -> None:
 
 
 def plot_accuracy_vs_time(groups, targets, path: str | Path, *, until: float | None = None, log_x: bool = False,
-                          seed_curves: bool = False, title: str | None = None, zoom: bool = True) -> Figure:
-    """Mean accuracy over seeds against virtual time, one curve and band per grid point (see module doc).
-    The panel runs to the end of the longest run (or ``until``). With ``zoom`` (the default) and an arm that
-    reaches the targets, a second panel beside it shows the same curves close up around the targets."""
+                          seed_curves: bool = False, title: str | None = None, zoom: bool = True,
+                          metric: Metric = Metric()) -> Figure:
+    """The mean of the target metric (test accuracy by default) over seeds against virtual time, one curve and
+    band per grid point (see module doc). The panel runs to the end of the longest run (or ``until``). With
+    ``zoom`` (the default) and an arm that reaches the targets, a second panel beside it shows the same curves
+    close up around the targets."""
     labels, looks = arms(groups)
-    curves = [mean_curve(g.runs) for g in groups]
-    near = until if until is not None else time_axis_end(curves, targets)  # the close-up's range
+    curves = [mean_curve(g.runs, metric.name) for g in groups]
+    near = until if until is not None else time_axis_end(curves, targets, metric.mode)  # the close-up's range
     full = until if until is not None else run_end(curves)  # every run's end shows
-    close_up = zoom_range(curves, targets, near) if zoom else None
+    close_up = zoom_range(curves, targets, near, metric) if zoom else None
     drawn = same_curves(curves)  # arms whose means coincide are drawn once, their legend entry naming all
     shown = {i: joint_label(labels, i, hidden, wrap) for i, hidden in drawn.items()}
     rows = [{"label": label, "point": g.label, "seeds": len(g.runs), "time": float(t), "mean": float(m),
@@ -164,22 +167,24 @@ def plot_accuracy_vs_time(groups, targets, path: str | Path, *, until: float | N
                     else [fig.subplots()])
         first = min((float(t) for c in curves for t in c["time"] if t > 0), default=1.0)  # log-x starts here
         diverged = False
-        for ax, ylim, end in zip(axes, [(0.0, 1.0), close_up], [full, near]):
+        for ax, ylim, end in zip(axes, [(0.0, 1.0) if metric.is_accuracy else None, close_up], [full, near]):
             draw_curves(ax, groups, shown, looks, curves, end, seed_curves, drawn)
             diverged = mark_divergence(ax, groups, curves, drawn) or diverged
             ax.set_xlabel("virtual time (s)" + (", log scale" if log_x else ""))
-            ax.set_ylim(*ylim)
+            if ylim is not None:  # another metric: the range its curves span
+                ax.set_ylim(*ylim)
             if log_x:
                 ax.set_xscale("log")
                 ax.set_xlim(first, max(end, first * 10))
             else:
                 ax.set_xlim(0, max(end, 1e-9))
             ax.grid(alpha=0.3)
-        axes[0].set_ylabel("test accuracy")
+        axes[0].set_ylabel(metric.label if metric.is_accuracy else f"{metric.label} ({metric.direction})")
         heading = title if title is not None else title_of(groups, 100 if close_up else 60)  # over both panels
         if close_up:
             fig.suptitle(heading)
-            axes[1].set_title(f"close-up: accuracy from {close_up[0]:.0%}", fontsize=10)
+            axes[1].set_title(f"close-up: accuracy from {close_up[0]:.0%}" if metric.is_accuracy else
+                              f"close-up: {metric.name} {close_up[0]:.3g} to {close_up[1]:.3g}", fontsize=10)
         else:
             axes[0].set_title(heading)
         if groups:  # under the axes, where no curve can hide beneath it
@@ -189,7 +194,7 @@ def plot_accuracy_vs_time(groups, targets, path: str | Path, *, until: float | N
                 names.append("where a run diverged")
             fig.legend(handles, names, title=seeds_caption(groups), frameon=False,
                        loc="outside lower center", ncol=min(ncol, len(names)))
-        label_targets(fig, axes, targets)
+        label_targets(fig, axes, targets, metric)
     save(fig, Path(path), rows)
     return fig
 
@@ -207,7 +212,8 @@ def never_axis(ax, finite: list[float], *, axis: str = "x") -> float:
     return never
 
 
-def plot_time_to_target(groups, targets, path: str | Path, *, title: str | None = None) -> Figure:
+def plot_time_to_target(groups, targets, path: str | Path, *, title: str | None = None,
+                        metric: Metric = Metric()) -> Figure:
     """Per target a panel; per arm a row with each seed's time as a dot and the mean as a bar; "never" at the end."""
     labels, looks = arms(groups)
     rows = []
@@ -229,7 +235,7 @@ def plot_time_to_target(groups, targets, path: str | Path, *, title: str | None 
                            marker=look["marker"] if hit else "X")
                 rows += [{"label": label, "point": g.label, "target": target, "seed": r.seed, "time": t,
                           "mean_of_reached": mean, "reached": len(hit), "seeds": len(ts)} for r, t in zip(g.runs, ts)]
-            ax.set_title(f"to {target:.0%}")
+            ax.set_title(f"to {metric.target_text(target)}")
             ax.set_xlabel("virtual time (s)")
             ax.grid(axis="x", alpha=0.3)
         axes[0].set_yticks(range(len(groups)), [wrap(x) for x in labels])

@@ -191,9 +191,12 @@ def read_metrics(path: str | Path) -> list[dict]:
     return out
 
 
-def time_to_target(rows: list[dict], target: float) -> float:
-    """First virtual time at which accuracy >= target (SPEC "Metrics"); inf if never."""
+def time_to_target(rows: list[dict], target: float, metric=None) -> float:
+    """First virtual time at which the metric reaches ``target`` (SPEC "Metrics": accuracy >= target by
+    default; ``metric`` a :class:`~seafl_dist.report.metric.Metric`, ``min``: at or below); inf if never."""
+    from seafl_dist.report.metric import Metric
+    metric = metric or Metric()
     for r in rows:
-        if r["accuracy"] is not None and r["accuracy"] >= target:
+        if metric.reached(r.get(metric.name), target):
             return float(r["time"])
     return math.inf

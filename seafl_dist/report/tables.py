@@ -21,7 +21,9 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from seafl_dist.report.metric import Metric
 from seafl_dist.report.sinks import read_config, read_metrics, read_summary, time_to_target
+from seafl_dist.settings import ConfigError
 
 IGNORED = ("name", "run.seed", "run.targets", "logging.", "runtime.")
 ALWAYS = ("algorithm.name", "algorithm.buffer_size", "algorithm.staleness_limit")
@@ -60,8 +62,13 @@ class RunResult:
     def status(self) -> str:
         return self.summary.get("status", "unknown")
 
+    @property
+    def metric(self) -> Metric:
+        """What the run's targets follow (run.target_metric, run.target_mode; config.yaml omits the defaults)."""
+        return Metric(self.config.get("run.target_metric", "accuracy"), self.config.get("run.target_mode", "max"))
+
     def ttt(self, target: float) -> float:
-        return time_to_target(self.rows, target)
+        return time_to_target(self.rows, target, self.metric)
 
     @property
     def diverged_at(self) -> dict | None:
@@ -72,9 +79,11 @@ class RunResult:
         rows, s = self.rows, self.summary
         upd = sum(r["updates"] or 0 for r in rows)
         stale = sum((r["mean_staleness"] or 0) * (r["updates"] or 0) for r in rows) / upd if upd else 0.0
+        m = self.metric
+        best = m.best(r.get(m.name) for r in rows)
         return {
-            "best_accuracy": max((r["accuracy"] for r in rows), default=math.nan),
-            "final_accuracy": rows[-1]["accuracy"] if rows else math.nan,
+            f"best_{m.name}": math.nan if best is None else best,
+            f"final_{m.name}": rows[-1].get(m.name, math.nan) if rows else math.nan,
             "aggregations": s.get("aggregations", rows[-1]["version"] if rows else 0),
             "virtual_time": rows[-1]["time"] if rows else 0.0,
             "mean_staleness": s.get("mean_staleness", stale),
@@ -82,6 +91,19 @@ class RunResult:
             "drops": (s.get("drops") or {}).get("total", 0),  # jobs lost to churn (docs/devices.md)
             "wall_time_s": s.get("wall_time_s", math.nan),
         }
+
+
+def common_metric(runs: list[RunResult]) -> Metric:
+    """The one target metric of ``runs``; runs that follow different ones are refused in one line (their
+    times to target and their curves would not be of one thing)."""
+    found = {r.metric for r in runs}
+    if len(found) > 1:
+        seen = {}
+        for r in runs:
+            seen.setdefault(r.metric, r.name)
+        raise ConfigError("these runs follow different target metrics: " + "; ".join(
+            f"{m.name} ({m.mode}) in {name}" for m, name in seen.items()) + "; report each metric's runs apart")
+    return found.pop() if found else Metric()
 
 
 def load_run(run_dir: Path, sweep: str = "", label: str | None = None, point: tuple = ()) -> RunResult:

@@ -39,7 +39,9 @@ from seafl_dist.runtime.executor import JobSpec
 from seafl_dist.runtime.faults import NO_FAULT
 from seafl_dist.runtime.summary import build_summary, format_summary  # noqa: F401  (format_summary re-exported)
 from seafl_dist.runtime.watch import Watch
+from seafl_dist.report.metric import Metric
 from seafl_dist.train import evaluate, load_flat
+from seafl_dist.train.evaluation import evaluate_by_step
 
 
 def _is_start(ev: dict) -> bool:
@@ -62,7 +64,9 @@ class Server(Snapshots):
         self._t0, self.wall_before = time.monotonic(), 0.0
         self.callbacks = list(callbacks)
         lc = self.cfg.logging
-        self.progress = progress or Progress(lc.progress, total=self.cfg.run.max_aggregations, every_s=lc.progress_every_s)
+        self.metric = Metric.of(self.cfg.run)  # what targets, stopping, best and final follow
+        self.progress = progress or Progress(lc.progress, total=self.cfg.run.max_aggregations,
+                                             every_s=lc.progress_every_s, metric=self.metric)
         self.eval_model = exp.new_model()
         self.parts = exp.flat_parts()  # params / float stats / integer counters of the flat vector
         self.rows: list[dict] = []
@@ -70,7 +74,10 @@ class Server(Snapshots):
         self.staleness: list[int] = []
         # device churn (docs/devices.md): drop counts in metrics.csv and summary.json only when it is on
         self.churn = self.cfg.devices.profile is not None or self.cfg.devices.dropout is not None
-        self.columns = METRIC_COLUMNS + (["drops"] if self.churn else [])
+        # a module evaluated by its own test_step: what it logs there, in columns after today's (the names
+        # its probe evaluation logged at start-up, runtime/setup.py); None: the built-in evaluation
+        self.eval_names = exp.eval_names
+        self.columns = METRIC_COLUMNS + (["drops"] if self.churn else []) + list(self.eval_names or [])
         self.profile_sha256 = exp.profile.sha256 if exp.profile is not None else None
         self.stalled: str | None = None  # why the run could make no more progress
         self.diverged_stop = False  # the run diverged and run.stop_on_divergence ends it here
@@ -78,9 +85,15 @@ class Server(Snapshots):
 
     # ---- evaluation and metrics ---------------------------------------------------------
     def _evaluate(self, version: int, now: float, flat: torch.Tensor, agg: dict | None) -> dict:
-        acc, loss = evaluate(self.eval_model, flat, self.exp.test.to(self.exp.device), device=self.exp.device,
-                             precision=self.cfg.runtime.precision)
-        self.writer.event({"event": "eval", "time": now, "version": version, "accuracy": acc, "loss": loss})
+        test, device, precision = self.exp.test.to(self.exp.device), self.exp.device, self.cfg.runtime.precision
+        if self.eval_names is None:
+            (acc, loss), metrics = evaluate(self.eval_model, flat, test, device=device, precision=precision), {}
+            self.writer.event({"event": "eval", "time": now, "version": version, "accuracy": acc, "loss": loss})
+        else:  # the module's own test_step (train/evaluation.py): its logged values, beside null accuracy and loss
+            acc = loss = None
+            metrics = evaluate_by_step(self.eval_model, flat, test, device=device, precision=precision)
+            self.writer.event({"event": "eval", "time": now, "version": version, "accuracy": acc, "loss": loss,
+                               "metrics": metrics})
         self.counts["eval"] += 1
         st = [u["staleness"] for u in agg["updates"]] if agg else []
         row = {"version": version, "time": now, "accuracy": acc, "loss": loss, "updates": len(st),
@@ -88,9 +101,10 @@ class Server(Snapshots):
                "notifications": self.counts["notify"], "rejected": self.counts["rejected"]}
         if self.churn:
             row["drops"] = self.counts["drop"]
+        row.update((name, metrics.get(name)) for name in self.eval_names or ())
         self.writer.metrics(row)
         self.rows.append(row)
-        self.progress.update(version, now, acc)
+        self.progress.update(version, now, row.get(self.metric.name))
         for cb in self.callbacks:
             cb.on_eval(row)
         self.diverged_stop = self.watch.evaluated(row)
@@ -257,7 +271,7 @@ class Server(Snapshots):
             self.hook.at("during_aggregate", version, self.writer.flush)
             if version % cfg.run.eval_every == 0:
                 row = self._evaluate(version, now, new, ev)
-                if (target is not None and row["accuracy"] >= target) or self.diverged_stop:
+                if (target is not None and self.metric.reached(row[self.metric.name], target)) or self.diverged_stop:
                     return new
             for st in starts:
                 self._record(st)

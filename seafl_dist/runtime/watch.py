@@ -19,7 +19,9 @@ from seafl_dist.report.divergence import Divergence, majority_share
 class Watch:
     def __init__(self, exp):
         self.history = NormHistory()
-        self.divergence = Divergence(majority_share(getattr(exp.test, "labels", None)))
+        run = exp.cfg.run
+        self.divergence = Divergence(majority_share(getattr(exp.test, "labels", None)), run.target_metric,
+                                     run.target_mode)
         self.stop = exp.cfg.run.stop_on_divergence
         self.recent: list[dict] = []  # the aggregations since the last evaluation, with their updates' norms
         self.lead_in: list[dict] | None = None  # those into the first evaluation of an open collapse

@@ -241,15 +241,16 @@ def load_config(path: str | Path, overrides: list[str] | tuple = ()) -> Config:
     return config_from_dict(load_run_yaml(path), overrides)
 
 
-# Keys of device populations (docs/devices.md), GPU switches, the Lightning loop's keys, the update guard and the
-# divergence stop left out of config.yaml at their defaults, so the file of a run
+# Keys of device populations (docs/devices.md), GPU switches, the Lightning loop's keys, the update guard, the
+# divergence stop and the target metric left out of config.yaml at their defaults, so the file of a run
 # without them is byte for byte what it was before they existed (and older run dirs still compare equal).
 OMITTED_AT_DEFAULT = {("devices", "profile"): None, ("devices", "dropout"): None,
                       ("devices", "availability_scale"): 1.0, ("clock", "compute_scale"): 1.0,
                       ("runtime", "deterministic"): False, ("runtime", "cuda_graphs"): True,
                       ("train", "loop"): "plain", ("train", "grad_clip_val"): None,
                       ("train", "grad_clip_algorithm"): None,
-                      ("algorithm", "update_norm_factor"): None, ("run", "stop_on_divergence"): False}
+                      ("algorithm", "update_norm_factor"): None, ("run", "stop_on_divergence"): False,
+                      ("run", "target_metric"): "accuracy", ("run", "target_mode"): "max"}
 
 
 def dump_config(cfg: Config) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from seafl_dist.settings.domains import check_fields, list_of, plugin_or
+from seafl_dist.settings.domains import Text, check_fields, list_of, plugin_or
 from seafl_dist.settings.errors import ConfigError, _fail  # noqa: F401  (ConfigError re-exported)
 from seafl_dist.settings.keys import key, section
 
@@ -19,6 +19,7 @@ ALGORITHMS = ("seafl", "seafl2", "fedbuff", "fedasync", "fedavg")
 SIMILARITY_MODES = ("delta_vs_global", "model_vs_global", "delta_vs_movement")
 SIMILARITY_OVER = ("parameters", "parameters_and_stats")
 TRAIN_LOOPS = ("plain", "lightning")
+METRIC_BOUNDS = {"accuracy": (0.0, 1.0), "loss": (0.0, float("inf"))}  # (low, high]: targets must lie inside
 WITHOUT_WRITERS = ("digits", "mnist", "emnist", "cifar10", "cinic10")  # built-in datasets natural cannot split
 EMNIST_SPLITS = ("byclass", "bymerge", "balanced", "letters", "digits", "mnist")  # torchvision's EMNIST.splits
 SEEDS = "[0, 4294967295]"  # numpy's legacy seeding and scikit-learn's random_state take seeds below 2**32
@@ -233,10 +234,21 @@ class RunConfig:
     max_aggregations: Optional[int] = key(200, "stop after this many aggregations; `null`: no limit (then "
                                           "`run.max_time` or `run.target_accuracy` must be set)", "[1, inf]")
     max_time: Optional[float] = key(None, "stop at this virtual time, seconds; `null`: no limit", "(0, inf]")
-    target_accuracy: Optional[float] = key(None, "stop once test accuracy reaches this; `null`: never", "(0, 1]")
+    target_accuracy: Optional[float] = key(None, "stop once `run.target_metric` reaches this (test accuracy by "
+                                           "default; in (0, 1] for accuracy); `null`: never", "(-inf, inf)")
     eval_every: int = key(1, "evaluate after every n-th aggregation (and after the last)", "[1, inf)")
-    targets: list = key([0.5, 0.7, 0.9], "accuracies whose time-to-accuracy the summary and reports give",
-                        list_of("(0, 1]"))
+    targets: list = key([0.5, 0.7, 0.9], "values of `run.target_metric` whose time to target the summary and reports "
+                        "give (accuracies in (0, 1] by default)", list_of("(-inf, inf)"))
+    target_metric: str = key("accuracy", "the evaluation's metric that targets, stopping, best and final follow: "
+                             "`accuracy` or `loss` (the built-in evaluation), or a name a module's own "
+                             "`test_step` logs", Text(),
+                             note="A module with a `test_step` (or else a `validation_step`) is evaluated by it, and "
+                                  "what it logs there becomes the evaluation's metrics (docs/extending.md, "
+                                  "\"Evaluation by the module's own step\"). `run.target_accuracy` and `run.targets` "
+                                  "are values of this metric; `run.target_mode` says whether it should rise or fall. "
+                                  "Left out of config.yaml at its default.")
+    target_mode: str = key("max", "`max` (a target is reached at or above it) or `min` (at or below: a loss)",
+                           ("max", "min"))
     checkpoint_every: Optional[int] = key(
         100, "rank 0 checkpoints after every n-th aggregation; `null`: off", "[1, inf)",
         note="Either of `run.checkpoint_every` and `run.checkpoint_every_s` triggers a checkpoint, and a "
@@ -256,5 +268,11 @@ class RunConfig:
 
     def __post_init__(self) -> None:
         check_fields(self, "run")
+        bounds = METRIC_BOUNDS.get(self.target_metric)
+        if bounds is not None:  # a metric with a known range: a target outside it is never reached
+            for name, values in (("run.target_accuracy", [self.target_accuracy]), ("run.targets", self.targets)):
+                if any(v is not None and not bounds[0] < v <= bounds[1] for v in values):
+                    _fail(name, values[0] if name == "run.target_accuracy" else values,
+                          f"values of run.target_metric={self.target_metric} in ({bounds[0]:g}, {bounds[1]:g}]")
         if self.max_aggregations is None and self.max_time is None and self.target_accuracy is None:
             _fail("run.max_aggregations", None, "a number, unless run.max_time or run.target_accuracy is set")

@@ -33,7 +33,8 @@ REFUSED = {f"{section}.{key}" for section, keys in {
     "data": ["name", "root", "download", "partition", "shards_overlap", "concentration", "samples_per_device",
              "test_fraction", "emnist_split", "augment", "seed"],
     "model": ["name", "width"],
-    "run": ["seed", "max_aggregations", "max_time", "target_accuracy", "eval_every", "targets", "stop_on_divergence"],
+    "run": ["seed", "max_aggregations", "max_time", "target_accuracy", "eval_every", "targets", "stop_on_divergence",
+            "target_metric", "target_mode"],
     "runtime": ["precision", "batch_jobs", "deterministic"]}.items() for key in keys}
 
 
