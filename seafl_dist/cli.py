@@ -115,7 +115,8 @@ def add_report_parser(sub) -> None:
     p = sub.add_parser("report", help="tables and plots of run or sweep dirs",
                        description="Time-to-accuracy tables (per run and per grid point) and plots.")
     p.add_argument("dirs", nargs="+", metavar="RUN_OR_SWEEP_DIR")
-    p.add_argument("--target", metavar="0.5,0.7", help="target accuracies (default: the sweep's or the runs' targets)")
+    p.add_argument("--target", metavar="0.5,0.7", help="targets, values of the runs' target metric (test accuracy by "
+                   "default; default: the sweep's or the runs' targets)")
     p.add_argument("--baseline", help="grid point label or algorithm to take time ratios against (e.g. fedbuff)")
     p.add_argument("--out", metavar="DIR", help="output dir (default: the one dir given, else runs/report-<timestamp>)")
     p.add_argument("--until", type=float, metavar="SECONDS",
@@ -191,7 +192,7 @@ def cmd_report(args) -> int:
     try:
         targets = [float(t) for t in split_top_level(args.target)] if args.target else None
     except ValueError:
-        raise ConfigError(f"--target {args.target!r} is not a comma-separated list of accuracies (e.g. 0.5,0.7)")
+        raise ConfigError(f"--target {args.target!r} is not a comma-separated list of numbers (targets of the target metric, e.g. 0.5,0.7)")
     from seafl_dist.runtime.launch import default_out_dir
     out = Path(args.out) if args.out else Path(args.dirs[0]) if len(args.dirs) == 1 else default_out_dir("report")
     result = write_report(args.dirs, out, targets=targets, baseline=args.baseline, until=args.until,
