@@ -14,13 +14,13 @@ name. Out of GPU memory, the batches halve (one line says so), as for the built-
 """
 from __future__ import annotations
 
-import sys
 from contextlib import nullcontext
 
 import torch
 
 from seafl_dist.models.contract import overridden
 from seafl_dist.train.flat import load_flat
+from seafl_dist.train.local import halving
 from seafl_dist.train.loop import takes_batch_idx
 from seafl_dist.train.standin import Recorder, StandInTrainer
 
@@ -37,18 +37,7 @@ def evaluate_by_step(module, flat: torch.Tensor, data, *, batch_size: int = 1024
     device = torch.device(device)
     load_flat(module, flat)
     module.to(device)
-    batch_size = min(batch_size, getattr(module, "_seafl_eval_batch", batch_size))
-    while True:
-        try:
-            return _evaluate(module, data, batch_size, device, precision, autocast)
-        except torch.cuda.OutOfMemoryError:
-            if batch_size == 1:
-                raise
-        torch.cuda.empty_cache()  # outside the except: its traceback no longer holds the batch
-        batch_size //= 2
-        module._seafl_eval_batch = batch_size
-        print(f"seafl: out of GPU memory evaluating; evaluating in batches of {batch_size} from now on",
-              file=sys.stderr)
+    return halving(module, batch_size, lambda size: _evaluate(module, data, size, device, precision, autocast))
 
 
 def _evaluate(module, data, batch_size: int, device: torch.device, precision: str, autocast) -> dict[str, float]:

@@ -210,7 +210,8 @@ def test_where_a_run_diverged_is_in_the_w_and_b_summary(tmp_path):
 
 def test_a_modules_own_metrics_reach_w_and_b(tmp_path):
     """A module evaluated by its own test_step (docs/extending.md's autoencoder): each evaluation's logged
-    values as eval/<name>, the best of run.target_metric so far as eval/best_<name> (min: a loss)."""
+    values as eval/<name>, the best of run.target_metric so far as eval/best_<name> (min: a loss); what it
+    logs while training as train/<name>, per aggregation."""
     from docs_checks import page_modules
     from docs_pages import ROOT, read_page
     (tmp_path / "page").mkdir()
@@ -234,3 +235,8 @@ def test_a_modules_own_metrics_reach_w_and_b(tmp_path):
     assert [h["eval/best_test_loss"] for h in evals] == pytest.approx([min(losses[:i + 1]) for i in range(len(losses))])
     assert not any("eval/accuracy" in h for h in wb["history"])
     assert wb["summary"]["best"] == pytest.approx(min(losses)) and wb["summary"]["target_metric"] == "test_loss"
+    # what its training_step logs (train_loss), per aggregation as train_log.csv has it: train/train_loss
+    with open(out / "train_log.csv") as f:
+        logged = {int(r["version"]): float(r["value"]) for r in csv.DictReader(f) if r["name"] == "train_loss"}
+    seen = {h["version"]: h["train/train_loss"] for h in wb["history"] if "train/train_loss" in h}
+    assert seen == pytest.approx(logged) and len(logged) == 5

@@ -49,3 +49,26 @@ def test_which_step_evaluates():
     assert evaluation_step(lm.build("evaluates_itself")) == "test_step"
     assert evaluation_step(lm.build("validates_itself")) == "validation_step"
     assert evaluation_step(lm.build("form_optimizer")) is None
+
+
+def test_out_of_gpu_memory_the_batches_halve_once_and_say_so(test_set, capsys):
+    """A test_step that runs out of GPU memory above 90 images a batch (the module raises what CUDA raises):
+    the batches halve until they fit, one line each time, and stay so; the figures are those of batches of
+    90 from the start."""
+    import lightning_modules as lm
+
+    class SmallGPU(lm.MODULES["evaluates_itself"]):
+        def test_step(self, batch, batch_idx):
+            if len(batch[1]) > 90:
+                raise torch.cuda.OutOfMemoryError("CUDA out of memory (simulated)")
+            return super().test_step(batch, batch_idx)
+
+    torch.manual_seed(0)
+    module = SmallGPU()
+    flat = flatten(module)
+    got = evaluate_by_step(module, flat, test_set, batch_size=360)
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "seafl: out of GPU memory evaluating; evaluating in batches of 180 from now on",
+        "seafl: out of GPU memory evaluating; evaluating in batches of 90 from now on"]
+    assert got == evaluate_by_step(SmallGPU(), flat, test_set, batch_size=90)
+    assert evaluate_by_step(module, flat, test_set, batch_size=360) == got and capsys.readouterr().err == ""
