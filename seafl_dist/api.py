@@ -24,7 +24,7 @@ from typing import Any
 from seafl_dist.report.sinks import read_config, read_summary
 from seafl_dist.runtime.launch import RunFailed  # noqa: F401 (re-exported by seafl_dist; imports no torch)
 from seafl_dist.runtime.signals import RunInterrupted, SweepSignal  # noqa: F401
-from seafl_dist.settings import Config, ConfigError, set_dotted, config_from_dict, find_config, load_yaml
+from seafl_dist.settings import Config, ConfigError, set_dotted, config_from_dict, load_run_yaml
 
 SECTIONS = tuple(Config.__dataclass_fields__)
 
@@ -47,9 +47,7 @@ def _tree(config) -> dict:
     if isinstance(config, dict):
         return copy.deepcopy(config)
     if isinstance(config, (str, Path)):
-        tree = load_yaml(config)
-        tree.setdefault("name", find_config(config).stem)
-        return tree
+        return load_run_yaml(config)  # a sweep file is refused, naming seafl_dist.sweep's command
     raise ConfigError(f"config {config!r} is not a path, a packaged config's name, a dict or a Config")
 
 

@@ -43,12 +43,13 @@ import traceback
 from pathlib import Path
 
 from seafl_dist.report.sinks import RunFileError
-from seafl_dist.settings import ConfigError, load_config
+from seafl_dist.runtime.target import run_target
+from seafl_dist.settings import ConfigError
 from seafl_dist.settings.errors import ModuleContractError
 
 EPILOG = """examples:
   seafl run configs/quickstart.yaml
-  seafl run configs/quickstart.yaml algorithm.name=fedbuff run.seed=1 --out runs/fb
+  seafl run configs/quickstart.yaml algorithm.name=fedbuff algorithm.update_norm_factor=10 run.seed=1 --out runs/fb
   torchrun --nproc_per_node=3 -m seafl_dist run configs/quickstart.yaml
   seafl run --resume runs/fb                 # continue an interrupted run from its checkpoint
   seafl run configs/quickstart.yaml --out runs/q --dry-run   # check everything, train and write nothing
@@ -114,12 +115,13 @@ def add_report_parser(sub) -> None:
     p = sub.add_parser("report", help="tables and plots of run or sweep dirs",
                        description="Time-to-accuracy tables (per run and per grid point) and plots.")
     p.add_argument("dirs", nargs="+", metavar="RUN_OR_SWEEP_DIR")
-    p.add_argument("--target", metavar="0.5,0.7", help="target accuracies (default: the sweep's or the runs' targets)")
+    p.add_argument("--target", metavar="0.5,0.7", help="targets, values of the runs' target metric (test accuracy by "
+                   "default; default: the sweep's or the runs' targets)")
     p.add_argument("--baseline", help="grid point label or algorithm to take time ratios against (e.g. fedbuff)")
     p.add_argument("--out", metavar="DIR", help="output dir (default: the one dir given, else runs/report-<timestamp>)")
     p.add_argument("--until", type=float, metavar="SECONDS",
-                   help="end every time axis here (default: accuracy_vs_time.png ends 10%% past the slowest "
-                        "grid point's mean reaching the highest target; timeline.png at the run's end)")
+                   help="end every time axis here (default: at the longest run's end; accuracy_vs_time.png's "
+                        "close-up 10%% past the slowest grid point's mean reaching the highest target)")
     p.add_argument("--log-x", action="store_true", help="accuracy_vs_time.png: virtual time on a log scale")
     p.add_argument("--seed-curves", action="store_true",
                    help="accuracy_vs_time.png: draw each seed's curve faint under its grid point's mean")
@@ -141,28 +143,10 @@ def add_devices_parser(sub) -> None:
     fs.add_argument("--rows", type=int, metavar="N", help="rows to write (default: the larger file's clients)")
 
 
-def _run_target(args):
-    """(config, run dir) of ``seafl run``, from CONFIG/--out or from --resume RUN_DIR; the run dir
-    is None when neither names one (the launch path picks runs/<name>-<timestamp>)."""
-    if args.config and "=" in args.config and not Path(args.config).exists():  # `--resume D key=value`
-        args.overrides, args.config = [args.config, *args.overrides], None
-    if not args.resume:
-        if not args.config:
-            raise ConfigError("seafl run needs a CONFIG file (e.g. configs/quickstart.yaml) or --resume RUN_DIR")
-        return load_config(args.config, args.overrides), Path(args.out) if args.out else None
-    run_dir = Path(args.resume)
-    if args.out and Path(args.out).resolve() != run_dir.resolve():
-        raise ConfigError(f"--resume {args.resume} and --out {args.out} name different run dirs; give only "
-                          f"--resume (or rerun with the same --out, which resumes by itself)")
-    if not args.config and not (run_dir / "config.yaml").is_file():
-        raise ConfigError(f"cannot resume {run_dir}: it holds no config.yaml, so it is not a seafl run dir")
-    return load_config(args.config or run_dir / "config.yaml", args.overrides), run_dir
-
-
 def cmd_run(args) -> int:
     if args.dry_run:  # a user's plugin module, imported as the config loads, must leave no __pycache__
         sys.dont_write_bytecode = True
-    cfg, out = _run_target(args)  # before importing torch: config errors come fast
+    cfg, out = run_target(args)  # before importing torch: config errors come fast
     if args.dry_run:
         from seafl_dist.runtime.dryrun import dry_run
         from seafl_dist.runtime.launch import default_out_dir
@@ -208,7 +192,7 @@ def cmd_report(args) -> int:
     try:
         targets = [float(t) for t in split_top_level(args.target)] if args.target else None
     except ValueError:
-        raise ConfigError(f"--target {args.target!r} is not a comma-separated list of accuracies (e.g. 0.5,0.7)")
+        raise ConfigError(f"--target {args.target!r} is not a comma-separated list of numbers (targets of the target metric, e.g. 0.5,0.7)")
     from seafl_dist.runtime.launch import default_out_dir
     out = Path(args.out) if args.out else Path(args.dirs[0]) if len(args.dirs) == 1 else default_out_dir("report")
     result = write_report(args.dirs, out, targets=targets, baseline=args.baseline, until=args.until,

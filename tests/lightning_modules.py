@@ -294,3 +294,35 @@ def lenet_with_hook(num_classes, in_channels, image_size, width):
         def on_train_epoch_start(self):
             self.log("epoch", float(self.current_epoch))
     return LeNetWithHook(num_classes, in_channels, width=width, image_size=image_size)
+
+
+# ---- evaluation by the module's own step ------------------------------------------------------
+
+@_module("evaluates_itself")
+class Evaluates(Base):
+    """test_step logging a loss, an accuracy weighted by its own batch size, a max and a forked value;
+    on_test_epoch_end logs from what the batches gathered."""
+
+    def on_test_epoch_start(self):
+        self.gathered = []
+
+    def test_step(self, batch, batch_idx):
+        x, y = batch
+        logits = self(x)
+        loss = F.cross_entropy(logits, y)
+        self.log("test_loss", loss)
+        self.log("test_acc", (logits.argmax(1) == y).float().mean(), batch_size=len(y))
+        self.log("worst", loss, reduce_fx="max")
+        self.log("both", loss, on_step=True)
+        self.log("quiet", loss, logger=False)
+        self.gathered.append(len(y))
+        return loss
+
+    def on_test_epoch_end(self):
+        self.log("batches", float(len(self.gathered)))
+
+
+@_module("validates_itself")
+class Validates(Base):
+    def validation_step(self, batch):
+        self.log("val_loss", self.loss(batch))

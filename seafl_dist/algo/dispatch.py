@@ -10,9 +10,11 @@ import torch
 
 from ..settings import AlgorithmConfig
 from ..settings.plugins import is_import_path, plugin_error, resolve
+from .common import BaseModels, staleness_of
 from .fedasync import fedasync
 from .fedavg import fedavg
 from .fedbuff import fedbuff
+from .guard import NormHistory, rejections, update_norms
 from .seafl import seafl
 from .types import AggregationResult, BufferedUpdate, FlatParts
 
@@ -21,17 +23,50 @@ RULES = {"seafl": seafl, "fedbuff": fedbuff, "fedasync": fedasync, "fedavg": fed
 
 def aggregate(cfg: AlgorithmConfig, version: int, global_flat: torch.Tensor,
               updates: list[BufferedUpdate], base_model: Callable[[int], torch.Tensor],
-              parts: Optional[FlatParts] = None) -> AggregationResult:
+              parts: Optional[FlatParts] = None, history: Optional[NormHistory] = None) -> AggregationResult:
     """Aggregate a buffer into w_{t+1}.
 
     ``version`` is the current t (before the bump): S_k = t − t_k. ``base_model(v)``
-    returns the flat global model w_v; it is called only by rules that need Δ_k or
-    w_t − w_{t_k}, at most once per version. Bad updates (wrong size, non-finite) are
-    rejected with weight 0 and a reason, and the rest aggregated as if they were absent;
-    with none left, w_{t+1} = w_t (a copy). Inputs are never mutated. ``parts`` says which
+    returns the flat global model w_v, called at most once per version. Bad updates (wrong size,
+    non-finite) are rejected with weight 0 and a reason, and the rest aggregated as if they were
+    absent; with none left, w_{t+1} = w_t (a copy). Inputs are never mutated. ``parts`` says which
     entries are trainable parameters, float statistics and integer counters (from the model's
     layout); None means all are parameters.
+
+    With ``history`` (the server's :class:`~.guard.NormHistory`, updated here) or the update guard on
+    (``cfg.update_norm_factor``), each update's norm is measured (``result.norms``) and the guard's
+    rejections (:mod:`.guard`) are made before the rule runs: the rule sees only the updates kept.
+    Without either, ``base_model`` is called only by rules that need Δ_k or w_t − w_{t_k}.
     """
+    factor = getattr(cfg, "update_norm_factor", None)
+    if history is None and factor is None:
+        return _rule(cfg, version, global_flat, updates, base_model, parts)
+    history = history if history is not None else NormHistory()
+    bases = BaseModels(base_model, global_flat)  # the norms and the rule share one fetch per version
+    norms = update_norms(global_flat, updates, bases, parts)
+    refused = rejections(factor, norms, history)
+    kept = [u for i, u in enumerate(updates) if i not in refused]
+    result = _rule(cfg, version, global_flat, kept, bases, parts) if kept else \
+        AggregationResult(global_flat.clone(), [])
+    info = _merged(result.info, refused, [staleness_of(version, u) for u in updates])
+    history.norms.extend(n for n, d in zip(norms, info) if n is not None and not d["rejected"])
+    return AggregationResult(result.new_global, info, norms)
+
+
+def _merged(kept_info: list[dict], refused: dict[int, str], staleness: list[int]) -> list[dict]:
+    """The rule's info for the kept updates, with the guard's rejections back in their places (the
+    rule's own keys present, as None, as the rule reports its own rejections)."""
+    extra = dict.fromkeys(k for d in kept_info for k in d if k not in ("weight", "rejected", "reason", "staleness"))
+    kept, out = iter(kept_info), []
+    for i, s in enumerate(staleness):
+        out.append({"weight": 0.0, "rejected": True, "reason": refused[i], "staleness": s, **extra}
+                   if i in refused else next(kept))
+    return out
+
+
+def _rule(cfg: AlgorithmConfig, version: int, global_flat: torch.Tensor, updates: list[BufferedUpdate],
+          base_model: Callable[[int], torch.Tensor], parts: Optional[FlatParts]) -> AggregationResult:
+    """The rule ``cfg.rule`` names, built in or by import path (its result checked), on ``updates``."""
     if is_import_path(cfg.rule):
         rule = resolve("algorithm.name", cfg.rule)
         extra = {"parts": parts} if "parts" in inspect.signature(rule).parameters else {}  # optional, as for the built-ins

@@ -74,3 +74,4 @@ class AggregationResult:
 
     new_global: torch.Tensor
     info: list[dict] = field(default_factory=list)
+    norms: Optional[list] = None  # each update's ‖w_k − w_{t_k}‖ when measured (algo/guard.py); None: not

@@ -16,6 +16,7 @@ and no index may be in two shards unless ``data.shards_overlap`` is true.
 """
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 
 import numpy as np
@@ -120,37 +121,49 @@ def _stack_items(path: str, split: str, ds) -> tuple[torch.Tensor, torch.Tensor]
 
 def custom_partition(path: str, labels: np.ndarray, num_devices: int, seed: int, *,
                      overlap: bool = False) -> list[np.ndarray]:
-    """The shards ``path``'s function gives, checked (see the module doc)."""
-    shards = resolve("data.partition", path)(labels, num_devices, seed)
+    """The shards ``path``'s function gives, checked (see the module doc); a bad one is refused in one line
+    naming the function's file and the first bad shard and index."""
+    fn = resolve("data.partition", path)
+    shards = fn(labels, num_devices, seed)
+
+    def refuse(problem: str):
+        return plugin_error("data.partition", path, f"{problem}, in what {_source(fn)} returned")
+
     try:
         shards = list(shards)
     except TypeError:
-        raise plugin_error("data.partition", path, f"it returned {type(shards).__name__}, not a list") from None
+        raise refuse(f"it returned {type(shards).__name__}, not a list") from None
     if len(shards) != num_devices:
-        raise plugin_error("data.partition", path, f"it returned {len(shards)} shards for devices.num={num_devices}")
+        raise refuse(f"it returned {len(shards)} shards for devices.num={num_devices}")
     total, out, owner = len(labels), [], np.full(len(labels), -1, dtype=np.int64)
     for k, s in enumerate(shards):
         a = np.asarray(s.cpu() if isinstance(s, torch.Tensor) else s)
         if a.ndim != 1 or (a.size and not np.issubdtype(a.dtype, np.integer)):
-            raise plugin_error("data.partition", path, f"shard {k} is {a.dtype} of shape {a.shape}, "
-                                                       "not a 1-D array of integer indices")
+            raise refuse(f"shard {k} is {a.dtype} of shape {a.shape}, not a 1-D array of integer indices")
         if a.size == 0:
-            raise plugin_error("data.partition", path, f"shard {k} is empty (every device needs a sample)")
+            raise refuse(f"shard {k} is empty (every device needs a sample)")
         outside = a[(a < 0) | (a >= total)]
         if outside.size:
-            raise plugin_error("data.partition", path, f"shard {k} holds index {int(outside[0])}, outside the "
-                                                       f"{total} training samples")
+            raise refuse(f"shard {k} holds index {int(outside[0])}, outside the {total} training samples")
         a = a.astype(np.int64)
         if not overlap:
             uniq, counts = np.unique(a, return_counts=True)
             if (counts > 1).any():
-                raise plugin_error("data.partition", path, f"shard {k} holds index {int(uniq[counts > 1][0])} twice "
-                                                           "(set data.shards_overlap=true if that is meant)")
+                raise refuse(f"shard {k} holds index {int(uniq[counts > 1][0])} twice "
+                             "(set data.shards_overlap=true if that is meant)")
             taken = owner[a] >= 0
             if taken.any():
                 i = int(a[taken][0])
-                raise plugin_error("data.partition", path, f"index {i} is in shards {int(owner[i])} and {k} "
-                                                           "(set data.shards_overlap=true if that is meant)")
+                raise refuse(f"index {i} is in shards {int(owner[i])} and {k} "
+                             "(set data.shards_overlap=true if that is meant)")
             owner[a] = k
         out.append(a)
     return out
+
+
+def _source(fn) -> str:
+    """Where a user's function lives: its file, so the mistake can be found."""
+    try:
+        return f"{getattr(fn, '__qualname__', fn)} in {inspect.getsourcefile(fn)}"
+    except TypeError:  # a builtin or a C function: no file to name
+        return repr(fn)

@@ -38,6 +38,7 @@ from pathlib import Path
 from seafl_dist.settings import ConfigError, dump_config
 from seafl_dist.experiments.cpus import ranks_per_run, threads_per_run  # noqa: F401 (their home before)
 from seafl_dist.experiments.sweep import Sweep, SweepRun
+from seafl_dist.report.metric import Metric
 from seafl_dist.report.sinks import FINISHED, read_config, read_summary
 from seafl_dist.report.tables import repeated_key_warning
 from seafl_dist.runtime.rundir import (clear, config_diff, config_tree, numerics_fix, numerics_mismatch,
@@ -59,9 +60,12 @@ def _done_line(run_dir: Path) -> str:
     s = read_summary(run_dir)
     if s is None:
         return ""
-    ttt = ", ".join(f"{float(t):.0%} " + ("never" if v is None else f"{v:.0f}s") for t, v in s["time_to_target"].items())
-    best = s.get("best_accuracy")
-    return f"best acc {best:.4f}, time to {ttt}" if best is not None else ""
+    metric = Metric(s.get("target_metric", "accuracy"), s.get("target_mode", "max"))
+    ttt = ", ".join(f"{metric.target_text(t)} " + ("never" if v is None else f"{v:.0f}s")
+                    for t, v in s["time_to_target"].items())
+    best = s.get("best", s.get("best_accuracy"))
+    return (f"best {'acc' if metric.is_accuracy else metric.name} {best:.4f}, time to {ttt}" if best is not None
+            else "")
 
 
 def _tail(path: Path, n: int = 6) -> str:
@@ -211,7 +215,7 @@ def run_sweep(sweep: Sweep, out_dir: str | Path, *, jobs: int = 1, stream=None, 
     for r, cfg_path, run_dir in planned:
         why = _why_rerun(r, run_dir)
         if why is None:
-            print(f"skip  {r.name} (completed)", file=stream)
+            print(f"skip  {r.name} ({run_status(run_dir)})", file=stream)  # completed, or stalled, or diverged
             continue
         if why:
             print(f"rerun {r.name}: {why}; its old files are deleted", file=stream)

@@ -4,7 +4,8 @@
     seafl sweep configs/quickstart.yaml --grid algorithm.name=seafl,fedbuff --seeds 0,1,2
 
 A sweep file is YAML with these top-level keys (all optional except that a sweep file has
-``base`` or ``grid``; a plain run config given to ``seafl sweep`` is a sweep with no grid):
+``base`` or ``grid``; a plain run config given to ``seafl sweep`` needs ``--grid`` or ``--seeds``,
+and a sweep file given to ``seafl run`` is refused naming ``seafl sweep``):
 
 ```yaml
 base: ../mnist_prelim.yaml      # run config to start from, relative to this file
@@ -43,14 +44,11 @@ from typing import Any
 
 from seafl_dist.experiments.arguments import parse_grid_arg, parse_seeds, split_top_level  # noqa: F401 (their home before)
 from seafl_dist.report.tables import repeated_keys
-from seafl_dist.settings import Config, ConfigError, set_dotted, config_from_dict, find_config, load_yaml, parse_override
+from seafl_dist.settings import (Config, ConfigError, config_from_dict, find_config, is_sweep_file, load_yaml,  # noqa: F401
+                                 parse_override, set_dotted)
 
 SWEEP_KEYS = ("base", "name", "overrides", "grid", "points", "seeds", "targets", "baseline", "launcher")
 CONFIG_SECTIONS = tuple(Config.__dataclass_fields__)
-
-
-def is_sweep_file(data: dict) -> bool:
-    return "grid" in data or "base" in data
 
 
 def format_value(v: Any) -> str:
@@ -124,6 +122,7 @@ class Sweep:
                                           "give the points distinct labels")
                     seen.add(name)
                     runs.append(SweepRun(name, label, values, seed, self._config(name, values, seed, threads)))
+        one_metric(self.name, runs)
         return with_job_types(runs)
 
     def _config(self, run_name: str, values: dict, seed: int, threads: int | None) -> Config:
@@ -150,6 +149,18 @@ class Sweep:
         return {"name": self.name, "source": self.source, "overrides": self.overrides, "grid": self.grid,
                 "points": self.points, "seeds": self.seeds, "targets": self.targets, "baseline": self.baseline,
                 "launcher": self.launcher}
+
+
+def one_metric(sweep: str, runs: list[SweepRun]) -> None:
+    """A sweep's runs follow one target metric (run.target_metric, run.target_mode): its report compares their
+    times to target and draws their curves on one axis."""
+    seen: dict = {}
+    for r in runs:
+        seen.setdefault((r.config.run.target_metric, r.config.run.target_mode), r.name)
+    if len(seen) > 1:
+        raise ConfigError(f"sweep '{sweep}': its runs follow different target metrics (" + "; ".join(
+            f"{m} ({mode}) in {name}" for (m, mode), name in seen.items()) + "); vary run.target_metric and "
+            "run.target_mode in separate sweeps")
 
 
 def with_job_types(runs: list[SweepRun]) -> list[SweepRun]:
@@ -234,6 +245,10 @@ def load_sweep(path: str | Path, *, grid: list[tuple[str, list]] = (), seeds: li
         sweep.seeds = list(seeds)
     sweep.overrides = list(sweep.overrides) + list(overrides)
     _claim_own_keys(sweep)
+    if not is_sweep_file(data) and not sweep.grid and sweep.seeds is None:
+        raise ConfigError(f"'{path}' is a run config, not a sweep file (it has no base: or grid:), and nothing varies "
+                          f"(no --grid, no --seeds); run it with `seafl run {path}`, or sweep it with --grid KEY=V1,V2 "
+                          f"or --seeds 0,1,2")
     return sweep
 
 

@@ -2,8 +2,9 @@
 
 Every hook Lightning defines on a LightningModule (``ModelHooks``, ``DataHooks``, ``CheckpointHooks``
 and the module's own overridable methods) has one row in :data:`HOOKS`: ``honoured`` (called
-where ``Trainer.fit`` calls it, in its order, by both loops), ``not called`` (``Trainer.fit`` of one
-job, with no validation data, no checkpointing and no prediction, does not call it either), or
+where ``Trainer.fit`` calls it, in its order, by both loops), ``honoured at evaluation`` (a module
+with ``test_step``, or else ``validation_step``, is evaluated by it: train/evaluation.py), ``not
+called`` (neither a job's fit nor an evaluation calls it), or
 ``refused`` (a module that overrides it is stopped before the run, with one line saying why and
 what to do). ``plain`` rows are refused by the plain loop only: ``train.loop: lightning`` runs them.
 
@@ -13,19 +14,20 @@ what to do). ``plain`` rows are refused by the plain loop only: ``train.loop: li
 from __future__ import annotations
 
 HONOURED, NOT_CALLED, REFUSED, PLAIN = "honoured", "not called", "refused", "refused by the plain loop"
+EVALUATION = "honoured at evaluation"
 
 _FIT = ("setup", "configure_sharded_model", "configure_model", "on_fit_start", "on_train_start",
         "on_train_epoch_start", "on_train_batch_start", "on_before_zero_grad", "optimizer_zero_grad",
         "on_before_backward", "backward", "on_after_backward", "on_before_optimizer_step",
         "configure_gradient_clipping", "optimizer_step", "lr_scheduler_step", "on_train_batch_end",
         "on_train_epoch_end", "on_train_end", "on_fit_end", "teardown")
-_EVAL = ("on_validation_start", "on_validation_end", "on_validation_batch_start", "on_validation_batch_end",
-         "on_validation_epoch_start", "on_validation_epoch_end", "on_validation_model_zero_grad",
-         "on_validation_model_eval", "on_validation_model_train", "on_test_start", "on_test_end",
-         "on_test_batch_start", "on_test_batch_end", "on_test_epoch_start", "on_test_epoch_end", "on_test_model_eval",
-         "on_test_model_train", "on_predict_start", "on_predict_end", "on_predict_batch_start",
-         "on_predict_batch_end", "on_predict_epoch_start", "on_predict_epoch_end", "on_predict_model_eval",
-         "validation_step", "test_step", "predict_step", "on_save_checkpoint", "on_load_checkpoint")
+_EVAL = tuple(f"{x}{stage}{y}" for stage in ("test", "validation")
+              for x, y in (("", "_step"), ("on_", "_start"), ("on_", "_end"), ("on_", "_epoch_start"),
+                           ("on_", "_epoch_end"), ("on_", "_batch_start"), ("on_", "_batch_end"),
+                           ("on_", "_model_eval"), ("on_", "_model_train")))
+_UNUSED = ("on_validation_model_zero_grad", "on_predict_start", "on_predict_end", "on_predict_batch_start",
+           "on_predict_batch_end", "on_predict_epoch_start", "on_predict_epoch_end", "on_predict_model_eval",
+           "predict_step", "on_save_checkpoint", "on_load_checkpoint")
 _DATA = ("prepare_data", "train_dataloader", "val_dataloader", "test_dataloader", "predict_dataloader")
 _TRANSFER = ("on_before_batch_transfer", "transfer_batch_to_device", "on_after_batch_transfer")
 
@@ -34,7 +36,10 @@ HOOKS: dict[str, tuple[str, str]] = {
     "training_step": (HONOURED, "called as (batch, batch_idx) or (batch); returns a Tensor, a dict with 'loss', "
                                 "or None"),
     "configure_optimizers": (HONOURED, "each job builds its own optimizer and schedulers"),
-    **{h: (NOT_CALLED, "a job's fit has no validation, test, prediction or checkpoint") for h in _EVAL},
+    **{h: (EVALUATION, "the run's evaluations call them, as trainer.test (or trainer.validate, for a module "
+                       "without test_step) does, on the test set") for h in _EVAL},
+    **{h: (NOT_CALLED, "neither a job's fit nor an evaluation has prediction, a checkpoint or a validation "
+                       "inside a fit") for h in _UNUSED},
     **{h: (REFUSED, "seafl feeds each job its device's shard of `data.name`; a module's own data is not used")
        for h in _DATA},
     **{h: (PLAIN, "it hands batches over as they are; set train.loop: lightning to run these hooks")

@@ -31,11 +31,18 @@ from pathlib import Path
 from seafl_dist.report.figures import plot_accuracy_vs_time, plot_time_to_target
 from seafl_dist.report.plots import plot_timeline
 from seafl_dist.report.value_plots import plot_time_vs_value, swept_keys
-from seafl_dist.report.tables import find_runs, fmt_value, group_rows, group_runs, run_rows, short
+from seafl_dist.report.metric import Metric
+from seafl_dist.report.tables import common_metric, find_runs, fmt_value, group_rows, group_runs, run_rows, short
 
-FIGURES = [("best_accuracy", "best acc", 4), ("final_accuracy", "final acc", 4), ("aggregations", "aggregations", 0),
-           ("virtual_time", "virtual time (s)", 1), ("mean_staleness", "mean staleness", 2),
-           ("notifications", "notifications", 0), ("drops", "drops", 0)]
+OTHER_FIGURES = [("aggregations", "aggregations", 0), ("virtual_time", "virtual time (s)", 1),
+                 ("mean_staleness", "mean staleness", 2), ("notifications", "notifications", 0), ("drops", "drops", 0)]
+
+
+def figure_columns(metric: Metric) -> list[tuple[str, str, int]]:
+    """(figure key, column head, digits) of the tables: the target metric's best and final, then the others."""
+    short = "acc" if metric.is_accuracy else metric.name
+    return [(f"best_{metric.name}", f"best {short}", 4), (f"final_{metric.name}", f"final {short}", 4),
+            *OTHER_FIGURES]
 
 
 def _sweep_meta(paths) -> list[dict]:
@@ -62,6 +69,12 @@ def fmt_ttt(st: dict) -> str:
     return text + (f" ({st['reached']}/{st['n']})" if st["reached"] < st["n"] else "")
 
 
+def fmt_diverged(r: dict) -> str:
+    if r["diverged_version"] is None:
+        return "—"
+    return f"version {r['diverged_version']} ({r['diverged_time']:.1f} s)"
+
+
 def fmt_ratio(r: float) -> str:
     if math.isnan(r):
         return "—"
@@ -84,10 +97,13 @@ def _md_table(header: list[str], body: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-def markdown(grows: list[dict], rrows: list[dict], targets: list[float], baseline: str | None) -> str:
+def markdown(grows: list[dict], rrows: list[dict], targets: list[float], baseline: str | None,
+             metric: Metric = Metric()) -> str:
     keys = list(grows[0]["settings"]) if grows else []
     ratio_cols = baseline is not None and any(r["baseline"] for r in grows)
-    ttt_head = [h for t in targets for h in ([f"time to {t:.0%}"] + ([f"vs {baseline}"] if ratio_cols else []))]
+    FIGURES = figure_columns(metric)
+    ttt_head = [h for t in targets for h in ([f"time to {metric.target_text(t)}"] +
+                                             ([f"vs {baseline}"] if ratio_cols else []))]
     head = ["point", *[short(k) for k in keys], "seeds", *ttt_head, *[f[1] for f in FIGURES]]
     body = [[g["label"], *[fmt_value(g["settings"][k], k) for k in keys],
              g["seeds"] if g["seeds"] == g["runs"] else f"{g['seeds']} ({g['runs']} runs)",  # distinct seeds
@@ -100,9 +116,19 @@ def markdown(grows: list[dict], rrows: list[dict], targets: list[float], baselin
                                                         "reached": int(math.isfinite(r[f"ttt_{t:g}"]))})] +
                                             ([fmt_ratio(r[f"ratio_{t:g}"])] if ratio_cols else []))],
               *[_fmt(r[f[0]], f[2]) for f in FIGURES]] for r in rrows]
-    notes = (f"Times are virtual seconds to reach each test accuracy: mean ± sample std over seeds; "
+    if any(r["diverged_version"] is not None for r in rrows):  # a column only where a run diverged
+        head.append("diverged")
+        body = [row + [f"{g['diverged']}/{g['runs']}"] for row, g in zip(body, grows)]
+        rhead.append("diverged at")
+        rbody = [row + [fmt_diverged(r)] for row, r in zip(rbody, rrows)]
+    reach = ("each test accuracy" if metric.is_accuracy else
+              f"each value of {metric.label} ({metric.direction}: at or {'above' if metric.mode == 'max' else 'below'} it)")
+    notes = (f"Times are virtual seconds to reach {reach}: mean ± sample std over seeds; "
              f"\"never\" = not reached within the run's budget; \"(k/n)\" = only k of n seeds reached it "
              f"(the mean is over those k).")
+    if any(r["diverged_version"] is not None for r in rrows):
+        notes += (" \"diverged\": the runs that diverged (summary.json's diverged_at: a non-finite loss, a loss "
+                  "above 10 × the first one, or an accuracy collapsed to near chance for 3 evaluations).")
     if ratio_cols:
         notes += (f" \"vs {baseline}\" = mean time / the baseline's mean time (0.78× = 22% faster), given only "
                   "where every seed of both reached the target.")
@@ -116,7 +142,7 @@ def _csv_cell(v):
     return "" if v is None else v
 
 
-def write_csvs(out: Path, grows: list[dict], rrows: list[dict], targets: list[float]) -> None:
+def write_csvs(out: Path, grows: list[dict], rrows: list[dict], targets: list[float], metric: Metric = Metric()) -> None:
     flat_g = []
     for g in grows:
         row = {"label": g["label"], **g["settings"], "runs": g["runs"], "seeds": g["seeds"], "baseline": g["baseline"]}
@@ -124,8 +150,9 @@ def write_csvs(out: Path, grows: list[dict], rrows: list[dict], targets: list[fl
             st = g[f"ttt_{t:g}"]
             row.update({f"ttt_{t:g}_mean": st["mean"], f"ttt_{t:g}_std": st["std"],
                         f"ttt_{t:g}_reached": st["reached"], f"ratio_{t:g}": g[f"ratio_{t:g}"]})
-        for name, _, _ in FIGURES + [("wall_time_s", "", 0)]:
+        for name, _, _ in figure_columns(metric) + [("wall_time_s", "", 0)]:
             row[f"{name}_mean"], row[f"{name}_std"] = g[name]
+        row["diverged"] = g["diverged"]
         flat_g.append(row)
     flat_r = [{k: v for k, v in {**r, **r["settings"]}.items() if k != "settings"} for r in rrows]
     for name, rows in (("report.csv", flat_g), ("runs.csv", flat_r)):
@@ -147,7 +174,9 @@ def write_report(paths, out: str | Path, *, targets: list[float] | None = None, 
     if not runs:
         raise FileNotFoundError("no runs found under " + ", ".join(map(str, paths)) +
                                 " (a run dir holds metrics.csv; a sweep dir holds sweep.json)")
-    targets = sorted(float(t) for t in (targets if targets else default_targets(paths, runs)))
+    metric = common_metric(runs)  # runs of different target metrics are refused in one line
+    targets = sorted((float(t) for t in (targets if targets else default_targets(paths, runs))),
+                     reverse=metric.mode == "min")  # the easiest first
     baseline = baseline or default_baseline(paths)
     groups = group_runs(runs)  # grid point -> its seeds' runs: every table and figure below takes these
     grows, rrows = group_rows(groups, targets, baseline), run_rows(groups, targets, baseline)
@@ -156,28 +185,31 @@ def write_report(paths, out: str | Path, *, targets: list[float] | None = None, 
               + ", ".join(g["label"] for g in grows) + "); no ratios", file=sys.stderr)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    md = markdown(grows, rrows, targets, baseline)
+    md = markdown(grows, rrows, targets, baseline, metric)
     (out / "report.md").write_text(md)
-    write_csvs(out, grows, rrows, targets)
+    write_csvs(out, grows, rrows, targets, metric)
     files = {"report.md": out / "report.md", "report.csv": out / "report.csv", "runs.csv": out / "runs.csv"}
-    drawn = figures(groups, targets, out, until=until, log_x=log_x, seed_curves=seed_curves, zoom=zoom)
+    drawn = figures(groups, targets, out, until=until, log_x=log_x, seed_curves=seed_curves, zoom=zoom, metric=metric)
     files.update({f"{stem}.{ext}": out / f"{stem}.{ext}" for stem in drawn for ext in ("png", "pdf", "csv")})
     if len(runs) == 1 and (runs[0].dir / "events.jsonl").exists():
         files["timeline.png"] = plot_timeline(runs[0].dir / "events.jsonl", out / "timeline.png", until=until)
         files.update(population_plot(runs[0].dir, out, until))
     return {"markdown": md, "files": files, "groups": grows, "runs": rrows, "targets": targets, "baseline": baseline,
-            "figures": drawn}
+            "figures": drawn, "metric": metric}
 
 
-def figures(groups, targets: list[float], out: Path, *, until=None, log_x=False, seed_curves=False, zoom=True) -> dict:
-    """The paper's figures of these groups, each saved as PNG, PDF and CSV: {file stem: matplotlib Figure}."""
-    drawn = {"accuracy_vs_time": plot_accuracy_vs_time(groups, targets, out / "accuracy_vs_time.png", until=until,
-                                                       log_x=log_x, seed_curves=seed_curves, zoom=zoom)}
+def figures(groups, targets: list[float], out: Path, *, until=None, log_x=False, seed_curves=False, zoom=True,
+            metric: Metric = Metric()) -> dict:
+    """The paper's figures of these groups, each saved as PNG, PDF and CSV: {file stem: matplotlib Figure}.
+    The metric-against-time figure is ``accuracy_vs_time`` (``<metric>_vs_time`` for another metric)."""
+    stem = f"{metric.name}_vs_time"
+    drawn = {stem: plot_accuracy_vs_time(groups, targets, out / f"{stem}.png", until=until, log_x=log_x,
+                                         seed_curves=seed_curves, zoom=zoom, metric=metric)}
     if targets:
-        drawn["time_to_target"] = plot_time_to_target(groups, targets, out / "time_to_target.png")
+        drawn["time_to_target"] = plot_time_to_target(groups, targets, out / "time_to_target.png", metric=metric)
         for key in swept_keys(groups):
             stem = f"time_to_target_vs_{key.rsplit('.', 1)[-1]}"
-            drawn[stem] = plot_time_vs_value(groups, key, targets, out / f"{stem}.png")
+            drawn[stem] = plot_time_vs_value(groups, key, targets, out / f"{stem}.png", metric=metric)
     return drawn
 
 

@@ -3,10 +3,12 @@
 - :func:`plot_accuracy_vs_time`: one curve per grid point: the mean test accuracy over its seeds
   on a common time grid (a seed's curve held at its last value after its run ends) with a shaded
   min–max band; per-seed curves faint on request. Targets are dashed lines, labelled on the right
-  without overlap. The time axis ends where the slowest arm's mean curve reaches the highest target,
-  plus 10% (the longest run where none does), or at ``until``; log-x on request. Beside it, when an
-  arm's mean reaches the targets, a close-up panel of the same curves from a little below the lowest
-  target (the arms that converge differ there, a few points apart at the top of a 0–1 axis).
+  without overlap. The time axis runs to the end of the longest run, so every run's end shows, or to
+  ``until``; log-x on request. Beside it, when an arm's mean reaches the targets, a close-up panel of
+  the same curves from a little below the lowest target, up to where the slowest arm's mean reaches
+  the highest target, plus 10% (the arms that converge differ there, a few points apart at the top of
+  a 0–1 axis). Arms whose means coincide share one line and one legend entry naming them all; a run
+  that diverged is marked with a cross where it did (report/curves.py).
 - :func:`plot_time_to_target`: per target a panel, per arm a row: each seed a dot, the mean over
   the seeds that reached the target a bar, a seed that never did a cross in the "never" strip.
 - ``report/value_plots.py``: time to target against a swept number (K, β, ...), one line per algorithm.
@@ -16,7 +18,6 @@ returns the matplotlib Figure it saved (tests read it). Arms are named and style
 """
 from __future__ import annotations
 
-import contextlib
 import csv
 import math
 from pathlib import Path
@@ -25,13 +26,16 @@ import numpy as np
 from matplotlib import rc_context
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 
+from seafl_dist.report.curves import (DIVERGED, draw_curves, joint_label, mark_divergence, mean_curve, run_end,
+                                      same_curves, time_axis_end, zoom_range)
 from seafl_dist.report.labels import figure_title, reader_labels, styles
+from seafl_dist.report.metric import Metric
 
 FONTS = {"font.size": 11, "axes.titlesize": 11, "axes.labelsize": 11, "legend.fontsize": 9.5, "legend.title_fontsize": 9.5,
          "xtick.labelsize": 10, "ytick.labelsize": 10, "pdf.fonttype": 42, "svg.fonttype": "none"}
-MARGIN = 1.1  # the time axis runs 10% past the slowest arm's mean reaching the highest target
 NEVER = "never"
 TTT_CAPTION = "time to target: dots = seeds, × = never; bar = mean of the seeds that reached it"
 
@@ -78,7 +82,8 @@ def arms(groups) -> tuple[list[str], list[dict]]:
 
 
 def title_of(groups, width: int = 60) -> str:
-    return wrap(figure_title([g.config for g in groups], [len(g.runs) for g in groups]), width)
+    swept = {k for g in groups for r in g.runs for k in r.point}  # the keys the sweeps set (sweep.json)
+    return wrap(figure_title([g.config for g in groups], [len(g.runs) for g in groups], swept), width)
 
 
 def wrap(text: str, width: int = 42) -> str:
@@ -109,40 +114,7 @@ def legend_columns(labels: list[str]) -> int:
     return 3 if longest <= 14 else 2 if longest <= 26 else 1
 
 
-def mean_curve(runs) -> dict:
-    """The seeds' step curves on their common time grid: {time, mean, min, max, curves}."""
-    curves = [(np.array([r["time"] for r in run.rows], float), np.array([r["accuracy"] for r in run.rows], float))
-              for run in runs if run.rows]
-    if not curves:
-        empty = np.array([])
-        return {"time": empty, "mean": empty, "min": empty, "max": empty, "curves": []}
-    grid = np.unique(np.concatenate([t for t, _ in curves]))
-    held = []
-    for t, acc in curves:  # steps-post: the last evaluation at or before each grid time, the last one after the end
-        i = np.searchsorted(t, grid, side="right") - 1
-        held.append(np.where(i >= 0, acc[np.clip(i, 0, None)], np.nan))
-    stack = np.vstack(held)
-    with np.errstate(all="ignore"), contextlib.suppress(RuntimeWarning):
-        return {"time": grid, "mean": np.nanmean(stack, 0), "min": np.nanmin(stack, 0), "max": np.nanmax(stack, 0),
-                "curves": curves}
-
-
-def reach_time(curve: dict, target: float) -> float:
-    hit = np.nonzero(curve["mean"] >= target)[0]
-    return float(curve["time"][hit[0]]) if len(hit) else math.inf
-
-
-def time_axis_end(curves: list[dict], targets: list[float]) -> float:
-    """Where the slowest arm's mean reaches the highest target, plus 10%; the longest run where none does."""
-    ends = [float(c["time"][-1]) for c in curves if len(c["time"])]
-    if targets:
-        reached = [t for t in (reach_time(c, max(targets)) for c in curves) if math.isfinite(t)]
-        if reached:
-            return min(max(reached) * MARGIN, max(ends)) if max(reached) > 0 else max(ends, default=1.0)
-    return max(ends, default=1.0)
-
-
-def label_targets(fig: Figure, axes: list, targets: list[float]) -> None:
+def label_targets(fig: Figure, axes: list, targets: list[float], metric: Metric = Metric()) -> None:
     """Dashed target lines on every panel, labelled at each panel's right edge and pushed apart until no two
     labels of a panel overlap."""
     texts = {}
@@ -150,7 +122,7 @@ def label_targets(fig: Figure, axes: list, targets: list[float]) -> None:
         for t in sorted(targets):
             ax.axhline(t, ls="--", lw=0.8, color="0.45", zorder=1)
         lo, hi = ax.get_ylim()
-        texts[ax] = [(t, ax.annotate(f"{t:.0%}", xy=(1.0, t), xycoords=("axes fraction", "data"), xytext=(3, 0),
+        texts[ax] = [(t, ax.annotate(f"{t:.0%}" if metric.is_accuracy else f"{t:g}", xy=(1.0, t), xycoords=("axes fraction", "data"), xytext=(3, 0),
                                      textcoords="offset points", va="center", fontsize=9.5, color="0.3"))
                      for t in sorted(targets) if lo <= t <= hi]
     if not any(texts.values()):
@@ -169,75 +141,60 @@ def label_targets(fig: Figure, axes: list, targets: list[float]) -> None:
             tx.set_position((3, placed - y))
 
 
-def zoom_range(curves: list[dict], targets: list[float], end: float) -> tuple[float, float] | None:
-    """The accuracy range of the zoomed panel: from a little below the lowest target to a little above the
-    highest target or band within the time axis; None when no arm's mean reaches the lowest target by ``end``
-    or the range would not be a close-up (below 50%)."""
-    if not targets or not any(reach_time(c, min(targets)) <= end for c in curves):
-        return None
-    span = max(targets) - min(targets)
-    lo = min(targets) - max(0.05, 0.5 * span)
-    shown = [float(np.nanmax(c["max"][c["time"] <= end])) for c in curves if np.any(c["time"] <= end)]
-    hi = min(1.0, max(max(targets), *shown) + max(0.01, 0.2 * span))
-    return (lo, hi) if lo >= 0.5 else None
-
-
-def draw_curves(ax, groups, labels, looks, curves, end: float, seed_curves: bool) -> None:
-    """Each grid point's mean (stepped, with sparse markers) and min–max band, and its seeds faint on request."""
-    for g, label, look, c in zip(groups, labels, looks, curves):
-        if not len(c["time"]):
-            continue
-        every = max(1, int(np.searchsorted(c["time"], end)) // 6)
-        ax.plot(c["time"], c["mean"], drawstyle="steps-post", lw=1.6, label=wrap(label), color=look["color"],
-                linestyle=look["linestyle"], marker=look["marker"], markevery=every, ms=4.5, zorder=3)
-        if len(g.runs) > 1:
-            ax.fill_between(c["time"], c["min"], c["max"], step="post", color=look["color"], alpha=0.12, lw=0, zorder=2)
-        if seed_curves:
-            for t, acc in c["curves"]:
-                ax.plot(t, acc, drawstyle="steps-post", lw=0.6, alpha=0.35, color=look["color"], zorder=2)
-
-
 def plot_accuracy_vs_time(groups, targets, path: str | Path, *, until: float | None = None, log_x: bool = False,
-                          seed_curves: bool = False, title: str | None = None, zoom: bool = True) -> Figure:
-    """Mean accuracy over seeds against virtual time, one curve and band per grid point (see module doc).
-    With ``zoom`` (the default) and an arm that reaches the targets, a second panel beside the first shows
-    the same curves close up around the targets, where the arms that converge differ."""
+                          seed_curves: bool = False, title: str | None = None, zoom: bool = True,
+                          metric: Metric = Metric()) -> Figure:
+    """The mean of the target metric (test accuracy by default) over seeds against virtual time, one curve and
+    band per grid point (see module doc). The panel runs to the end of the longest run (or ``until``). With
+    ``zoom`` (the default) and an arm that reaches the targets, a second panel beside it shows the same curves
+    close up around the targets."""
     labels, looks = arms(groups)
-    curves = [mean_curve(g.runs) for g in groups]
-    end = until if until is not None else time_axis_end(curves, targets)
-    close_up = zoom_range(curves, targets, end) if zoom else None
+    curves = [mean_curve(g.runs, metric.name) for g in groups]
+    near = until if until is not None else time_axis_end(curves, targets, metric.mode)  # the close-up's range
+    full = until if until is not None else run_end(curves)  # every run's end shows
+    close_up = zoom_range(curves, targets, near, metric) if zoom else None
+    drawn = same_curves(curves)  # arms whose means coincide are drawn once, their legend entry naming all
+    shown = {i: joint_label(labels, i, hidden, wrap) for i, hidden in drawn.items()}
     rows = [{"label": label, "point": g.label, "seeds": len(g.runs), "time": float(t), "mean": float(m),
              "min": float(lo), "max": float(hi)}
             for g, label, c in zip(groups, labels, curves)
             for t, m, lo, hi in zip(c["time"], c["mean"], c["min"], c["max"])]
     with paper_style():
-        ncol = legend_columns(labels) * (2 if close_up else 1)
-        legend_rows = math.ceil(sum(wrap(x).count("\n") + 1 for x in labels) / ncol)
+        ncol = legend_columns([labels[i] for i in drawn]) * (2 if close_up else 1)
+        legend_rows = math.ceil(sum(x.count("\n") + 1 for x in shown.values()) / ncol)
         fig = new_figure(figsize=(9.6 if close_up else 5.2, 3.9 + 0.24 * legend_rows))
         axes = list(fig.subplots(1, 2, width_ratios=(1, 1), gridspec_kw={"wspace": 0.12}) if close_up
                     else [fig.subplots()])
         first = min((float(t) for c in curves for t in c["time"] if t > 0), default=1.0)  # log-x starts here
-        for ax, ylim in zip(axes, [(0.0, 1.0), close_up]):
-            draw_curves(ax, groups, labels, looks, curves, end, seed_curves)
+        diverged = False
+        for ax, ylim, end in zip(axes, [(0.0, 1.0) if metric.is_accuracy else None, close_up], [full, near]):
+            draw_curves(ax, groups, shown, looks, curves, end, seed_curves, drawn)
+            diverged = mark_divergence(ax, groups, curves, drawn) or diverged
             ax.set_xlabel("virtual time (s)" + (", log scale" if log_x else ""))
-            ax.set_ylim(*ylim)
+            if ylim is not None:  # another metric: the range its curves span
+                ax.set_ylim(*ylim)
             if log_x:
                 ax.set_xscale("log")
                 ax.set_xlim(first, max(end, first * 10))
             else:
                 ax.set_xlim(0, max(end, 1e-9))
             ax.grid(alpha=0.3)
-        axes[0].set_ylabel("test accuracy")
+        axes[0].set_ylabel(metric.label if metric.is_accuracy else f"{metric.label} ({metric.direction})")
         heading = title if title is not None else title_of(groups, 100 if close_up else 60)  # over both panels
         if close_up:
             fig.suptitle(heading)
-            axes[1].set_title(f"close-up: accuracy from {close_up[0]:.0%}", fontsize=10)
+            axes[1].set_title(f"close-up: accuracy from {close_up[0]:.0%}" if metric.is_accuracy else
+                              f"close-up: {metric.name} {close_up[0]:.3g} to {close_up[1]:.3g}", fontsize=10)
         else:
             axes[0].set_title(heading)
         if groups:  # under the axes, where no curve can hide beneath it
-            fig.legend(*axes[0].get_legend_handles_labels(), title=seeds_caption(groups), frameon=False,
-                       loc="outside lower center", ncol=min(ncol, len(labels)))
-        label_targets(fig, axes, targets)
+            handles, names = axes[0].get_legend_handles_labels()
+            if diverged:
+                handles.append(Line2D([], [], **DIVERGED))
+                names.append("where a run diverged")
+            fig.legend(handles, names, title=seeds_caption(groups), frameon=False,
+                       loc="outside lower center", ncol=min(ncol, len(names)))
+        label_targets(fig, axes, targets, metric)
     save(fig, Path(path), rows)
     return fig
 
@@ -255,7 +212,8 @@ def never_axis(ax, finite: list[float], *, axis: str = "x") -> float:
     return never
 
 
-def plot_time_to_target(groups, targets, path: str | Path, *, title: str | None = None) -> Figure:
+def plot_time_to_target(groups, targets, path: str | Path, *, title: str | None = None,
+                        metric: Metric = Metric()) -> Figure:
     """Per target a panel; per arm a row with each seed's time as a dot and the mean as a bar; "never" at the end."""
     labels, looks = arms(groups)
     rows = []
@@ -277,7 +235,7 @@ def plot_time_to_target(groups, targets, path: str | Path, *, title: str | None 
                            marker=look["marker"] if hit else "X")
                 rows += [{"label": label, "point": g.label, "target": target, "seed": r.seed, "time": t,
                           "mean_of_reached": mean, "reached": len(hit), "seeds": len(ts)} for r, t in zip(g.runs, ts)]
-            ax.set_title(f"to {target:.0%}")
+            ax.set_title(f"to {metric.target_text(target)}")
             ax.set_xlabel("virtual time (s)")
             ax.grid(axis="x", alpha=0.3)
         axes[0].set_yticks(range(len(groups)), [wrap(x) for x in labels])

@@ -19,15 +19,19 @@ SYMBOLS = {"algorithm.name": "algorithm", "algorithm.buffer_size": "K", "algorit
            "algorithm.alpha": "α", "algorithm.mu": "μ", "algorithm.theta": "ϑ", "algorithm.server_lr": "η_g",
            "algorithm.mixing": "α_mix", "devices.num": "N", "devices.concurrency": "M", "train.epochs": "E",
            "train.lr": "lr", "data.concentration": "concentration", "devices.dropout": "dropout",
-           "devices.availability_scale": "availability scale", "devices.profile": "profile"}
+           "devices.availability_scale": "availability scale", "devices.profile": "profile",
+           "algorithm.update_norm_factor": "guard"}
 INFINITE_WHEN_NULL = ("algorithm.staleness_limit", "run.max_time", "run.max_aggregations")
 ZERO_WHEN_NULL = ("devices.dropout",)  # no dropout
-_SEAFL = ("buffer_size", "staleness_limit", "alpha", "mu", "theta", "similarity", "similarity_over", "partial")
+OFF_WHEN_NULL = ("algorithm.update_norm_factor",)  # no guard
+_SEAFL = ("buffer_size", "staleness_limit", "alpha", "mu", "theta", "similarity", "similarity_over", "partial",
+          "update_norm_factor")
 USES = {  # the algorithm.* keys each built-in rule reads and does not fix itself (a rule of one's own: all)
     "seafl": _SEAFL, "seafl2": _SEAFL, "fedbuff": ("buffer_size", "staleness_limit", "server_lr", "staleness_scaling",
-                                                   "partial"),
-    "fedasync": ("staleness_limit", "mixing", "staleness_fn", "poly_a", "hinge_a", "hinge_b", "partial"),
-    "fedavg": ()}
+                                                   "partial", "update_norm_factor"),
+    "fedasync": ("staleness_limit", "mixing", "staleness_fn", "poly_a", "hinge_a", "hinge_b", "partial",
+                 "update_norm_factor"),
+    "fedavg": ("update_norm_factor",)}  # the update guard runs before every rule
 NOT_ARMS = ("name", "run.", "logging.", "runtime.")  # budget, bookkeeping and execution: not what an arm is
 HUES = {"seafl": "Blues", "seafl2": "Purples", "fedbuff": "Oranges", "fedasync": "Greens", "fedavg": "Greys"}
 SPARE_HUES = ("Reds", "YlOrBr", "PuRd", "BuGn")  # (not FedAvg red beside FedAsync green: colour-blind readers)
@@ -42,7 +46,8 @@ def algorithm_name(name) -> str:
 def value_text(key: str, value) -> str:
     """A value as a label prints it: ``None`` of a limit is ∞, floats short, a profile by its file name."""
     if value is None:
-        return "∞" if key in INFINITE_WHEN_NULL else "0" if key in ZERO_WHEN_NULL else "none"
+        return "∞" if key in INFINITE_WHEN_NULL else "0" if key in ZERO_WHEN_NULL else \
+            "off" if key in OFF_WHEN_NULL else "none"
     if isinstance(value, float):
         return f"{value:g}"
     if key == "devices.profile":
@@ -107,8 +112,34 @@ def reader_labels(configs: list[dict]) -> list[str]:
     return [lab or algorithm_name(c.get("algorithm.name", "run")) for c, lab in zip(configs, labels)]
 
 
-def what_varies(configs: list[dict]) -> str:
-    names = [SYMBOLS.get(k, k.rsplit(".", 1)[-1]) for k in varying_keys(configs)]
+def _algorithm_defaults(algo: str) -> dict | None:
+    """A built-in algorithm's resolved defaults (dotted key → value); None for a rule of one's own."""
+    if algo not in ALGORITHMS:
+        return None
+    if algo not in _DEFAULTS:
+        from seafl_dist.report.tables import flatten
+        from seafl_dist.settings import config_from_dict
+        _DEFAULTS[algo] = flatten(config_from_dict({"algorithm": {"name": algo}}).to_dict())
+    return _DEFAULTS[algo]
+
+
+_DEFAULTS: dict = {}
+
+
+def _each_at_its_default(configs: list[dict], key: str) -> bool:
+    """Every arm holds its own algorithm's default for ``key`` (β: 10 for SEAFL, ∞ for FedBuff)."""
+    if key == "algorithm.name":  # what each default depends on
+        return False
+    defaults = [_algorithm_defaults(str(c.get("algorithm.name"))) for c in configs]
+    return all(d is not None and key in d and d[key] == c.get(key) for c, d in zip(configs, defaults))
+
+
+def what_varies(configs: list[dict], swept=()) -> str:
+    """"K and β vary": the keys that differ between the arms, except one that no sweep set (``swept``: the
+    keys the sweeps' grid points set) and that every arm holds at its own algorithm's default (a sweep
+    over the algorithm alone does not vary β, though SEAFL's 10 differs from FedBuff's ∞)."""
+    keys = [k for k in varying_keys(configs) if k in swept or not _each_at_its_default(configs, k)]
+    names = [SYMBOLS.get(k, k.rsplit(".", 1)[-1]) for k in keys]
     if not names:
         return ""
     return (names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]) + \
@@ -126,7 +157,7 @@ def _profile(value) -> str | None:
 CONDITIONS = (("devices.dropout", _dropout), ("devices.profile", _profile))  # said in a title when shared
 
 
-def figure_title(configs: list[dict], seeds: list[int]) -> str:
+def figure_title(configs: list[dict], seeds: list[int], swept=()) -> str:
     """"MNIST, LeNet-5: K varies, 3 seeds each" from the arms' configs and their seed counts; a device
     condition every arm shares (a dropout, a device profile) joins the setting: "MNIST, LeNet-5, dropout 0.3"."""
     setting = []
@@ -144,7 +175,7 @@ def figure_title(configs: list[dict], seeds: list[int]) -> str:
         head = f"{algorithm_name(algos.pop())} on {head}" if head else algorithm_name(algos.pop())
     n = sorted(set(seeds))
     count = "" if n in ([], [1]) else f"{n[0]} seeds each" if len(n) == 1 else f"{n[0]}–{n[-1]} seeds each"
-    tail = ", ".join(p for p in (what_varies(configs), count) if p)
+    tail = ", ".join(p for p in (what_varies(configs, swept), count) if p)
     return f"{head}: {tail}" if head and tail else head or tail
 
 

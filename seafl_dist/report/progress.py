@@ -1,8 +1,15 @@
-"""Live progress of a run: a one-line bar on a terminal, periodic plain lines elsewhere (CI, SLURM logs)."""
+"""Live progress of a run: a one-line bar on a terminal, periodic plain lines elsewhere (CI, SLURM logs);
+each shows the run's target metric (``acc`` by default) and its best so far."""
 from __future__ import annotations
 
 import sys
 import time
+
+from seafl_dist.report.metric import Metric
+
+
+def _num(value) -> str:
+    return "-" if value is None else f"{value:.4f}"
 
 
 class Progress:
@@ -13,26 +20,30 @@ class Progress:
     ``auto`` picks ``bar`` when the stream is a terminal and ``lines`` otherwise.
     """
 
-    def __init__(self, mode: str = "auto", *, total: int | None = None, every_s: float = 10.0, stream=None):
+    def __init__(self, mode: str = "auto", *, total: int | None = None, every_s: float = 10.0, stream=None,
+                 metric=None):
         self.stream = stream or sys.stderr
         if mode == "auto":
             mode = "bar" if getattr(self.stream, "isatty", lambda: False)() else "lines"
         self.mode, self.total, self.every_s = mode, total, every_s
         self.t0 = time.monotonic()
         self._last_line = -1e9
-        self.best = 0.0
+        self.metric = metric or Metric()  # what the line shows: the run's target metric
+        self.tag = "acc" if self.metric.name == "accuracy" else self.metric.name
+        self.best = None
         self._pending = None
 
-    def _text(self, version: int, vtime: float, accuracy: float) -> str:
+    def _text(self, version: int, vtime: float, value) -> str:
         done = f"{version}/{self.total}" if self.total else str(version)
-        return (f"version {done}  virtual {vtime:9.1f}s  acc {accuracy:.4f}  best {self.best:.4f}"
+        return (f"version {done}  virtual {vtime:9.1f}s  {self.tag} {_num(value)}  best {_num(self.best)}"
                 f"  real {time.monotonic() - self.t0:6.1f}s")
 
-    def update(self, version: int, vtime: float, accuracy: float) -> None:
-        self.best = max(self.best, accuracy)
+    def update(self, version: int, vtime: float, value) -> None:
+        """After an evaluation: ``value`` is the target metric's (None if the evaluation did not give it)."""
+        self.best = self.metric.best([self.best, value])
         if self.mode == "none":
             return
-        text = self._text(version, vtime, accuracy)
+        text = self._text(version, vtime, value)
         if self.mode == "bar":
             self.stream.write("\r" + text.ljust(100)[:100])
             self.stream.flush()

@@ -233,6 +233,13 @@ class Replay(UpdateChecks):
             self.fail(f"eval of version {self.version} at {ev['time']}, the version was made at {self.version_time}")
         self.evaluated.add(ev["version"])
         acc, loss = ev["accuracy"], ev["loss"]
+        if "metrics" in ev:  # a module's own test_step: its logged values, beside null accuracy and loss
+            if not isinstance(ev["metrics"], dict) or not ev["metrics"] or acc is not None or loss is not None:
+                self.fail(f"an evaluation by the module's own step holds metrics {ev['metrics']!r}, accuracy "
+                          f"{acc!r} and loss {loss!r} (a mapping of logged values, and null for both)")
+            elif any(v is not None and not _is_number(v) for v in ev["metrics"].values()):
+                self.fail(f"metrics {ev['metrics']!r} are not numbers or null")
+            return
         if not _is_number(acc) or not 0.0 <= acc <= 1.0:
             self.fail(f"accuracy {acc!r} is not a number in [0, 1]")
         if loss is not None and not _is_number(loss):  # null: a non-finite loss (JSON has no inf/nan)

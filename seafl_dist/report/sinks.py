@@ -23,7 +23,9 @@ from pathlib import Path
 
 from seafl_dist.report.trainlog import NAME as TRAIN_LOG, TrainLog
 
-FINISHED = ("completed", "stalled")  # statuses of a run that ended by itself (a stalled one would only stall again)
+# statuses of a run that ended by itself (a stalled one would only stall again; a diverged one, stopped by
+# run.stop_on_divergence, would only diverge again)
+FINISHED = ("completed", "stalled", "diverged")
 METRIC_COLUMNS = ["version", "time", "accuracy", "loss", "updates", "mean_staleness", "max_staleness",
                   "notifications", "rejected"]
 
@@ -189,9 +191,12 @@ def read_metrics(path: str | Path) -> list[dict]:
     return out
 
 
-def time_to_target(rows: list[dict], target: float) -> float:
-    """First virtual time at which accuracy >= target (SPEC "Metrics"); inf if never."""
+def time_to_target(rows: list[dict], target: float, metric=None) -> float:
+    """First virtual time at which the metric reaches ``target`` (SPEC "Metrics": accuracy >= target by
+    default; ``metric`` a :class:`~seafl_dist.report.metric.Metric`, ``min``: at or below); inf if never."""
+    from seafl_dist.report.metric import Metric
+    metric = metric or Metric()
     for r in rows:
-        if r["accuracy"] is not None and r["accuracy"] >= target:
+        if metric.reached(r.get(metric.name), target):
             return float(r["time"])
     return math.inf

@@ -21,7 +21,9 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from seafl_dist.report.metric import Metric
 from seafl_dist.report.sinks import read_config, read_metrics, read_summary, time_to_target
+from seafl_dist.settings import ConfigError
 
 IGNORED = ("name", "run.seed", "run.targets", "logging.", "runtime.")
 ALWAYS = ("algorithm.name", "algorithm.buffer_size", "algorithm.staleness_limit")
@@ -46,6 +48,7 @@ class RunResult:
     summary: dict  # summary.json ({} if missing)
     sweep: str = ""  # the sweep dir's name when the run came from one
     label: str | None = None  # the sweep's label of the run's grid point
+    point: tuple = ()  # the keys the sweep set for this run (its grid point's), from sweep.json
 
     @property
     def name(self) -> str:
@@ -59,16 +62,28 @@ class RunResult:
     def status(self) -> str:
         return self.summary.get("status", "unknown")
 
+    @property
+    def metric(self) -> Metric:
+        """What the run's targets follow (run.target_metric, run.target_mode; config.yaml omits the defaults)."""
+        return Metric(self.config.get("run.target_metric", "accuracy"), self.config.get("run.target_mode", "max"))
+
     def ttt(self, target: float) -> float:
-        return time_to_target(self.rows, target)
+        return time_to_target(self.rows, target, self.metric)
+
+    @property
+    def diverged_at(self) -> dict | None:
+        """``{"version", "time"}`` where the run diverged (summary.json, report/divergence.py), else None."""
+        return self.summary.get("diverged_at")
 
     def figures(self) -> dict:
         rows, s = self.rows, self.summary
         upd = sum(r["updates"] or 0 for r in rows)
         stale = sum((r["mean_staleness"] or 0) * (r["updates"] or 0) for r in rows) / upd if upd else 0.0
+        m = self.metric
+        best = m.best(r.get(m.name) for r in rows)
         return {
-            "best_accuracy": max((r["accuracy"] for r in rows), default=math.nan),
-            "final_accuracy": rows[-1]["accuracy"] if rows else math.nan,
+            f"best_{m.name}": math.nan if best is None else best,
+            f"final_{m.name}": rows[-1].get(m.name, math.nan) if rows else math.nan,
             "aggregations": s.get("aggregations", rows[-1]["version"] if rows else 0),
             "virtual_time": rows[-1]["time"] if rows else 0.0,
             "mean_staleness": s.get("mean_staleness", stale),
@@ -78,10 +93,23 @@ class RunResult:
         }
 
 
-def load_run(run_dir: Path, sweep: str = "", label: str | None = None) -> RunResult:
+def common_metric(runs: list[RunResult]) -> Metric:
+    """The one target metric of ``runs``; runs that follow different ones are refused in one line (their
+    times to target and their curves would not be of one thing)."""
+    found = {r.metric for r in runs}
+    if len(found) > 1:
+        seen = {}
+        for r in runs:
+            seen.setdefault(r.metric, r.name)
+        raise ConfigError("these runs follow different target metrics: " + "; ".join(
+            f"{m.name} ({m.mode}) in {name}" for m, name in seen.items()) + "; report each metric's runs apart")
+    return found.pop() if found else Metric()
+
+
+def load_run(run_dir: Path, sweep: str = "", label: str | None = None, point: tuple = ()) -> RunResult:
     run_dir = Path(run_dir)
     config, summary = read_config(run_dir) or {}, read_summary(run_dir) or {}
-    return RunResult(run_dir, flatten(config), read_metrics(run_dir / "metrics.csv"), summary, sweep, label)
+    return RunResult(run_dir, flatten(config), read_metrics(run_dir / "metrics.csv"), summary, sweep, label, point)
 
 
 def repeated_keys(run_name: str) -> list[str]:
@@ -109,20 +137,20 @@ def find_runs(paths) -> list[RunResult]:
         if not p.is_dir():
             raise FileNotFoundError(f"'{p}' is not a directory; give a run dir or a sweep dir")
         if (p / "metrics.csv").exists():
-            found = [(p, "", None)]
+            found = [(p, "", None, ())]
         elif (p / "sweep.json").exists():
             meta = json.loads((p / "sweep.json").read_text())
             warning = repeated_key_warning(p, [r["name"] for r in meta.get("runs", [])])
             if warning:
                 print(warning, file=sys.stderr)
-            found = [(p / r["name"], p.name, r["label"]) for r in meta.get("runs", [])
+            found = [(p / r["name"], p.name, r["label"], tuple(r.get("point") or ())) for r in meta.get("runs", [])
                      if (p / r["name"] / "metrics.csv").exists()]
         else:
-            found = [(m.parent, "", None) for m in sorted(p.rglob("metrics.csv"))]
-        for d, sweep, label in found:
+            found = [(m.parent, "", None, ()) for m in sorted(p.rglob("metrics.csv"))]
+        for d, sweep, label, point in found:
             if d.resolve() not in seen:
                 seen.add(d.resolve())
-                runs.append(load_run(d, sweep, label))
+                runs.append(load_run(d, sweep, label, point))
     return runs
 
 
@@ -250,6 +278,7 @@ def group_rows(groups: list[Group], targets: list[float], baseline: str | None) 
         figs = [r.figures() for r in g.runs]
         for name in figs[0]:
             row[name] = mean_std([f[name] for f in figs])
+        row["diverged"] = sum(r.diverged_at is not None for r in g.runs)
         rows.append(row)
     return rows
 
@@ -268,5 +297,7 @@ def run_rows(groups: list[Group], targets: list[float], baseline: str | None) ->
                 row[f"ttt_{t:g}"] = st["mean"]
                 row[f"ratio_{t:g}"] = ratio(st, ttt_stats(base.runs, t) if base else None)
             row.update(r.figures())
+            at = r.diverged_at or {}
+            row["diverged_version"], row["diverged_time"] = at.get("version"), at.get("time")
             rows.append(row)
     return rows

@@ -18,6 +18,7 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import NullLocator
 
+from seafl_dist.report.metric import Metric
 from seafl_dist.report.figures import never_axis, new_figure, paper_style, save, title_of, wrap
 from seafl_dist.report.labels import INFINITE_WHEN_NULL, SYMBOLS, ZERO_WHEN_NULL, reader_labels, styles, value_text, varying_keys
 
@@ -70,7 +71,8 @@ def _positions(values: list[float]) -> tuple[dict, bool]:
     return pos, log
 
 
-def plot_time_vs_value(groups, key: str, targets, path: str | Path, *, title: str | None = None) -> Figure | None:
+def plot_time_vs_value(groups, key: str, targets, path: str | Path, *, title: str | None = None,
+                       metric=None) -> Figure | None:
     """Time to each target against ``key``, one line per algorithm (see module doc); None when nothing sweeps it."""
     lines = swept_lines(groups, key)
     if not lines or not targets:
@@ -119,7 +121,7 @@ def plot_time_vs_value(groups, key: str, targets, path: str | Path, *, title: st
                 ax.axvline((finite_top + pos[math.inf]) / 2 if not log else math.sqrt(finite_top * pos[math.inf]),
                            color="0.6", lw=0.8, ls=":")
             ax.set_xlabel(symbol)
-            ax.set_title(f"to {target:.0%}")
+            ax.set_title(f"to {(metric or Metric()).target_text(target)}")
             ax.grid(alpha=0.3)
         axes[0].set_ylabel("virtual time to target (s)")
         handles, labels = axes[0].get_legend_handles_labels()

@@ -7,7 +7,8 @@
 
 What a run logs:
 - the resolved config;
-- every evaluation: ``eval/accuracy``, ``eval/loss``, ``eval/best_accuracy``, ``eval/notifications``;
+- every evaluation: ``eval/accuracy``, ``eval/loss`` (or what a module's own ``test_step`` logs, as
+  ``eval/<name>``), ``eval/best_<run.target_metric>``, ``eval/notifications``;
 - every aggregation: ``agg/updates``, ``agg/mean_staleness``, ``agg/max_staleness``,
   ``agg/partial_updates`` (SEAFL² updates with fewer than E epochs), ``agg/max_weight``;
 - every row also carries ``virtual_time`` and ``version``: virtual time is the default x-axis
@@ -42,7 +43,8 @@ import sys
 from pathlib import Path
 
 from seafl_dist.report import wandb_files
-from seafl_dist.report.sinks import FINISHED, read_metrics, write_json
+from seafl_dist.report.metric import Metric
+from seafl_dist.report.sinks import FINISHED, METRIC_COLUMNS, read_metrics, write_json
 from seafl_dist.report.trainlog import aggregation_values
 
 LEDGER = "wandb_run.json"
@@ -60,6 +62,9 @@ def make_callbacks(cfg, out_dir, resume=None) -> list:
     return [WandbSink(cfg, out_dir, resumed=resume is not None)]
 
 
+ROW_KEYS = set(METRIC_COLUMNS) | {"drops"}  # a metric row's own columns; any other is a module's metric
+
+
 def _warn(msg: str) -> None:
     print(f"seafl: warning: {msg}", file=sys.stderr)
 
@@ -75,7 +80,8 @@ class WandbSink:
                                "pip install wandb, or set logging.wandb.enabled=false") from err
         self.wandb, self.cfg, self.dir = wandb, cfg, Path(out_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
-        self.best = -math.inf
+        self.metric = Metric.of(cfg.run)  # run.target_metric: its best so far as eval/best_<name>
+        self.best = None
         w = cfg.logging.wandb
         run_id = (_read_ledger(self.dir) if resumed else None) or _new_id()
         write_json(self.dir / LEDGER, {"id": run_id, "project": w.project, "entity": w.entity})  # before any log
@@ -99,7 +105,7 @@ class WandbSink:
         self.run.define_metric("version")
         for prefix in ("eval/*", "agg/*", "train/*"):
             self.run.define_metric(prefix, step_metric="virtual_time")
-        self.run.define_metric("eval/accuracy", step_metric="virtual_time", summary="max")
+        self.run.define_metric(f"eval/{self.metric.name}", step_metric="virtual_time", summary=self.metric.mode)
         self._write_note()
 
     def _logged_through(self, earlier: list[Path]) -> int:
@@ -154,9 +160,11 @@ class WandbSink:
             self._log(version, rows[version])
 
     def _eval_values(self, row: dict) -> dict:
-        self.best = max(self.best, row["accuracy"])
-        return {"virtual_time": row["time"], "version": row["version"], "eval/accuracy": row["accuracy"],
-                "eval/loss": row["loss"], "eval/best_accuracy": self.best,
+        self.best = self.metric.best([self.best, row.get(self.metric.name)])
+        own = {f"eval/{k}": v for k, v in row.items() if k not in ROW_KEYS}  # a module's own test_step metrics
+        return {"virtual_time": row["time"], "version": row["version"],
+                **({"eval/accuracy": row["accuracy"], "eval/loss": row["loss"]} if row["accuracy"] is not None else {}),
+                **own, f"eval/best_{self.metric.name}": self.best,
                 "eval/notifications": row["notifications"], "eval/rejected": row["rejected"],
                 **({"eval/drops": row["drops"]} if "drops" in row else {})}  # device churn only (docs/devices.md)
 
@@ -234,7 +242,7 @@ def _metric_rows(path: Path) -> list[dict]:
     except (OSError, ValueError):
         return []
     return [{**r, **{k: int(r[k]) for k in ("notifications", "rejected", "updates", "drops") if r.get(k) is not None}}
-            for r in rows if r.get("accuracy") is not None]
+            for r in rows if r.get("time") is not None]
 
 
 def _events(path: Path) -> list[dict]:

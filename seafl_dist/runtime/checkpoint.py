@@ -145,6 +145,20 @@ def load(path: Path, cfg, *, mmap: bool = False) -> dict:
     return state
 
 
+def edited_config(run_dir: Path, cfg) -> str | None:
+    """How ``cfg`` (the run dir's own config.yaml) differs from what its newest checkpoint was trained with
+    ("train.lr (0.05 there, 0.1 now)"), or None: no checkpoint, the same, or one :func:`load` will word."""
+    found = checkpoints(Path(run_dir))
+    if not found:
+        return None
+    try:
+        saved = yaml.safe_load(torch.load(found[-1], map_location="cpu", weights_only=True, mmap=True)["config"])
+    except Exception:  # noqa: BLE001 -- a damaged checkpoint: load() says which and what to do
+        return None
+    diff = config_diff(saved, config_tree(cfg))
+    return f"{describe_diff(diff, saved, config_tree(cfg))} (there: {found[-1].name})" if diff else None
+
+
 @dataclass(frozen=True)
 class Plan:
     """What ``seafl run`` does with its run dir: ``fresh``, ``resume`` (from ``checkpoint``) or ``completed``.

@@ -38,7 +38,10 @@ from seafl_dist.runtime.snapshots import Snapshots
 from seafl_dist.runtime.executor import JobSpec
 from seafl_dist.runtime.faults import NO_FAULT
 from seafl_dist.runtime.summary import build_summary, format_summary  # noqa: F401  (format_summary re-exported)
+from seafl_dist.runtime.watch import Watch
+from seafl_dist.report.metric import Metric
 from seafl_dist.train import evaluate, load_flat
+from seafl_dist.train.evaluation import evaluate_by_step
 
 
 def _is_start(ev: dict) -> bool:
@@ -61,7 +64,9 @@ class Server(Snapshots):
         self._t0, self.wall_before = time.monotonic(), 0.0
         self.callbacks = list(callbacks)
         lc = self.cfg.logging
-        self.progress = progress or Progress(lc.progress, total=self.cfg.run.max_aggregations, every_s=lc.progress_every_s)
+        self.metric = Metric.of(self.cfg.run)  # what targets, stopping, best and final follow
+        self.progress = progress or Progress(lc.progress, total=self.cfg.run.max_aggregations,
+                                             every_s=lc.progress_every_s, metric=self.metric)
         self.eval_model = exp.new_model()
         self.parts = exp.flat_parts()  # params / float stats / integer counters of the flat vector
         self.rows: list[dict] = []
@@ -69,15 +74,26 @@ class Server(Snapshots):
         self.staleness: list[int] = []
         # device churn (docs/devices.md): drop counts in metrics.csv and summary.json only when it is on
         self.churn = self.cfg.devices.profile is not None or self.cfg.devices.dropout is not None
-        self.columns = METRIC_COLUMNS + (["drops"] if self.churn else [])
+        # a module evaluated by its own test_step: what it logs there, in columns after today's (the names
+        # its probe evaluation logged at start-up, runtime/setup.py); None: the built-in evaluation
+        self.eval_names = exp.eval_names
+        self.columns = METRIC_COLUMNS + (["drops"] if self.churn else []) + list(self.eval_names or [])
         self.profile_sha256 = exp.profile.sha256 if exp.profile is not None else None
         self.stalled: str | None = None  # why the run could make no more progress
+        self.diverged_stop = False  # the run diverged and run.stop_on_divergence ends it here
+        self.watch = Watch(exp)  # update norms and divergence: stderr and summary.json only (runtime/watch.py)
 
     # ---- evaluation and metrics ---------------------------------------------------------
     def _evaluate(self, version: int, now: float, flat: torch.Tensor, agg: dict | None) -> dict:
-        acc, loss = evaluate(self.eval_model, flat, self.exp.test.to(self.exp.device), device=self.exp.device,
-                             precision=self.cfg.runtime.precision)
-        self.writer.event({"event": "eval", "time": now, "version": version, "accuracy": acc, "loss": loss})
+        test, device, precision = self.exp.test.to(self.exp.device), self.exp.device, self.cfg.runtime.precision
+        if self.eval_names is None:
+            (acc, loss), metrics = evaluate(self.eval_model, flat, test, device=device, precision=precision), {}
+            self.writer.event({"event": "eval", "time": now, "version": version, "accuracy": acc, "loss": loss})
+        else:  # the module's own test_step (train/evaluation.py): its logged values, beside null accuracy and loss
+            acc = loss = None
+            metrics = evaluate_by_step(self.eval_model, flat, test, device=device, precision=precision)
+            self.writer.event({"event": "eval", "time": now, "version": version, "accuracy": acc, "loss": loss,
+                               "metrics": metrics})
         self.counts["eval"] += 1
         st = [u["staleness"] for u in agg["updates"]] if agg else []
         row = {"version": version, "time": now, "accuracy": acc, "loss": loss, "updates": len(st),
@@ -85,11 +101,13 @@ class Server(Snapshots):
                "notifications": self.counts["notify"], "rejected": self.counts["rejected"]}
         if self.churn:
             row["drops"] = self.counts["drop"]
+        row.update((name, metrics.get(name)) for name in self.eval_names or ())
         self.writer.metrics(row)
         self.rows.append(row)
-        self.progress.update(version, now, acc)
+        self.progress.update(version, now, row.get(self.metric.name))
         for cb in self.callbacks:
             cb.on_eval(row)
+        self.diverged_stop = self.watch.evaluated(row)
         return row
 
     # ---- one aggregation ----------------------------------------------------------------
@@ -98,7 +116,7 @@ class Server(Snapshots):
                                   n_samples=u["n_samples"], base_version=u["base_version"], epochs=u["epochs"])
                    for u in ev["updates"]]
         result = aggregate(self.cfg.algorithm, version, versions[version], updates, versions.__getitem__,
-                           self.parts)
+                           self.parts, self.watch.history)
         for u, info in zip(ev["updates"], result.info):
             u.update(info)
             self.counts["rejected"] += bool(info.get("rejected"))
@@ -106,6 +124,7 @@ class Server(Snapshots):
             logged = self.executor.logged(u["job"])  # a module that logs: its job's values (report/trainlog.py)
             if logged:
                 u["logged"] = logged
+        self.watch.aggregated(ev, result.norms)
         return result.new_global
 
     def run(self) -> dict:
@@ -130,11 +149,12 @@ class Server(Snapshots):
         status, error = "failed", None
         try:
             final = self._loop(state)
+            self.diverged_stop = self.watch.finished() or self.diverged_stop  # a collapse that lasted to the end
             # the normal end's goodbye to the workers; after a failure or an interrupt they may be
             # gone already, and waiting on them must not cost us the summary
             self.executor.close()
             self._save_model(final)
-            status = "stalled" if self.stalled else "completed"
+            status = "stalled" if self.stalled else "diverged" if self.diverged_stop else "completed"
         except KeyboardInterrupt as err:
             status = "interrupted"
             error = f"interrupted ({err or 'Ctrl-C'})" + getattr(self.executor, "diagnose", lambda: "")()
@@ -211,6 +231,8 @@ class Server(Snapshots):
             self._evaluate(0, 0.0, versions[0], None)
             for st in starts:
                 self._record(st)
+            if self.diverged_stop:  # an untrained model with a non-finite loss
+                return versions[0]
         else:
             versions, refs, version, now = self._restore(state)
             for st in checkpoint.replay(self.lookahead, version):  # the jobs in flight at the checkpoint
@@ -249,7 +271,7 @@ class Server(Snapshots):
             self.hook.at("during_aggregate", version, self.writer.flush)
             if version % cfg.run.eval_every == 0:
                 row = self._evaluate(version, now, new, ev)
-                if target is not None and row["accuracy"] >= target:
+                if (target is not None and self.metric.reached(row[self.metric.name], target)) or self.diverged_stop:
                     return new
             for st in starts:
                 self._record(st)
@@ -264,4 +286,5 @@ class Server(Snapshots):
     # ---- summary ------------------------------------------------------------------------
     def summary(self, status: str, error: str | None, wall: float) -> dict:
         return build_summary(self.cfg, self.rows, self.counts, self.staleness, status=status, error=error, wall=wall,
-                             churn=self.churn, profile_sha256=self.profile_sha256, stalled=self.stalled)
+                             churn=self.churn, profile_sha256=self.profile_sha256, stalled=self.stalled,
+                             diverged_at=self.watch.diverged_at())

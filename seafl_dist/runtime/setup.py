@@ -27,6 +27,9 @@ from seafl_dist.algo import FlatParts
 from seafl_dist.train import FlatLayout, flatten
 
 
+EVAL_PROBE_ROWS = 64  # test rows a module's own evaluation is probed on at start-up
+
+
 def pick_device(choice: str, local_rank: int = 0) -> torch.device:
     """``runtime.device``: auto = cuda:LOCAL_RANK (mod the GPU count) when CUDA is there, else cpu."""
     if choice == "cpu" or (choice == "auto" and not torch.cuda.is_available()):
@@ -75,6 +78,7 @@ class Experiment:
     _n_samples: list | None = None  # kept by restrict(): the clock needs every device's n_k
     writers: list | None = None  # data.partition=natural: device k's writer, for the partition record
     profile: object | None = None  # devices.profile's ProfileTable, read (and checked) by prepare()
+    eval_names: list | None = None  # a module evaluated by its own test_step: what it logs (prepare() probes it)
 
     @property
     def n_samples(self) -> list[int]:
@@ -132,7 +136,8 @@ class Experiment:
         for d, idx in keep.items():
             shards[d] = np.searchsorted(rows, idx).astype(np.int64)
         return Experiment(cfg=self.cfg, train=sub, test=self.test, shards=shards, device=self.device,
-                          _n_samples=self.n_samples, writers=self.writers, profile=self.profile)
+                          _n_samples=self.n_samples, writers=self.writers, profile=self.profile,
+                          eval_names=self.eval_names)
 
     def schedule(self) -> Lookahead:
         cfg = self.cfg
@@ -212,19 +217,44 @@ def prepare(cfg: Config, *, local_rank: int = 0, need_test: bool = True, fetch=N
     if is_import_path(cfg.model.name):  # a user's model: checked before any job trains
         with torch.random.fork_rng(devices=[]):  # building it must not move torch's global generator
             x, y = train.batch(torch.arange(min(4, len(train))))
-            check_user_model(cfg, exp.new_model(), x, y, train.num_classes, exp.device)
+            rows = test.batch(torch.arange(min(EVAL_PROBE_ROWS, len(test)))) if test is not None else None
+            exp.eval_names = check_user_model(cfg, exp.new_model(), x, y, train.num_classes, exp.device, rows)
+    if need_test:
+        check_target_metric(cfg, exp.eval_names)
     return exp
 
 
-def check_user_model(cfg: Config, model, x: torch.Tensor, y: torch.Tensor, num_classes: int, device) -> None:
-    """A model named by import path, refused in one ConfigError line naming ``model.name``: unless it
-    gives ``(batch, num_classes)`` logits, and unless a probe job (train/probe.py: the hooks it
-    overrides, then one epoch of two batches of ``(x, y)`` by the run's loop) trains it as the run would."""
+def check_user_model(cfg: Config, model, x: torch.Tensor, y: torch.Tensor, num_classes: int, device,
+                     eval_rows: tuple | None = None) -> list[str] | None:
+    """A model named by import path, refused in one ConfigError line naming ``model.name``: unless a module
+    evaluated as the built-in models are gives ``(batch, num_classes)`` logits; unless a probe job
+    (train/probe.py: the hooks it overrides, then one epoch of two batches of ``(x, y)`` by the run's loop)
+    trains it as the run would; and, for a module with its own ``test_step`` (or ``validation_step``),
+    unless it logs finite values on ``eval_rows`` (some test rows; ``(x, y)`` when None). Returns the
+    names that evaluation logs, in order (the metrics.csv columns), or None for the built-in evaluation."""
     from seafl_dist.models.custom import check_logits  # imports Lightning: custom models only
-    from seafl_dist.train.probe import check_module
-    check_logits(cfg.model.name, model, x[:2], num_classes)
+    from seafl_dist.train.evaluation import evaluation_step
+    from seafl_dist.train.probe import check_module, probe_evaluation
+    own_step = evaluation_step(model) is not None
+    if not own_step:
+        check_logits(cfg.model.name, model, x[:2], num_classes)
     t = cfg.train
     why = check_module(model, x, y, loop=t.loop, clip=(t.grad_clip_val, t.grad_clip_algorithm), device=device,
                        precision=cfg.runtime.precision)
-    if why is not None:
+    names = None
+    if why is None and own_step:
+        logged, why = probe_evaluation(model, *(eval_rows or (x, y)), device=device, precision=cfg.runtime.precision)
+        names = list(logged)
+    if why:
         raise ConfigError(f"config key 'model.name' has value {cfg.model.name!r}: {why}")
+    return names
+
+
+def check_target_metric(cfg: Config, eval_names: list[str] | None) -> None:
+    """``run.target_metric`` must be a metric the evaluation gives (one line naming what it gives)."""
+    from seafl_dist.report.metric import BUILT_IN
+    if cfg.run.target_metric in (eval_names if eval_names is not None else BUILT_IN):
+        return
+    given = (f"a name its test_step logs: {', '.join(eval_names)}" if eval_names is not None else
+             f"{' or '.join(BUILT_IN)} (the built-in evaluation; a module evaluated by its own test_step may log others)")
+    raise ConfigError(f"config key 'run.target_metric' has value {cfg.run.target_metric!r}; allowed: {given}")

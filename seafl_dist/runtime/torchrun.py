@@ -12,11 +12,13 @@ ranks, which a rendezvous that never completes does not start.
 from __future__ import annotations
 
 import sys
+import traceback
 
 from torch.distributed import run as torchrun
 from torch.distributed.elastic.multiprocessing.errors import record
 from torch.distributed.elastic.rendezvous.api import (RendezvousClosedError, RendezvousConnectionError,
-                                                      RendezvousError, RendezvousTimeoutError)
+                                                      RendezvousError, RendezvousGracefulExitError,
+                                                      RendezvousTimeoutError)
 
 JOIN_TIMEOUT_DEFAULT = 600  # torchrun's c10d join_timeout when --rdzv_conf does not set one
 
@@ -45,6 +47,9 @@ def rendezvous_line(err: RendezvousError, args) -> str:
     if isinstance(err, RendezvousConnectionError):
         return (f"seafl: error: cannot reach {where}{detail}; check that the first node is up and that the "
                 f"port is open to every node (SEAFL_PORT under slurm/multinode.sbatch)")
+    if isinstance(err, RendezvousGracefulExitError):
+        return (f"seafl: error: this node was left out of {where}: the others met without it{detail}; more "
+                f"nodes started than --nnodes={args.nnodes} admits, or it arrived after they had met")
     if isinstance(err, RendezvousClosedError):
         return (f"seafl: error: {where} was closed by another node (it ended or failed first){detail}; "
                 f"see that node's log")
@@ -59,7 +64,21 @@ def main(argv: list[str] | None = None) -> int:
     except RendezvousError as err:
         print(rendezvous_line(err, args), file=sys.stderr, flush=True)
         return 1
+    except AttributeError as err:
+        if not _graceful_exit_swallowed(err):
+            raise
+        print(rendezvous_line(RendezvousGracefulExitError(), args), file=sys.stderr, flush=True)
+        return 1
     return 0
+
+
+def _graceful_exit_swallowed(err: AttributeError) -> bool:
+    """torch's agent catches a RendezvousGracefulExitError itself (it logs it at INFO and returns None), and
+    torchrun's launcher then fails on that None (``result.is_failed()``, torch 2.14): the graceful exit
+    reaches us only as this AttributeError out of ``launch_agent``."""
+    frames = traceback.extract_tb(err.__traceback__)
+    return "'NoneType' object has no attribute 'is_failed'" in str(err) and bool(frames) and \
+        frames[-1].name == "launch_agent"
 
 
 if __name__ == "__main__":

@@ -10,8 +10,8 @@ value and what is allowed. Components receive only the section they need (``cfg.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
-import types
 import typing
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +19,8 @@ from typing import Any
 
 import yaml
 
-from seafl_dist.settings.files import find_config
+from seafl_dist.settings.domains import Interval, base_type, check_fields, describe, domain_of, optional
+from seafl_dist.settings.files import find_config, is_sweep_file
 from seafl_dist.settings.execution import LoggingConfig, RuntimeConfig, WandbConfig  # noqa: F401  (re-exported)
 from seafl_dist.settings.sections import (  # noqa: F401  (re-exported: the public config API, see __all__)
     ALGORITHMS, SIMILARITY_MODES, SIMILARITY_OVER, AlgorithmConfig, ClockConfig, ConfigError, DataConfig, DevicesConfig,
@@ -30,8 +31,8 @@ from seafl_dist.settings.keys import key, section
 
 __all__ = ["ALGORITHMS", "SIMILARITY_MODES", "SIMILARITY_OVER", "AlgorithmConfig", "ClockConfig", "Config", "ConfigError", "DataConfig",
            "DevicesConfig", "IdleConfig", "LoggingConfig", "ModelConfig", "RunConfig", "RuntimeConfig",
-           "TrainConfig", "WandbConfig", "config_from_dict", "dump_config", "find_config", "load_config",
-           "load_yaml", "parse_override", "set_dotted"]
+           "TrainConfig", "WandbConfig", "all_keys", "config_from_dict", "dump_config", "find_config", "is_sweep_file",
+           "load_config", "load_run_yaml", "load_yaml", "parse_override", "set_dotted"]
 
 
 @dataclass(kw_only=True)
@@ -52,6 +53,7 @@ class Config:
                     shown="the config file's name (`run` without a file)")
 
     def __post_init__(self) -> None:
+        check_fields(self, "")
         _resolve_algorithm(self.algorithm, self.devices)
         if self.devices.num is None and self.data.partition != "natural":
             _fail("devices.num", None, f"an integer >= 1; null (one device per writer) only with "
@@ -84,60 +86,76 @@ def _resolve_algorithm(alg: AlgorithmConfig, dev: DevicesConfig) -> None:
 
 # ---- building dataclasses from plain dicts, with type checks ----------------------------
 
-def _type_name(tp: Any) -> str:
-    return getattr(tp, "__name__", str(tp).replace("typing.", ""))
+def _no_limit(value: Any, domain: Any) -> bool:
+    """+inf (YAML's ``.inf``, or ``inf`` written as a word) for a key whose domain declares "no limit"."""
+    inf = (isinstance(value, float) and value == math.inf) or \
+        (isinstance(value, str) and value.lower() in ("inf", "+inf", "infinity", ".inf"))
+    return inf and isinstance(domain, Interval) and domain.no_limit
 
 
-def _coerce(key: str, tp: Any, value: Any) -> Any:
-    origin = typing.get_origin(tp)
-    if origin in (typing.Union, types.UnionType):
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
-        if value is None or (isinstance(value, str) and value.lower() in ("null", "none", "inf", "infinity")
-                             and type(None) in typing.get_args(tp)):
-            return None
-        if isinstance(value, float) and math.isinf(value):
-            return None
-        return _coerce(key, args[0], value)
+def _coerce(key: str, tp: Any, value: Any, domain: Any = None) -> Any:
+    """``value`` as the key's type; the domain itself is checked by the section (domains.check_fields)."""
     if dataclasses.is_dataclass(tp):
         if not isinstance(value, dict):
             _fail(key, value, f"a mapping of the keys of section '{key}'")
         return _build(tp, value, key + ".")
-    if tp is bool:
-        if isinstance(value, bool):
-            return value
-        _fail(key, value, "true or false")
-    if tp is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
-        _fail(key, value, "an integer")
-    if tp is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        _fail(key, value, "a number")
-    if tp is str:
-        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
-            return str(value)
-        _fail(key, value, "a string")
-    if tp is list or origin is list:
-        if isinstance(value, (list, tuple)):
-            return list(value)
-        if isinstance(value, (int, float, str)):
-            return [value]
-        _fail(key, value, "a list")
+    if optional(tp) and (value is None or (isinstance(value, str) and value.lower() in ("null", "none"))
+                         or _no_limit(value, domain)):
+        return None
+    kind = base_type(tp)
+    if kind is int and isinstance(value, float) and value.is_integer():
+        return int(value)
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if kind is str and isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return str(value)  # a name or a path written as a number (`precision: 32`)
+    if kind is list and not isinstance(value, (list, tuple, dict)):
+        return [value]  # one item
+    if kind is list and isinstance(value, tuple):
+        return list(value)
+    if kind in (int, float, str, bool, list) and not _is(value, kind):
+        _fail(key, value, describe(domain, tp))
     return value
+
+
+def _is(value: Any, kind: type) -> bool:
+    if kind in (int, float) and isinstance(value, bool):
+        return False
+    return isinstance(value, (int, float) if kind is float else kind)
 
 
 def _build(cls: type, data: dict, prefix: str = "") -> Any:
     hints = typing.get_type_hints(cls)
-    names = {f.name for f in dataclasses.fields(cls)}
+    fields = {f.name: f for f in dataclasses.fields(cls)}
     kwargs = {}
     for key, value in data.items():
-        if key not in names:
-            _fail(prefix + str(key), value, "known keys of this section: " + ", ".join(sorted(names)))
-        kwargs[key] = _coerce(prefix + key, hints[key], value)
+        if key not in fields:
+            _unknown(prefix + str(key), value, sorted(fields))
+        kwargs[key] = _coerce(prefix + key, hints[key], value, domain_of(fields[key], hints[key]))
     return cls(**kwargs)
+
+
+def all_keys(cls: type = None, prefix: str = "") -> list[str]:
+    """Every dotted key of a run config (sections by their own name too), in declaration order."""
+    cls = cls or Config
+    out = []
+    for name, tp in typing.get_type_hints(cls).items():
+        out.append(prefix + name)
+        if dataclasses.is_dataclass(tp):
+            out += all_keys(tp, prefix + name + ".")
+    return out
+
+
+def _unknown(key: str, value: Any, names: list[str]) -> None:
+    """An unknown key, with the nearest known one (a typo's fix) and the keys of its section."""
+    typed = key
+    while isinstance(value, dict) and len(value) == 1:  # `trian.lr=3` arrives as trian: {lr: 3}
+        inner, value = next(iter(value.items()))
+        typed += f".{inner}"
+    near = difflib.get_close_matches(typed, all_keys(), n=1, cutoff=0.6)
+    hint = f"did you mean '{near[0]}'? " if near else ""
+    where = "this section" if "." in key else "the top level"
+    _fail(typed, value, f"known keys ({hint}keys of {where}: {', '.join(names)})")
 
 
 def set_dotted(tree: dict, dotted: str, value: Any) -> None:
@@ -194,26 +212,45 @@ def load_yaml(path: str | Path) -> dict:
     try:
         data = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as err:
-        raise ConfigError(f"config file '{path}' is not valid YAML: {err}") from None
+        raise ConfigError(f"config file '{path}' is not valid YAML: {_yaml_problem(err)}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"config file '{path}' must hold a mapping of sections (algorithm:, devices:, ...)")
     return data
 
 
+def load_run_yaml(path: str | Path) -> dict:
+    """A run config file's tree, its name defaulting to the file's stem; a sweep file is refused, naming
+    the command that runs it."""
+    data = load_yaml(path)
+    if is_sweep_file(data):
+        raise ConfigError(f"'{path}' is a sweep file (it has {' and '.join(k + ':' for k in ('base', 'grid') if k in data)}"
+                          f"), not a run config; run it with `seafl sweep {path}`")
+    data.setdefault("name", find_config(path).stem)
+    return data
+
+
+def _yaml_problem(err: yaml.YAMLError) -> str:
+    """PyYAML's several-line message as one line: where, then what."""
+    mark, problem = getattr(err, "problem_mark", None), getattr(err, "problem", None)
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+    return where + " ".join(str(problem or err).split())
+
+
 def load_config(path: str | Path, overrides: list[str] | tuple = ()) -> Config:
     """Load a YAML file, apply dotted overrides, validate. The run name defaults to the file stem."""
-    data = load_yaml(path)
-    data.setdefault("name", find_config(path).stem)
-    return config_from_dict(data, overrides)
+    return config_from_dict(load_run_yaml(path), overrides)
 
 
-# Keys of device populations (docs/devices.md), GPU switches and the Lightning loop's keys left out of config.yaml at their defaults, so the file of a run
+# Keys of device populations (docs/devices.md), GPU switches, the Lightning loop's keys, the update guard, the
+# divergence stop and the target metric left out of config.yaml at their defaults, so the file of a run
 # without them is byte for byte what it was before they existed (and older run dirs still compare equal).
 OMITTED_AT_DEFAULT = {("devices", "profile"): None, ("devices", "dropout"): None,
                       ("devices", "availability_scale"): 1.0, ("clock", "compute_scale"): 1.0,
                       ("runtime", "deterministic"): False, ("runtime", "cuda_graphs"): True,
                       ("train", "loop"): "plain", ("train", "grad_clip_val"): None,
-                      ("train", "grad_clip_algorithm"): None}
+                      ("train", "grad_clip_algorithm"): None,
+                      ("algorithm", "update_norm_factor"): None, ("run", "stop_on_divergence"): False,
+                      ("run", "target_metric"): "accuracy", ("run", "target_mode"): "max"}
 
 
 def dump_config(cfg: Config) -> str:

@@ -1,4 +1,5 @@
-"""The exceptions of a user's mistakes, and the wording every check uses."""
+"""The exceptions of a user's mistakes, and the wording every check uses (a key's domain is worded
+by :mod:`.domains`)."""
 from __future__ import annotations
 
 from typing import Any
@@ -16,15 +17,3 @@ class ModuleContractError(ValueError):
 
 def _fail(key: str, value: Any, allowed: str) -> None:
     raise ConfigError(f"config key '{key}' has value {value!r}; allowed: {allowed}")
-
-
-def _choice(key: str, value: Any, choices: tuple) -> None:
-    if value not in choices:
-        _fail(key, value, "one of " + ", ".join(map(str, choices)))
-
-
-def _at_least(key: str, value: Any, low: float, *, strict: bool = False) -> None:
-    if value is None:
-        return
-    if (value <= low) if strict else (value < low):
-        _fail(key, value, f"a number {'>' if strict else '>='} {low}")

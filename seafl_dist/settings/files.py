@@ -66,3 +66,8 @@ def find_config(path: str | Path) -> Path:
     names = ", ".join(shipped) or "none found"
     raise ConfigError(f"config file '{path}' does not exist and is not the name of a packaged config; pass the path "
                       f"of a YAML file, or one of: {names} (`seafl configs` lists them)")
+
+
+def is_sweep_file(data: dict) -> bool:
+    """A sweep file has ``base:`` or ``grid:`` (seafl_dist/experiments/sweep.py); a run config has neither."""
+    return "grid" in data or "base" in data

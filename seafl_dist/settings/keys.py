@@ -1,11 +1,12 @@
-"""A config key is a dataclass field that carries its own help, so the reference can be generated.
+"""A config key is a dataclass field that carries its own help and domain, so the reference and the
+checks can be generated.
 
-    buffer_size: int = key(10, "K: updates aggregated at once")
+    buffer_size: int = key(10, "K: updates aggregated at once", "[1, inf)")
     idle: IdleConfig = section(IdleConfig, "idle time between epochs")
 
-The help lives in the field's metadata (``help``; optional ``note``, a longer explanation printed
-under the section's table, and ``shown``, how the default reads where the value alone would
-mislead). :mod:`seafl_dist.settings.reference` reads it back to write docs/configuration.md and
+The help lives in the field's metadata (``help``; ``domain``, the values the key takes (:mod:`.domains`);
+optional ``note``, a longer explanation printed under the section's table, and ``shown``, how the
+default reads where the value alone would mislead). :mod:`seafl_dist.settings.reference` reads it back to write docs/configuration.md and
 ``seafl configs --keys``; a test fails on a field without help.
 """
 from __future__ import annotations
@@ -14,10 +15,13 @@ import dataclasses
 import functools
 from typing import Any
 
+from seafl_dist.settings.domains import as_domain
 
-def key(default: Any, help: str, *, note: str = "", shown: str = "") -> Any:
-    """A field with ``default`` and its help; a list default is copied for every instance."""
-    meta = {"help": help, "note": note, "shown": shown}
+
+def key(default: Any, help: str, domain: Any = None, *, note: str = "", shown: str = "") -> Any:
+    """A field with ``default``, its help and its domain (:mod:`.domains`: an interval such as ``"(0, 1]"``,
+    a tuple of choices, or a domain object); a list default is copied for every instance."""
+    meta = {"help": help, "note": note, "shown": shown, "domain": None if domain is None else as_domain(domain)}
     if isinstance(default, list):  # dataclasses refuse a mutable default; each config gets its own copy
         return dataclasses.field(default_factory=functools.partial(list, default), metadata=meta)
     return dataclasses.field(default=default, metadata=meta)

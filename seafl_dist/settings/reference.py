@@ -1,5 +1,6 @@
 """The configuration reference, generated from the code: every key by its full dotted name, with
-its type, default and help (declared with ``key(default, "help")`` in :mod:`.sections`).
+its type, default, allowed values and help (declared with ``key(default, "help", domain)`` in
+:mod:`.sections`; the allowed values in the words of the key's errors, :mod:`.domains`).
 
     python -m seafl_dist.settings.reference            # (re)write docs/configuration.md
     python -m seafl_dist.settings.reference --check    # exit 1 if docs/configuration.md is stale
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from seafl_dist.settings.core import Config
+from seafl_dist.settings.domains import describe, domain_of
 from seafl_dist.settings.keys import help_of
 
 COMMAND = "python -m seafl_dist.settings.reference"
@@ -33,6 +35,7 @@ class Key:
     default: str  # markdown: `value`, or prose where the value alone would mislead
     help: str
     note: str
+    allowed: str  # the key's domain in words (settings/domains.py), as its errors say it
 
 
 @dataclass(frozen=True)
@@ -78,7 +81,8 @@ def sections(cls: type = Config, name: str = "", help: str = "") -> list[Section
             nested += sections(hints[f.name], dotted, help_of(f))
             continue
         default = f.metadata.get("shown") or f"`{_value_text(_default(f))}`"
-        own.append(Key(dotted, _type_text(hints[f.name]), default, help_of(f), f.metadata.get("note", "").strip()))
+        own.append(Key(dotted, _type_text(hints[f.name]), default, help_of(f), f.metadata.get("note", "").strip(),
+                       describe(domain_of(f, hints[f.name]), hints[f.name])))
     mine = [Section(name, help, tuple(own))] if own else []
     return nested + mine if not name else mine + nested
 
@@ -103,9 +107,11 @@ full dotted name, the value read as YAML (`null` is "none" or "no limit" where a
 seafl run quickstart algorithm.buffer_size=5 algorithm.staleness_limit=null
 ```
 
-An unknown key, a value of the wrong type or an impossible one stops the run before it starts,
-with one line naming the key, the value and what is allowed. `seafl configs --keys` prints this
-list on a terminal.
+An unknown key, a value of the wrong type or one outside the key's allowed values stops the run
+before anything is written, with one line naming the key, the value and what is allowed (for a
+misspelt key, the nearest known one). Numbers are finite: NaN and `-.inf` are refused everywhere,
+and `.inf` only means something where a key allows "no limit" (it then reads as `null`). `seafl
+configs --keys` prints this list on a terminal.
 """
 
 
@@ -121,8 +127,8 @@ def markdown() -> str:
         out.append(f"\n## {title}\n")
         if s.help:
             out.append(s.help[0].upper() + s.help[1:] + ".\n")
-        out.append("| key | type | default | meaning |\n|---|---|---|---|")
-        out += [f"| `{k.name}` | {k.type} | {_cell(k.default)} | {_cell(k.help)} |" for k in s.keys]
+        out.append("| key | type | default | allowed | meaning |\n|---|---|---|---|---|")
+        out += [f"| `{k.name}` | {k.type} | {_cell(k.default)} | {_cell(k.allowed)} | {_cell(k.help)} |" for k in s.keys]
         notes = [f"- `{k.name}`: {k.note}" for k in s.keys if k.note]
         if notes:
             out.append("")
@@ -139,6 +145,7 @@ def text(width: int = 100) -> str:
         for k in s.keys:
             out.append(f"  {k.name} = {k.default.replace('`', '')}  ({k.type})")
             out += wrap.wrap(k.help.replace("`", ""))
+            out += wrap.wrap("allowed: " + k.allowed)
             out += wrap.wrap(k.note.replace("`", ""))
     return "\n".join(out) + "\n"
 

@@ -1,24 +1,28 @@
 """The sections of a run configuration: one kw-only dataclass each, checked in ``__post_init__``.
 
-Every key is declared with its default and its help (``key(default, "help")``, :mod:`.keys`);
-docs/configuration.md is generated from them (``python -m seafl_dist.settings.reference``).
-Defaults follow the paper's setup; every check names the key, the value and what is allowed
-(:class:`ConfigError`). :mod:`seafl_dist.settings.core` assembles them and loads YAML.
+Every key is declared with its default, its help and its domain (``key(default, "help", "(0, 1]")``,
+:mod:`.keys`, :mod:`.domains`); ``__post_init__`` checks every key against its domain
+(:func:`~.domains.check_fields`), then what relates keys to each other. docs/configuration.md is
+generated from the same declarations (``python -m seafl_dist.settings.reference``). Defaults follow
+the paper's setup; every check names the key, the value and what is allowed (:class:`ConfigError`). :mod:`seafl_dist.settings.core` assembles them and loads YAML.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from seafl_dist.settings import plugins
-from seafl_dist.settings.errors import ConfigError, _at_least, _choice, _fail  # noqa: F401  (ConfigError re-exported)
+from seafl_dist.settings.domains import Text, check_fields, list_of, plugin_or
+from seafl_dist.settings.errors import ConfigError, _fail  # noqa: F401  (ConfigError re-exported)
 from seafl_dist.settings.keys import key, section
 
 ALGORITHMS = ("seafl", "seafl2", "fedbuff", "fedasync", "fedavg")
 SIMILARITY_MODES = ("delta_vs_global", "model_vs_global", "delta_vs_movement")
 SIMILARITY_OVER = ("parameters", "parameters_and_stats")
 TRAIN_LOOPS = ("plain", "lightning")
+METRIC_BOUNDS = {"accuracy": (0.0, 1.0), "loss": (0.0, float("inf"))}  # (low, high]: targets must lie inside
 WITHOUT_WRITERS = ("digits", "mnist", "emnist", "cifar10", "cinic10")  # built-in datasets natural cannot split
+EMNIST_SPLITS = ("byclass", "bymerge", "balanced", "letters", "digits", "mnist")  # torchvision's EMNIST.splits
+SEEDS = "[0, 4294967295]"  # numpy's legacy seeding and scikit-learn's random_state take seeds below 2**32
 
 
 class _Unset:
@@ -36,58 +40,54 @@ class AlgorithmConfig:
     """Which rule aggregates the buffer and when (SPEC "The server loop", "Aggregation rules")."""
 
     name: str = key("seafl", "the algorithm: `seafl`, `seafl2`, `fedbuff`, `fedasync`, `fedavg`, or `pkg.module:rule` "
-                    "(a rule of your own)")
+                    "(a rule of your own)", plugin_or(ALGORITHMS))
     buffer_size: int = key(10, "K: the server aggregates once the buffer holds this many updates; fedavg forces "
-                           "`devices.concurrency`, fedasync 1")
+                           "`devices.concurrency`, fedasync 1", "[1, inf)")
     staleness_limit: Optional[int] = key(
-        UNSET, "β: the server waits rather than let an in-flight update grow staler than this; `null` = ∞",
+        UNSET, "β: the server waits rather than let an in-flight update grow staler than this; `null` = ∞", "[0, inf]",
         shown="`10`; fedbuff, fedasync: `null`; fedavg: `0`",
         note="Not given, it is 10 for seafl and seafl2 and ∞ for fedbuff and fedasync; a value given (in the file "
              "or an override) is kept for fedbuff and fedasync too, which then wait for stragglers as SEAFL does, "
              "as PLATO's `staleness_bound` made the paper's baselines do. fedavg forces 0 (synchronous rounds).")
-    alpha: float = key(3.0, "SEAFL α: staleness weight γ = αβ/(S+β) (Eq. 4)")
-    mu: float = key(1.0, "SEAFL μ: importance weight s = μ(cos+1)/2 (Eq. 5); 0 turns importance weighting off")
-    theta: float = key(0.8, "SEAFL ϑ: server mixing w ← (1−ϑ)w + ϑ·Σ p_k w_k (Eq. 8), in (0, 1]")
+    alpha: float = key(3.0, "SEAFL α: staleness weight γ = αβ/(S+β) (Eq. 4)", "[0, inf)")
+    mu: float = key(1.0, "SEAFL μ: importance weight s = μ(cos+1)/2 (Eq. 5); 0 turns importance weighting off",
+                    "[0, inf)")
+    theta: float = key(0.8, "SEAFL ϑ: server mixing w ← (1−ϑ)w + ϑ·Σ p_k w_k (Eq. 8)", "(0, 1]")
     similarity: str = key("delta_vs_global", "the vectors Eq. 5's cosine compares: `delta_vs_global`, "
-                          "`model_vs_global` or `delta_vs_movement`",
+                          "`model_vs_global` or `delta_vs_movement`", SIMILARITY_MODES,
                           note="With Δ_k = w_k − w_{t_k} the update of a job that started from version t_k and w_t "
                                "the current global model: `delta_vs_global` compares Δ_k with w_t (Eq. 5 as written), "
                                "`model_vs_global` w_k with w_t, `delta_vs_movement` Δ_k with w_t − w_{t_k}.")
     similarity_over: str = key("parameters", "the entries Eq. 5's cosine runs over: `parameters` (trainable) or "
-                               "`parameters_and_stats` (plus batch norm's running mean and variance)",
+                               "`parameters_and_stats` (plus batch norm's running mean and variance)", SIMILARITY_OVER,
                                note="Never over integer counters such as batch norm's `num_batches_tracked`: with "
                                     "them in, ResNet-18's 20 counters outweighed 11 M weights and every update "
                                     "scored cos ≈ 0.96–0.9999, so importance weighting did nothing.")
-    server_lr: float = key(1.0, "FedBuff η_g: server learning rate, w ← w + η_g · mean Δ_k")
-    staleness_scaling: str = key("none", "FedBuff: `none`, or `sqrt` to scale each update by 1/√(1+S)")
-    mixing: float = key(0.6, "FedAsync α_mix: w ← (1−a)w + a·w_k with a = α_mix·f(S), in (0, 1]")
-    staleness_fn: str = key("polynomial", "FedAsync f(S): `constant` (1), `polynomial` ((1+S)^−a) or `hinge`")
-    poly_a: float = key(0.5, "FedAsync: exponent a of the `polynomial` staleness function")
-    hinge_a: float = key(10.0, "FedAsync: slope a of the `hinge` staleness function, f(S) = 1/(a(S−b)+1) for S > b")
-    hinge_b: float = key(4.0, "FedAsync: threshold b of the `hinge` staleness function (f = 1 up to S = b)")
+    server_lr: float = key(1.0, "FedBuff η_g: server learning rate, w ← w + η_g · mean Δ_k", "(0, inf)")
+    staleness_scaling: str = key("none", "FedBuff: `none`, or `sqrt` to scale each update by 1/√(1+S)",
+                                 ("none", "sqrt"))
+    mixing: float = key(0.6, "FedAsync α_mix: w ← (1−a)w + a·w_k with a = α_mix·f(S)", "(0, 1]")
+    staleness_fn: str = key("polynomial", "FedAsync f(S): `constant` (1), `polynomial` ((1+S)^−a) or `hinge`",
+                            ("constant", "polynomial", "hinge"))
+    poly_a: float = key(0.5, "FedAsync: exponent a of the `polynomial` staleness function", "[0, inf)")
+    hinge_a: float = key(10.0, "FedAsync: slope a of the `hinge` staleness function, f(S) = 1/(a(S−b)+1) for S > b",
+                         "[0, inf)")
+    hinge_b: float = key(4.0, "FedAsync: threshold b of the `hinge` staleness function (f = 1 up to S = b)", "[0, inf)")
     partial: Optional[bool] = key(None, "SEAFL²'s partial training (notify blocking devices to upload early) for "
                                   "another rule; `null`: for seafl2 only")
+    update_norm_factor: Optional[float] = key(
+        None, "the update guard: reject an update whose norm ‖w_k − w_{t_k}‖ exceeds this many times its peers' "
+              "median; `null`: off", "(1, inf]",
+        note="The norm runs over the trainable parameters, in float64. The peers are the buffer's updates that pass "
+             "the value check (finite, the right size), or, when fewer than 3 do (FedAsync), the last 20 accepted "
+             "norms; with fewer than 3 of those too, nothing is rejected. A rejected update is reported in the "
+             "aggregate event as a non-finite one is (weight 0, its reason), before any rule runs, a rule of your "
+             "own included. Left out of config.yaml when null.")
 
     def __post_init__(self) -> None:
-        plugins.check("algorithm.name", self.name, ALGORITHMS)
         if self.staleness_limit is UNSET:
             self.staleness_limit = None if self.name in ("fedbuff", "fedasync") else 10
-        _at_least("algorithm.buffer_size", self.buffer_size, 1)
-        _at_least("algorithm.staleness_limit", self.staleness_limit, 0)
-        _at_least("algorithm.alpha", self.alpha, 0)
-        _at_least("algorithm.mu", self.mu, 0)
-        if not 0 < self.theta <= 1:
-            _fail("algorithm.theta", self.theta, "a number in (0, 1]")
-        _choice("algorithm.similarity", self.similarity, SIMILARITY_MODES)
-        _choice("algorithm.similarity_over", self.similarity_over, SIMILARITY_OVER)
-        _at_least("algorithm.server_lr", self.server_lr, 0, strict=True)
-        _choice("algorithm.staleness_scaling", self.staleness_scaling, ("none", "sqrt"))
-        if not 0 < self.mixing <= 1:
-            _fail("algorithm.mixing", self.mixing, "a number in (0, 1]")
-        _choice("algorithm.staleness_fn", self.staleness_fn, ("constant", "polynomial", "hinge"))
-        _at_least("algorithm.poly_a", self.poly_a, 0)
-        _at_least("algorithm.hinge_a", self.hinge_a, 0)
-        _at_least("algorithm.hinge_b", self.hinge_b, 0)
+        check_fields(self, "algorithm")
         if self.name == "seafl" and self.alpha == 0 and self.mu == 0:
             _fail("algorithm.alpha", self.alpha, "alpha > 0 or mu > 0 (both 0 gives every update weight 0)")
         if self.name == "seafl2" and self.partial is False:
@@ -108,177 +108,171 @@ class AlgorithmConfig:
 
 @dataclass(kw_only=True)
 class DevicesConfig:
-    num: Optional[int] = key(100, "N: simulated devices; `null` (with `data.partition: natural` only): one per writer")
-    concurrency: int = key(20, "M: devices training at once, at most `devices.num`")
+    num: Optional[int] = key(100, "N: simulated devices; `null` (with `data.partition: natural` only): one per writer",
+                             "[1, inf)")
+    concurrency: int = key(20, "M: devices training at once, at most `devices.num`", "[1, inf)")
     profile: Optional[str] = key(None, "a device profile CSV (speed, bandwidth, availability windows; "
                                  "docs/devices.md); `null`: every device always online at the clock's constants",
                                  note="With a profile, `clock.idle` is `none` unless the config sets a `clock.idle` "
                                       "key (then its idle times are added). A resumed run compares the file's content "
                                       "(sha256), not its path.")
-    dropout: Optional[float] = key(None, "p in [0, 1): each job drops with probability p at a uniform point of its "
-                                   "span; `null`: no random drops")
+    dropout: Optional[float] = key(None, "p: each job drops with probability p at a uniform point of its "
+                                   "span; `null`: no random drops", "[0, 1)")
     availability_scale: float = key(1.0, "multiplies the profile's window times and periods (0.001 maps a week "
-                                    "onto about 10 minutes)")
+                                    "onto about 10 minutes)", "(0, inf)")
 
     def __post_init__(self) -> None:
-        _at_least("devices.num", self.num, 1)
-        _at_least("devices.concurrency", self.concurrency, 1)
-        if self.dropout is not None and not 0 <= self.dropout < 1:
-            _fail("devices.dropout", self.dropout, "null or a number in [0, 1)")
-        _at_least("devices.availability_scale", self.availability_scale, 0, strict=True)
+        check_fields(self, "devices")
         if self.num is not None and self.concurrency > self.num:  # null: checked against the writers at load
             _fail("devices.concurrency", self.concurrency, f"at most devices.num ({self.num})")
 
 
 @dataclass(kw_only=True)
 class TrainConfig:
-    epochs: int = key(5, "E: local epochs per job")
-    batch_size: int = key(32, "local SGD batch size (at least 2 for `resnet18` and `vgg16`: batch norm)")
-    lr: float = key(0.01, "local SGD learning rate")
-    momentum: float = key(0.0, "local SGD momentum")
-    weight_decay: float = key(0.0, "local SGD weight decay")
+    epochs: int = key(5, "E: local epochs per job", "[1, inf)")
+    batch_size: int = key(32, "local SGD batch size (at least 2 for `resnet18` and `vgg16`: batch norm)", "[1, inf)")
+    lr: float = key(0.01, "local SGD learning rate", "(0, inf)")
+    momentum: float = key(0.0, "local SGD momentum", "[0, inf)")
+    weight_decay: float = key(0.0, "local SGD weight decay", "[0, inf)")
     loop: str = key("plain", "how a job trains: `plain` (seafl's loop with Lightning's semantics) or `lightning` "
-                    "(one `lightning.Trainer.fit` per job)",
+                    "(one `lightning.Trainer.fit` per job)", TRAIN_LOOPS,
                     note="Both run a LightningModule as Lightning's automatic optimization does: its "
                          "`configure_optimizers` forms, schedulers, hooks and `self.log`, to the same bits on a CPU "
                          "(docs/extending.md has the hook table). `plain` gives the module a stand-in Trainer and "
                          "costs what a bare loop costs; `lightning` costs a Trainer per job and takes what the plain "
                          "loop refuses: manual optimization, `configure_callbacks`, the batch-transfer hooks.")
     grad_clip_val: Optional[float] = key(None, "clip gradients at this value before each optimiser step, as "
-                                         "Trainer's `gradient_clip_val`; `null`: no clipping")
+                                         "Trainer's `gradient_clip_val`; `null`: no clipping", "(0, inf)")
     grad_clip_algorithm: Optional[str] = key(None, "`norm` or `value`, as Trainer's `gradient_clip_algorithm`; "
-                                             "`null`: by norm")
+                                             "`null`: by norm", ("norm", "value"))
 
     def __post_init__(self) -> None:
-        _at_least("train.epochs", self.epochs, 1)
-        _at_least("train.batch_size", self.batch_size, 1)
-        _at_least("train.lr", self.lr, 0, strict=True)
-        _at_least("train.momentum", self.momentum, 0)
-        _at_least("train.weight_decay", self.weight_decay, 0)
-        _choice("train.loop", self.loop, TRAIN_LOOPS)
-        _at_least("train.grad_clip_val", self.grad_clip_val, 0, strict=True)
-        if self.grad_clip_algorithm is not None:
-            _choice("train.grad_clip_algorithm", self.grad_clip_algorithm, ("norm", "value"))
+        check_fields(self, "train")
 
 
 @dataclass(kw_only=True)
 class IdleConfig:
     distribution: str = key("zipf", "a device's idle time per epoch: `zipf`, `pareto` or `none`",
+                            ("zipf", "pareto", "none"),
                             note="Zipf(`clock.idle.s`) draws integers ≥ 1, Pareto(`clock.idle.a`) numpy's Lomax "
                                  "form (≥ 0); either is capped at `clock.idle.max`. Every draw comes from a stream "
                                  "named by (seed, purpose, device, job), so adding a device or a rank never shifts "
                                  "anyone else's draws.")
-    s: float = key(1.7, "Zipf exponent (> 1)")
-    a: float = key(1.0, "Pareto (Lomax) shape (> 0)")
-    max: float = key(60.0, "cap on one idle time, virtual seconds")
-    resample: str = key("per_device", "`per_device` (drawn once per device) or `per_epoch` (drawn for every epoch)")
+    s: float = key(1.7, "Zipf exponent", "(1, inf)")
+    a: float = key(1.0, "Pareto (Lomax) shape", "(0, inf)")
+    max: float = key(60.0, "cap on one idle time, virtual seconds", "[0, inf)")
+    resample: str = key("per_device", "`per_device` (drawn once per device) or `per_epoch` (drawn for every epoch)",
+                        ("per_device", "per_epoch"))
 
     def __post_init__(self) -> None:
-        _choice("clock.idle.distribution", self.distribution, ("zipf", "pareto", "none"))
-        if self.distribution == "zipf":
-            _at_least("clock.idle.s", self.s, 1, strict=True)
-        _at_least("clock.idle.a", self.a, 0, strict=True)
-        _at_least("clock.idle.max", self.max, 0)
-        _choice("clock.idle.resample", self.resample, ("per_device", "per_epoch"))
+        check_fields(self, "clock.idle")
 
 
 @dataclass(kw_only=True)
 class ClockConfig:
     sec_per_sample: float = key(
-        0.001, "compute time per sample per epoch, virtual seconds: c_k = n_k × this",
+        0.001, "compute time per sample per epoch, virtual seconds: c_k = n_k × this", "[0, inf)",
         note="A job of device k starting at time s has epoch ends b_e = s + `clock.download_s` + e·(c_k + z_k), "
              "with c_k = n_k × `clock.sec_per_sample` for a shard of n_k samples and z_k the device's idle time "
              "(`clock.idle.distribution`); its update reaches the server at b_E + `clock.upload_s`.")
-    download_s: float = key(0.0, "time to receive the global model, before epoch 1, virtual seconds")
-    upload_s: float = key(0.0, "time to send the update, after the last epoch, virtual seconds")
-    compute_scale: float = key(1.0, "multiplies a device profile's `sec_per_sample` (`devices.profile` only)")
+    download_s: float = key(0.0, "time to receive the global model, before epoch 1, virtual seconds", "[0, inf)")
+    upload_s: float = key(0.0, "time to send the update, after the last epoch, virtual seconds", "[0, inf)")
+    compute_scale: float = key(1.0, "multiplies a device profile's `sec_per_sample` (`devices.profile` only)",
+                               "[0, inf)")
     idle: IdleConfig = section(IdleConfig, "each device's idle time between epochs")
 
     def __post_init__(self) -> None:
-        _at_least("clock.sec_per_sample", self.sec_per_sample, 0)
-        _at_least("clock.download_s", self.download_s, 0)
-        _at_least("clock.upload_s", self.upload_s, 0)
-        _at_least("clock.compute_scale", self.compute_scale, 0)
+        check_fields(self, "clock")
 
 
 @dataclass(kw_only=True)
 class DataConfig:
     name: str = key("digits", "the dataset: `digits` (bundled), `mnist`, `emnist`, `cifar10`, `cinic10`, `femnist` "
-                    "(LEAF's JSON files, by writer), or `pkg.module:loader`")
+                    "(LEAF's JSON files, by writer), or `pkg.module:loader`", plugin_or(WITHOUT_WRITERS + ("femnist",)))
     root: str = key("data", "directory the on-disk datasets live in")
     download: bool = key(False, "fetch a missing MNIST, EMNIST or CIFAR-10 through torchvision (needs internet)")
     partition: str = key("dirichlet", "how samples are split into shards: `dirichlet` (label skew), `iid`, "
                          "`natural` (one device per writer: femnist), or `pkg.module:split`",
+                         plugin_or(("dirichlet", "iid", "natural")),
                          note="`natural`: device k is the k-th writer of an order seeded by `data.seed`, with all "
                               "of that writer's training samples; `devices.num: null` takes every writer, N the "
                               "first N (docs/femnist.md).")
     shards_overlap: bool = key(False, "a custom `data.partition` may give devices shared samples")
-    concentration: float = key(0.3, "Dirichlet concentration over labels (smaller: more skew)")
+    concentration: float = key(0.3, "Dirichlet concentration over labels (smaller: more skew)", "(0, inf)")
     samples_per_device: Optional[int] = key(None, "fixed shard size, drawn without replacement; `null`: the "
-                                            "whole training set is shared out")
-    test_fraction: float = key(0.2, "`digits` only: the seeded, stratified held-out share, in (0, 1)")
-    emnist_split: str = key("balanced", "`emnist` only: the split (`balanced`: 47 classes)")
+                                            "whole training set is shared out", "[1, inf)")
+    test_fraction: float = key(0.2, "`digits` only: the seeded, stratified held-out share", "(0, 1)")
+    emnist_split: str = key("balanced", "`emnist` only: the split (`balanced`: 47 classes)", EMNIST_SPLITS)
     augment: bool = key(False, "random crop and horizontal flip of training batches (CIFAR style)")
-    seed: Optional[int] = key(None, "seed of the data split (shards; digits' hold-out); `null`: `run.seed`",
+    seed: Optional[int] = key(None, "seed of the data split (shards; digits' hold-out); `null`: `run.seed`", SEEDS,
                               note="Fix `data.seed` to vary `run.seed` over one split: runs of different "
                                    "`run.seed` then train on the same shards.")
 
     def __post_init__(self) -> None:
-        plugins.check("data.name", self.name, WITHOUT_WRITERS + ("femnist",))
-        plugins.check("data.partition", self.partition, ("dirichlet", "iid", "natural"))
+        check_fields(self, "data")
         if self.partition == "natural" and self.name in WITHOUT_WRITERS:
             _fail("data.partition", self.partition, f"dirichlet, iid or an import path for data.name={self.name}: "
                   f"natural makes each writer a device and {self.name} has no writers (femnist has)")
         if self.partition == "natural" and self.samples_per_device is not None:
             _fail("data.samples_per_device", self.samples_per_device, "null with data.partition=natural (a "
                   "writer's shard is all of its samples)")
-        _at_least("data.concentration", self.concentration, 0, strict=True)
-        _at_least("data.samples_per_device", self.samples_per_device, 1)
-        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0):
-            _fail("data.seed", self.seed, "a non-negative integer, or null for run.seed")
-        if not 0 < self.test_fraction < 1:
-            _fail("data.test_fraction", self.test_fraction, "a number in (0, 1)")
 
 
 @dataclass(kw_only=True)
 class ModelConfig:
-    name: str = key("lenet5", "the model: `lenet5`, `resnet18`, `vgg16`, or `pkg.module:builder`")
-    width: float = key(1.0, "channel multiplier (small widths make small test models)")
+    name: str = key("lenet5", "the model: `lenet5`, `resnet18`, `vgg16`, or `pkg.module:builder`",
+                    plugin_or(("lenet5", "resnet18", "vgg16")))
+    width: float = key(1.0, "channel multiplier (small widths make small test models)", "(0, inf)")
 
     def __post_init__(self) -> None:
-        plugins.check("model.name", self.name, ("lenet5", "resnet18", "vgg16"))
-        _at_least("model.width", self.width, 0, strict=True)
+        check_fields(self, "model")
 
 
 @dataclass(kw_only=True)
 class RunConfig:
-    seed: int = key(0, "seed of every random stream of the run (and of the data split unless `data.seed`)")
+    seed: int = key(0, "seed of every random stream of the run (and of the data split unless `data.seed`)", SEEDS)
     max_aggregations: Optional[int] = key(200, "stop after this many aggregations; `null`: no limit (then "
-                                          "`run.max_time` or `run.target_accuracy` must be set)")
-    max_time: Optional[float] = key(None, "stop at this virtual time, seconds; `null`: no limit")
-    target_accuracy: Optional[float] = key(None, "stop once test accuracy reaches this, in (0, 1]; `null`: never")
-    eval_every: int = key(1, "evaluate after every n-th aggregation (and after the last)")
-    targets: list = key([0.5, 0.7, 0.9], "accuracies whose time-to-accuracy the summary and reports give")
+                                          "`run.max_time` or `run.target_accuracy` must be set)", "[1, inf]")
+    max_time: Optional[float] = key(None, "stop at this virtual time, seconds; `null`: no limit", "(0, inf]")
+    target_accuracy: Optional[float] = key(None, "stop once `run.target_metric` reaches this (test accuracy by "
+                                           "default; in (0, 1] for accuracy); `null`: never", "(-inf, inf)")
+    eval_every: int = key(1, "evaluate after every n-th aggregation (and after the last)", "[1, inf)")
+    targets: list = key([0.5, 0.7, 0.9], "values of `run.target_metric` whose time to target the summary and reports "
+                        "give (accuracies in (0, 1] by default)", list_of("(-inf, inf)"))
+    target_metric: str = key("accuracy", "the evaluation's metric that targets, stopping, best and final follow: "
+                             "`accuracy` or `loss` (the built-in evaluation), or a name a module's own "
+                             "`test_step` logs", Text(),
+                             note="A module with a `test_step` (or else a `validation_step`) is evaluated by it, and "
+                                  "what it logs there becomes the evaluation's metrics (docs/extending.md, "
+                                  "\"Evaluation by the module's own step\"). `run.target_accuracy` and `run.targets` "
+                                  "are values of this metric; `run.target_mode` says whether it should rise or fall. "
+                                  "Left out of config.yaml at its default.")
+    target_mode: str = key("max", "`max` (a target is reached at or above it) or `min` (at or below: a loss)",
+                           ("max", "min"))
     checkpoint_every: Optional[int] = key(
-        100, "rank 0 checkpoints after every n-th aggregation; `null`: off",
+        100, "rank 0 checkpoints after every n-th aggregation; `null`: off", "[1, inf)",
         note="Either of `run.checkpoint_every` and `run.checkpoint_every_s` triggers a checkpoint, and a "
              "signal checkpoints whatever they say. 100 aggregations and 300 s: a ResNet-18 checkpoint holds up to "
              "β + 1 versions of ~45 MB (0.5 GB at β = 10) and took 4.2 s to write and fsync on a small VM "
              "(`benchmarks/checkpoint.py`), ~1% of five minutes; LeNet-5's take 0.05 s. Both may change "
              "when a run resumes.")
     checkpoint_every_s: Optional[float] = key(300.0, "rank 0 checkpoints once this many real seconds passed since "
-                                              "the last checkpoint; `null`: off")
+                                              "the last checkpoint; `null`: off", "(0, inf)")
+    stop_on_divergence: bool = key(
+        False, "stop a run that diverges (status `diverged`); `false`: say so once and go on",
+        note="A run diverges at the first evaluation whose loss is non-finite or above 10 × the version-0 loss, or "
+             "whose accuracy fell back to within 10% of chance (the largest class's share c of the test set) "
+             "of the best so far above it, once the best reached half way from c to 1 (docs/running.md, "
+             "\"Divergence\"). Either way one line says so and summary.json records `diverged_at`. Left out of "
+             "config.yaml when false.")
 
     def __post_init__(self) -> None:
-        _at_least("run.max_aggregations", self.max_aggregations, 1)
-        _at_least("run.max_time", self.max_time, 0, strict=True)
-        if self.target_accuracy is not None and not 0 < self.target_accuracy <= 1:
-            _fail("run.target_accuracy", self.target_accuracy, "a number in (0, 1] or null")
-        _at_least("run.eval_every", self.eval_every, 1)
-        _at_least("run.checkpoint_every", self.checkpoint_every, 1)
-        _at_least("run.checkpoint_every_s", self.checkpoint_every_s, 0, strict=True)
-        for t in self.targets:
-            if not isinstance(t, (int, float)) or not 0 < t <= 1:
-                _fail("run.targets", self.targets, "a list of accuracies in (0, 1]")
+        check_fields(self, "run")
+        bounds = METRIC_BOUNDS.get(self.target_metric)
+        if bounds is not None:  # a metric with a known range: a target outside it is never reached
+            for name, values in (("run.target_accuracy", [self.target_accuracy]), ("run.targets", self.targets)):
+                if any(v is not None and not bounds[0] < v <= bounds[1] for v in values):
+                    _fail(name, values[0] if name == "run.target_accuracy" else values,
+                          f"values of run.target_metric={self.target_metric} in ({bounds[0]:g}, {bounds[1]:g}]")
         if self.max_aggregations is None and self.max_time is None and self.target_accuracy is None:
             _fail("run.max_aggregations", None, "a number, unless run.max_time or run.target_accuracy is set")

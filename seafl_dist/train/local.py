@@ -151,10 +151,16 @@ def evaluate(module, flat: torch.Tensor, data, *, batch_size: int = 1024, device
     fmt = memory_format(module, device, training=False)
     load_flat(module, flat)
     module.to(device, memory_format=fmt).eval()
+    return halving(module, batch_size, lambda size: _evaluate(module, data, size, device, precision, fmt))
+
+
+def halving(module, batch_size: int, run):
+    """``run(batch_size)``, its batches halved while the GPU runs out of memory (one line each time) and
+    kept that size for ``module`` from then on: every evaluation, by the built-in rule or the module's own step."""
     batch_size = min(batch_size, getattr(module, "_seafl_eval_batch", batch_size))
     while True:
         try:
-            return _evaluate(module, data, batch_size, device, precision, fmt)
+            return run(batch_size)
         except torch.cuda.OutOfMemoryError:
             if batch_size == 1:
                 raise

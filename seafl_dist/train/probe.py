@@ -12,11 +12,13 @@ own. The probe draws from a forked random state and trains a module the caller t
 """
 from __future__ import annotations
 
+import math
 import warnings
 
 import torch
 
 from seafl_dist.models.contract import refusal
+from seafl_dist.train.flat import flatten
 from seafl_dist.train.local import job_random_state
 from seafl_dist.train.loop import fit_job
 from seafl_dist.train.optim_config import ModuleContractError
@@ -60,3 +62,38 @@ def check_module(module, x: torch.Tensor, y: torch.Tensor, *, loop: str, clip: t
         first = (str(err).strip().splitlines() or [""])[0][:300]
         return f"a probe job (one epoch of {len(batches)} batch(es) of {half}) failed: {type(err).__name__}: {first}"
     return None
+
+
+class _Rows:
+    """A few rows as a dataset the evaluation takes (``len`` and ``batch(idx, device=...)``)."""
+
+    def __init__(self, x: torch.Tensor, y: torch.Tensor):
+        self.x, self.y = x, y
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+    def batch(self, idx, device=None):
+        return self.x[idx].to(device), self.y[idx].to(device)
+
+
+def probe_evaluation(module, x: torch.Tensor, y: torch.Tensor, *, device, precision: str = "32") -> tuple[dict, str]:
+    """(what the module's own evaluation logs on the rows ``(x, y)``, or {}; why it is refused, or "")."""
+    from seafl_dist.train.evaluation import evaluate_by_step, evaluation_step
+    step = evaluation_step(module)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            got = evaluate_by_step(module, flatten(module), _Rows(x, y), batch_size=max(1, len(x) // 2),
+                                   device=device, precision=precision)
+    except ModuleContractError as err:
+        return {}, str(err)
+    except Exception as err:  # noqa: BLE001 -- the module's own error, said in one line
+        first = (str(err).strip().splitlines() or [""])[0][:300]
+        return {}, f"its {step} failed on {len(x)} rows: {type(err).__name__}: {first}"
+    if not got:
+        return {}, f"its {step} logs nothing (self.log the metric to evaluate it by, e.g. self.log('test_loss', loss))"
+    bad = {k: v for k, v in got.items() if not math.isfinite(v)}
+    if bad:
+        return {}, f"its {step} logged {', '.join(f'{k} = {v}' for k, v in bad.items())} on {len(x)} rows (not finite)"
+    return got, ""

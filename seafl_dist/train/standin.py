@@ -23,7 +23,10 @@ from seafl_dist.train.optim_config import ModuleContractError
 STEP_LEVEL = ("training_step", "on_train_batch_start", "on_train_batch_end", "on_before_backward", "backward",
               "on_after_backward", "on_before_optimizer_step", "optimizer_step", "configure_gradient_clipping",
               "on_before_zero_grad", "optimizer_zero_grad")
-EPOCH_LEVEL = ("on_train_start", "on_train_epoch_start", "on_train_epoch_end")
+EVAL_STEP_LEVEL = tuple(f"{x}{stage}{y}" for stage in ("test", "validation")
+                        for x, y in (("", "_step"), ("on_", "_batch_start"), ("on_", "_batch_end")))
+EPOCH_LEVEL = ("on_train_start", "on_train_epoch_start", "on_train_epoch_end",
+               *(f"on_{stage}_{when}" for stage in ("test", "validation") for when in ("start", "epoch_start", "epoch_end")))
 REDUCTIONS = {"mean": torch.mean, "avg": torch.mean, "max": torch.max, "min": torch.min, "sum": torch.sum}
 
 
@@ -55,6 +58,7 @@ class _Reduced:
     reduce: str
     on_step: bool = True
     on_epoch: bool = True
+    logger: bool = True  # in an evaluation's results (Lightning returns what is logged with logger=True)
     value: torch.Tensor = None
     count: torch.Tensor = None  # cumulated batch size (mean only)
     cache: torch.Tensor | None = None  # the last step's value (on_step)
@@ -108,7 +112,7 @@ class Recorder:
         key = (self.fx, name)
         entry = self.results.get(key)
         if entry is None:
-            entry = self.results[key] = _Reduced(reduce, on_step, on_epoch)
+            entry = self.results[key] = _Reduced(reduce, on_step, on_epoch, logger=logger is not False)
         elif (entry.reduce, entry.on_step, entry.on_epoch) != (reduce, on_step, on_epoch):
             raise ModuleContractError(f"self.log({name!r}) was called twice in {self.fx} with different arguments")
         # Lightning weighs a mean by the batch size given, else by the batch's (its first tensor's length)
@@ -126,6 +130,8 @@ class Recorder:
     def _levels(self, name: str, on_step, on_epoch) -> tuple[bool, bool]:
         if self.fx in STEP_LEVEL:
             levels = (True if on_step is None else on_step, False if on_epoch is None else on_epoch)
+        elif self.fx in EVAL_STEP_LEVEL:  # an evaluation's batches: reduced over them by default
+            levels = (False if on_step is None else on_step, True if on_epoch is None else on_epoch)
         elif self.fx in EPOCH_LEVEL:
             if on_step or on_epoch is False:
                 raise ModuleContractError(f"self.log({name!r}) in {self.fx}: only on_epoch=True is allowed there")
@@ -186,6 +192,15 @@ class Recorder:
         self._collect(on_step=self.in_batches)
         return self.callback_metrics
 
+    def epoch_results(self) -> dict[str, float]:
+        """What ``trainer.test`` returns of this epoch: each value logged with ``on_epoch`` (and ``logger``),
+        reduced over the batches, under its epoch name (``name``, or ``name_epoch`` if also logged on_step)."""
+        out = {}
+        for (_, name), e in self.results.items():
+            if not e.fresh and e.on_epoch and e.logger:
+                out[f"{name}_epoch" if e.on_step else name] = float(e.compute())
+        return out
+
     def job_values(self) -> dict[str, float]:
         """Each name's reduction over every step of the job, as Python floats (names in the order first logged)."""
         return {name: float(t.compute()) for name, t in self.totals.items() if not t.fresh}
@@ -222,10 +237,11 @@ class _Strategy:
 
 
 class StandInTrainer:
-    """``self.trainer`` in a job of the plain loop (see :data:`SURFACE`); read-only to the module."""
+    """``self.trainer`` in a job of the plain loop, or (``stage`` ``test``/``validate``) while the module's
+    own step evaluates it (see :data:`SURFACE`); read-only to the module."""
 
     def __init__(self, module, recorder: Recorder, *, epochs: int, steps_per_epoch: int, clip_val, clip_algorithm,
-                 device: torch.device, precision: str) -> None:
+                 device: torch.device, precision: str, stage: str = "fit") -> None:
         from lightning.pytorch.plugins.precision import Precision  # a LightningModule's job: Lightning is loaded
         from lightning.pytorch.utilities.enums import GradClipAlgorithmType
         self.__dict__.update(
@@ -234,7 +250,8 @@ class StandInTrainer:
             lr_scheduler_configs=[], gradient_clip_val=clip_val, accumulate_grad_batches=1,
             gradient_clip_algorithm=GradClipAlgorithmType(clip_algorithm) if clip_algorithm else None,
             precision="bf16-mixed" if precision == "bf16" and device.type == "cuda" else "32-true",
-            precision_plugin=Precision(), strategy=_Strategy(device), training=True, validating=False, testing=False,
+            precision_plugin=Precision(), strategy=_Strategy(device), training=stage == "fit",
+            validating=stage == "validate", testing=stage == "test",
             predicting=False, sanity_checking=False, is_global_zero=True, global_rank=0, local_rank=0, node_rank=0,
             world_size=1, num_devices=1, num_nodes=1, logger=None, loggers=[], callbacks=[],
             progress_bar_callback=None, fast_dev_run=False, barebones=False, lightning_module=module, model=module,

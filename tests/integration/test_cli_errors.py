@@ -6,16 +6,19 @@ from pathlib import Path
 
 import pytest
 
+import seafl_dist
 from one_line import one_error_line
 from seafl_dist.cli import main
+from seafl_dist.settings import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 QUICKSTART = str(ROOT / "configs" / "quickstart.yaml")
 
 # (overrides, fragments the message must contain); quickstart has N = 30, M = 10, K = 5
 BAD = {
-    "unknown key": (["algorithm.bufer_size=3"], ["algorithm.bufer_size", "3", "buffer_size"]),
-    "unknown section": (["trainer.epochs=3"], ["trainer", "algorithm", "train"]),
+    "unknown key": (["algorithm.bufer_size=3"], ["algorithm.bufer_size", "3", "did you mean 'algorithm.buffer_size'?"]),
+    "unknown section": (["trainer.epochs=3"], ["trainer.epochs", "did you mean 'train.epochs'?", "algorithm"]),
+    "key in another section": (["train.buffer_size=3"], ["train.buffer_size", "did you mean 'algorithm.buffer_size'?"]),
     "wrong type": (["devices.num=ten"], ["devices.num", "'ten'", "integer"]),
     "wrong type float": (["train.lr=fast"], ["train.lr", "'fast'", "number"]),
     "K < 1": (["algorithm.buffer_size=0"], ["algorithm.buffer_size", "0", ">= 1"]),
@@ -56,11 +59,25 @@ def test_bad_yaml_file(capsys, tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("algorithm: [unclosed\n")
     assert main(["run", str(bad)]) == 2
-    err = capsys.readouterr().err  # YAML's own report (with a caret under the spot) may take several lines
-    assert err.startswith("seafl: error: ") and "not valid YAML" in err and "Traceback" not in err
+    one_line_error(capsys.readouterr().err, "not valid YAML: line 2, column 1: expected ',' or ']'")
     bad.write_text("devices:\n  num: 10\n  concurency: 4\n")
     assert main(["run", str(bad)]) == 2
     assert "devices.concurency" in one_line_error(capsys.readouterr().err)
+
+
+def test_a_sweep_file_given_to_run_and_a_run_config_given_to_sweep_name_the_other_command(capsys, tmp_path):
+    sweep_file = ROOT / "configs" / "digits" / "buffer_size.yaml"
+    for argv in (["run", str(sweep_file)], ["run", "digits/buffer_size", "--dry-run"]):
+        assert main(argv) == 2
+        one_line_error(capsys.readouterr().err, "is a sweep file (it has base: and grid:), not a run config",
+                       "run it with `seafl sweep ")
+    out = tmp_path / "s"
+    assert main(["sweep", QUICKSTART, "--out", str(out)]) == 2 and not out.exists()
+    one_line_error(capsys.readouterr().err, "is a run config, not a sweep file", "run it with `seafl run ",
+                   "--grid KEY=V1,V2 or --seeds 0,1,2")
+    assert main(["sweep", QUICKSTART, "--seeds", "0", "--out", str(out), "--dry-run"]) == 0  # something varies
+    with pytest.raises(ConfigError, match="is a sweep file .* `seafl sweep "):
+        seafl_dist.run(str(sweep_file))  # the API refuses it alike
 
 
 @pytest.mark.parametrize("args, fragment", [

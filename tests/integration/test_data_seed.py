@@ -24,3 +24,11 @@ def test_fixed_data_seed_keeps_the_split_while_run_seed_changes_the_trace(tmp_pa
     # without data.seed the split follows run.seed
     part2, _ = run(tmp_path / "c", "run.seed=1")
     assert part2["label_histograms"] != part1["label_histograms"]
+
+
+def test_the_largest_seed_allowed_splits_and_trains_the_digits(tmp_path):
+    """Seeds are refused from 2**32 on (scikit-learn's split of the digits and numpy's legacy seeding stop
+    there, with a traceback); the largest allowed one runs end to end."""
+    top = "4294967295"
+    run(tmp_path / "run", "run.max_aggregations=1", f"run.seed={top}", f"data.seed={top}")
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["status"] == "completed"

@@ -5,6 +5,11 @@ one line. Both keys are left out of config.yaml at their defaults (run dirs writ
 compare equal), and a model with an op that has no deterministic implementation stops before
 training, in one line naming the op.
 """
+import json
+import os
+import subprocess
+import sys
+
 import pytest
 import yaml
 
@@ -62,3 +67,34 @@ def test_an_op_without_a_deterministic_implementation_stops_in_one_line(capsys, 
     assert "runtime.deterministic=true" in err and "put_" in err and "on cpu" in err, err
     assert not (out / "events.jsonl").exists()
     assert seafl_main([*argv, "run.max_aggregations=1", "--overwrite"]) == 0  # without the key it trains
+
+
+FLAGS = """
+import json, os, sys, torch
+from seafl_dist.runtime.setup import prepare
+from seafl_dist.settings import load_config
+torch.backends.cudnn.benchmark = True  # as a caller may have set it: the key must turn autotuning off
+prepare(load_config(sys.argv[1], sys.argv[2:]))
+print(json.dumps({"algorithms": torch.are_deterministic_algorithms_enabled(),
+                  "cudnn_deterministic": torch.backends.cudnn.deterministic,
+                  "cudnn_benchmark": torch.backends.cudnn.benchmark,
+                  "cublas_workspace": os.environ.get("CUBLAS_WORKSPACE_CONFIG")}))
+"""
+
+
+@pytest.mark.parametrize("on", [True, False])
+def test_the_key_sets_torchs_deterministic_switches_when_a_run_is_prepared(on):
+    """What `runtime.deterministic` promises, asserted after the real `prepare` every rank calls (issue 30):
+    deterministic algorithms, deterministic cuDNN without autotuning, cuBLAS's fixed workspace; and without
+    the key, the process left as it was."""
+    env = {k: v for k, v in os.environ.items() if k != "CUBLAS_WORKSPACE_CONFIG"}
+    proc = subprocess.run([sys.executable, "-c", FLAGS, str(QUICKSTART), *SMALL, f"runtime.deterministic={str(on).lower()}"],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    flags = json.loads(proc.stdout.strip().splitlines()[-1])
+    if on:
+        assert flags == {"algorithms": True, "cudnn_deterministic": True, "cudnn_benchmark": False,
+                         "cublas_workspace": ":4096:8"}
+    else:
+        assert flags == {"algorithms": False, "cudnn_deterministic": False, "cudnn_benchmark": True,
+                         "cublas_workspace": None}

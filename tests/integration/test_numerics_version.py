@@ -168,7 +168,7 @@ def test_dirs_written_before_the_versions_were_recorded_are_numerics_version_1(c
 
 
 def test_a_sweep_refuses_to_skip_a_completed_run_of_another_numerics_version(capsys, monkeypatch, tmp_path):
-    out, argv = tmp_path / "sweep", ["sweep", str(QUICKSTART), *ARGS, "--out", str(tmp_path / "sweep"),
+    out, argv = tmp_path / "sweep", ["sweep", str(QUICKSTART), *ARGS, "--seeds", "0", "--out", str(tmp_path / "sweep"),
                                      "--name", "one", "--jobs", "1"]
     assert seafl_main(argv) == 0, capsys.readouterr().err[-3000:]
     (run,) = [d for d in out.iterdir() if d.is_dir() and d.name != "configs"]

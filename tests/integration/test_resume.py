@@ -105,7 +105,7 @@ def test_stopped_from_outside_mid_run_resumes_to_the_same_bytes(sig, longer, tmp
 def test_a_stopped_sweep_checkpoints_its_child_and_a_rerun_resumes_it(longer, tmp_path):
     args, ref = longer
     sweep_dir = tmp_path / "sweep"
-    proc = cli("sweep", QUICKSTART, *args, "--out", sweep_dir, "--name", "one", background=True)
+    proc = cli("sweep", QUICKSTART, *args, "--seeds", "0", "--out", sweep_dir, "--name", "one", background=True)
     deadline = time.monotonic() + 120
     while not (runs := [d for d in sweep_dir.glob("*/") if aggregations_in(d) >= 3]):
         assert proc.poll() is None, proc.communicate()[1][-3000:]
@@ -116,7 +116,7 @@ def test_a_stopped_sweep_checkpoints_its_child_and_a_rerun_resumes_it(longer, tm
     assert proc.returncode != 0, err[-3000:]
     (run,) = runs
     assert summary(run)["status"] == "interrupted" and checkpoint_versions(run), err[-3000:]
-    again = cli("sweep", QUICKSTART, *args, "--out", sweep_dir, "--name", "one")
+    again = cli("sweep", QUICKSTART, *args, "--seeds", "0", "--out", sweep_dir, "--name", "one")
     assert again.returncode == 0, again.stderr[-3000:]
     assert summary(run)["status"] == "completed"
     assert "resumed" in (run / "log.txt").read_text()

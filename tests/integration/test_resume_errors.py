@@ -89,3 +89,21 @@ def test_a_completed_run_is_left_alone_with_exit_0(capsys, dirs):
     assert "already holds a completed run" in refused(
         capsys, ["run", str(QUICKSTART), *ARGS, "--out", str(done)], done, code=0)
     assert (done / "model.pt").exists() and not checkpoint_versions(done)
+
+
+@pytest.mark.parametrize("edit, fragments", [
+    (("lr: 0.05", "lr: -1"), ["config.yaml: config key 'train.lr' has value -1.0; allowed: a finite number > 0"]),
+    (("lr: 0.05", "lrr: 0.05"), ["config.yaml: config key 'train.lrr'", "did you mean 'train.lr'?"]),
+    (("lr: 0.05", "lr: [0.05"), ["config.yaml' is not valid YAML: line ", "expected ',' or ']'"]),
+    (("lr: 0.05", "lr: 0.1"), ["config.yaml was edited after the run's last checkpoint was written: "
+                               "train.lr (0.05 there, 0.1 now) (there: checkpoint-00000002.pt)", "put it back"]),
+])
+def test_resuming_a_run_dir_whose_config_yaml_was_edited_names_the_file_and_what_is_wrong(capsys, killed, edit,
+                                                                                          fragments):
+    own = killed / "config.yaml"
+    assert edit[0] in own.read_text()
+    own.write_text(own.read_text().replace(edit[0], edit[1]))
+    err = refused(capsys, ["run", "--resume", str(killed)], killed)
+    assert err.startswith(f"seafl: error: cannot resume {killed}: ") and str(own) in err, err
+    assert all(f in err for f in fragments), err
+    assert refused(capsys, ["run", "--resume", str(killed), "--dry-run"], killed) == err

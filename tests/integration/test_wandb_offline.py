@@ -5,6 +5,7 @@ log of ``wandb_internal_pb2.Record`` protobufs, read by seafl_dist.report.wandb_
 API key and no network."""
 import csv
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -195,3 +196,47 @@ def test_drop_counts_reach_w_and_b(tmp_path):
     assert summary["drops"]["total"] > 0
     assert wb["summary"]["drops/total"] == summary["drops"]["total"] == int(rows[-1]["drops"])
     assert wb["summary"]["drops/dropout"] == summary["drops"]["total"]
+
+
+def test_where_a_run_diverged_is_in_the_w_and_b_summary(tmp_path):
+    out = tmp_path / "run"
+    proc = seafl_offline(tmp_path, out, "algorithm.name=fedbuff", "algorithm.server_lr=30")  # blows up at once
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    at = json.loads((out / "summary.json").read_text())["diverged_at"]
+    (f,) = out.glob("wandb/offline-run-*/run-*.wandb")
+    wb = read_offline_run(f)["summary"]
+    assert at is not None and (wb["diverged_at/version"], wb["diverged_at/time"]) == (at["version"], at["time"])
+
+
+def test_a_modules_own_metrics_reach_w_and_b(tmp_path):
+    """A module evaluated by its own test_step (docs/extending.md's autoencoder): each evaluation's logged
+    values as eval/<name>, the best of run.target_metric so far as eval/best_<name> (min: a loss); what it
+    logs while training as train/<name>, per aggregation."""
+    from docs_checks import page_modules
+    from docs_pages import ROOT, read_page
+    (tmp_path / "page").mkdir()
+    with page_modules([read_page(ROOT / "docs" / "extending.md")], tmp_path / "page"):
+        pass  # the files stay: the run below imports them
+    (tmp_path / "tiny.yaml").write_text(TINY)
+    env = offline_env(tmp_path)
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path / "page"), env.get("PYTHONPATH", "")])
+    out = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-m", "seafl_dist", "run", str(tmp_path / "tiny.yaml"),
+                           "logging.wandb.enabled=true", "logging.wandb.mode=offline",
+                           "model.name=digits_autoencoder:autoencoder", "run.target_metric=test_loss",
+                           "run.target_mode=min", "run.targets=[0.9]", "--out", str(out)],
+                          capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    wb = read_offline_run(next(out.glob("wandb/offline-run-*/run-*.wandb")))
+    with open(out / "metrics.csv") as f:
+        losses = [float(r["test_loss"]) for r in csv.DictReader(f)]
+    evals = [h for h in wb["history"] if "eval/test_loss" in h]
+    assert [h["eval/test_loss"] for h in evals] == pytest.approx(losses)
+    assert [h["eval/best_test_loss"] for h in evals] == pytest.approx([min(losses[:i + 1]) for i in range(len(losses))])
+    assert not any("eval/accuracy" in h for h in wb["history"])
+    assert wb["summary"]["best"] == pytest.approx(min(losses)) and wb["summary"]["target_metric"] == "test_loss"
+    # what its training_step logs (train_loss), per aggregation as train_log.csv has it: train/train_loss
+    with open(out / "train_log.csv") as f:
+        logged = {int(r["version"]): float(r["value"]) for r in csv.DictReader(f) if r["name"] == "train_loss"}
+    seen = {h["version"]: h["train/train_loss"] for h in wb["history"] if "train/train_loss" in h}
+    assert seen == pytest.approx(logged) and len(logged) == 5

@@ -79,7 +79,8 @@ def test_data_seed_defaults_to_run_seed():
     ("algorithm.similarity_over=buffers", "algorithm.similarity_over", "parameters, parameters_and_stats"),
     ("data.seed=1.5", "data.seed", "an integer"),
     ("data.seed=abc", "data.seed", "an integer"),
-    ("data.seed=-1", "data.seed", "non-negative integer"),
+    ("data.seed=-1", "data.seed", "an integer in [0, 4294967295]"),
+    ("run.seed=-1", "run.seed", "an integer in [0, 4294967295]"),
     ("devices.concurrency=200", "devices.concurrency", "at most devices.num"),
     ("algorithm.buffer_size=30", "algorithm.buffer_size", "at most devices.concurrency"),
     ("clock.idle.distribution=lognormal", "clock.idle.distribution", "zipf"),
@@ -122,3 +123,12 @@ def test_every_shipped_config_parses():
             continue
         load_config(f)
 
+
+
+def test_the_guard_and_the_divergence_stop_are_left_out_of_config_yaml_at_their_defaults():
+    """config.yaml of a run without them is byte for byte what it was before they existed."""
+    text = dump_config(Config())
+    assert "update_norm_factor" not in text and "stop_on_divergence" not in text
+    on = config_from_dict({}, ["algorithm.update_norm_factor=10", "run.stop_on_divergence=true"])
+    assert "update_norm_factor: 10.0" in dump_config(on) and "stop_on_divergence: true" in dump_config(on)
+    assert config_from_dict(yaml.safe_load(dump_config(on))) == on

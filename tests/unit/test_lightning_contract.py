@@ -11,13 +11,14 @@ import pytest
 import torch
 from lightning.pytorch.core.hooks import CheckpointHooks, DataHooks, ModelHooks
 
-from seafl_dist.models.contract import HONOURED, HOOKS, NOT_CALLED, PLAIN, REFUSED
+from seafl_dist.models.contract import EVALUATION, HONOURED, HOOKS, NOT_CALLED, PLAIN, REFUSED
 from seafl_dist.train.standin import SURFACE, Recorder, StandInTrainer
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "extending.md"
 OWN = ("training_step", "validation_step", "test_step", "predict_step", "configure_optimizers", "configure_callbacks",
        "backward", "optimizer_step", "optimizer_zero_grad", "lr_scheduler_step", "configure_gradient_clipping")
 STATUS = {HONOURED: ("honoured", "honoured"), NOT_CALLED: ("not called", "not called"),
+          EVALUATION: ("at evaluation", "at evaluation"),
           REFUSED: ("refused", "refused"), PLAIN: ("refused", "honoured")}
 
 

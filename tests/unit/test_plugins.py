@@ -5,14 +5,15 @@ import numpy as np
 import pytest
 import torch
 
-from one_line import one_line_message
+from one_line import one_error_line, one_line_message
 from seafl_dist.algo import AggregationResult, BufferedUpdate, aggregate
 from seafl_dist.settings import ConfigError, config_from_dict
 from seafl_dist.data import ArrayDataset, clear_cache, load_dataset
+from seafl_dist.cli import main as seafl_main
 from seafl_dist.runtime.setup import prepare
 from seafl_dist.train import flatten, train_job
 
-from small_runs import SMALL
+from small_runs import QUICKSTART, SMALL
 from user_extensions import EXTENDED, write
 
 BAD = '''
@@ -75,6 +76,12 @@ def one_empty(labels, num_devices, seed):
 
 def too_few(labels, num_devices, seed):
     return [np.arange(5)]
+
+def out_of_range(labels, num_devices, seed):
+    return [np.arange(5 * k, 5 * k + 5) for k in range(num_devices - 1)] + [np.array([100, len(labels) + 3])]
+
+def repeated(labels, num_devices, seed):
+    return [np.array([5 * k, 5 * k + 1, 5 * k]) for k in range(num_devices)]
 
 def rule_returning_none(cfg, version, global_flat, updates, base_model):
     return None
@@ -142,6 +149,8 @@ def test_a_built_in_name_that_is_neither_lists_both_forms():
     ("data.partition", "overlapping", "index 9 is in shards 0 and 1"),
     ("data.partition", "one_empty", "shard 2 is empty"),
     ("data.partition", "too_few", "it returned 1 shards for devices.num=10"),
+    ("data.partition", "out_of_range", "shard 9 holds index 403, outside the 400 training samples"),
+    ("data.partition", "repeated", "shard 0 holds index 0 twice"),
 ])
 def test_what_a_callable_returns_is_checked_before_training(mods, key, attr, fragment):
     good, bad, _ = mods
@@ -209,3 +218,20 @@ def test_a_plain_module_is_wrapped_and_trains(mods):
     assert trained.shape == start.shape and not torch.equal(trained, start)
     assert flatten(model).shape == start.shape
     assert [len(s) for s in exp.shards] == [40] * 10
+
+
+@pytest.mark.parametrize("attr, fragment", [("out_of_range", "shard 9 holds index 403, outside the 400"),
+                                            ("repeated", "shard 0 holds index 0 twice")])
+def test_a_bad_partition_ends_in_one_line_naming_its_file_before_a_run_dir_is_made(mods, attr, fragment, tmp_path,
+                                                                                   capsys):
+    """seafl run with and without --dry-run, as a user meets it (issue 30)."""
+    good, bad, _ = mods
+    out = tmp_path / "run"
+    for dry in ([], ["--dry-run"]):
+        code = seafl_main(["run", str(QUICKSTART), *SMALL, f"data.name={good}:bands", f"model.name={good}:tiny_mlp",
+                           f"data.partition={bad}:{attr}",
+                           "--out", str(out), *dry])
+        err = capsys.readouterr().err
+        assert code == 2 and not out.exists(), err
+        one_error_line(err, f"config key 'data.partition' has value '{bad}:{attr}'", fragment,
+                       f"in what {attr} in {tmp_path / (bad + '.py')} returned")

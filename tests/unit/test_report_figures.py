@@ -55,7 +55,8 @@ def test_one_mean_curve_and_band_per_grid_point_named_in_the_readers_words(k_gro
     assert list(lines) == LABELS
     assert [t.get_text() for t in fig.legends[0].get_texts()] == LABELS
     assert fig.legends[0].get_title().get_text() == "mean of 3 seeds; band: min–max"
-    assert fig.get_suptitle() == "digits, LeNet-5: algorithm, K and β vary, 3 seeds each"  # over both panels
+    # over both panels; β is each algorithm's default, which the sweep did not set: not said to vary
+    assert fig.get_suptitle() == "digits, LeNet-5: algorithm and K vary, 3 seeds each"
     k5 = lines[LABELS[0]]  # seed 1 ends at 20 s and seed 2 at 40 s: both held at their last value
     assert list(k5.get_xdata()) == [0, 10, 15, 20, 30, 40]
     assert k5.get_ydata() == pytest.approx([.1, .7 / 3, 1.2 / 3, 1.5 / 3, 1.8 / 3, 2.65 / 3])
@@ -73,7 +74,8 @@ def test_one_mean_curve_and_band_per_grid_point_named_in_the_readers_words(k_gro
 def test_a_close_up_panel_beside_shows_the_same_curves_around_the_targets(k_groups, tmp_path):
     fig = plot_accuracy_vs_time(k_groups, [0.85, 0.9], tmp_path / "a.png")
     full, close = fig.axes
-    assert full.get_ylim() == (0.0, 1.0) and close.get_xlim() == full.get_xlim()
+    assert full.get_ylim() == (0.0, 1.0)
+    assert full.get_xlim() == pytest.approx((0, 100.0)) and close.get_xlim() == pytest.approx((0, 77.0))
     # from the lowest target less max(0.05, half the targets' span) to the highest band within the
     # time axis (FedBuff K = 10's 0.95 by 77 s) plus max(0.01, a fifth of the span)
     assert close.get_ylim() == pytest.approx((0.80, 0.96))
@@ -118,16 +120,20 @@ def test_target_labels_never_overlap(k_groups, tmp_path):
     assert abs((boxes[0].y0 + boxes[0].y1) / 2 - line_85) < 2  # the lowest stays at its line
 
 
-def test_the_time_axis_ends_past_the_slowest_mean_reaching_the_last_target(k_groups, tmp_path):
-    # mean reaches 90%: SEAFL K=10 at 16 s, FedBuff K=10 at 45 s, FedBuff K=5 at 70 s; SEAFL K=5 and K=1 never
-    ax = plot_accuracy_vs_time(k_groups, [0.85, 0.9], tmp_path / "a.png").axes[0]
-    assert ax.get_xlim() == pytest.approx((0, 77.0))
-    ax = plot_accuracy_vs_time(k_groups, [0.99], tmp_path / "b.png").axes[0]
-    assert ax.get_xlim() == pytest.approx((0, 100.0))  # no mean reaches 99%: the longest run
-    ax = plot_accuracy_vs_time(k_groups, [0.9], tmp_path / "c.png", until=50).axes[0]
-    assert ax.get_xlim() == pytest.approx((0, 50.0))
-    ax = plot_accuracy_vs_time(k_groups, [0.9], tmp_path / "d.png", log_x=True).axes[0]
-    assert ax.get_xscale() == "log" and ax.get_xlim() == pytest.approx((5.0, 77.0))
+def test_the_main_panel_shows_every_run_to_its_end_and_the_close_up_the_targets(k_groups, tmp_path):
+    """The longest run (SEAFL K=1, seed 0) ends at 100 s; the means reach 90%: SEAFL K=10 at 16 s, FedBuff
+    K=10 at 45 s, FedBuff K=5 at 70 s, SEAFL K=5 and K=1 never: the close-up ends at 70 s + 10%."""
+    def xlims(fig):
+        return [x for ax in fig.axes for x in ax.get_xlim()]
+    assert xlims(plot_accuracy_vs_time(k_groups, [0.85, 0.9], tmp_path / "a.png")) == \
+        pytest.approx([0, 100.0, 0, 77.0])
+    assert xlims(plot_accuracy_vs_time(k_groups, [0.85, 0.9], tmp_path / "n.png", zoom=False)) == \
+        pytest.approx([0, 100.0])  # with or without the close-up
+    assert xlims(plot_accuracy_vs_time(k_groups, [0.99], tmp_path / "b.png")) == pytest.approx([0, 100.0])
+    assert xlims(plot_accuracy_vs_time(k_groups, [0.9], tmp_path / "c.png", until=50)) == \
+        pytest.approx([0, 50.0, 0, 50.0])  # --until cuts both
+    fig = plot_accuracy_vs_time(k_groups, [0.9], tmp_path / "d.png", log_x=True)
+    assert fig.axes[0].get_xscale() == "log" and xlims(fig) == pytest.approx([5.0, 100.0, 5.0, 77.0])
 
 
 def test_time_to_target_draws_each_seed_the_mean_and_never(k_groups, tmp_path):
@@ -229,8 +235,11 @@ def test_a_grid_point_two_sweeps_share_is_named_with_its_sweep(tmp_path):
     for name in ("first", "second"):
         sweep(tmp_path / name, curves, "buffer_size", str, [0.9])
     groups = group_runs(find_runs([tmp_path / "first", tmp_path / "second"]))
+    curves = {("seafl", 5): CURVES[("seafl", 10)]}  # another curve: the two sweeps' arms differ
+    sweep(tmp_path / "third", curves, "buffer_size", str, [0.9])
+    groups = group_runs(find_runs([tmp_path / "first", tmp_path / "third"]))
     lines = mean_lines(plot_accuracy_vs_time(groups, [0.9], tmp_path / "a.png"))
-    assert list(lines) == ["SEAFL (first)", "SEAFL (second)"]
+    assert list(lines) == ["SEAFL (first)", "SEAFL (third)"]
 
 
 def test_a_dropout_sweep_plots_no_dropout_as_zero(tmp_path):
@@ -260,3 +269,30 @@ def test_the_report_command_hands_its_figure_options_to_every_time_axis(k_groups
     ax = drawn[0]["figures"]["accuracy_vs_time"].axes[0]
     assert ax.get_xscale() == "log" and ax.get_xlim()[1] == 50 and len(ax.get_lines()) == 5 + 15 + 2
     assert set(drawn[0]["figures"]) == {"accuracy_vs_time", "time_to_target", "time_to_target_vs_buffer_size"}
+
+
+def test_arms_whose_means_coincide_share_one_line_and_a_legend_entry_naming_both(tmp_path):
+    """The README's figure drew FedBuff β = ∞ exactly under FedBuff β = 10 (no wait ever happens there)."""
+    same = [[(0, .1), (10, .6), (30, .92)], [(0, .1), (12, .7), (30, .91)]]
+    curves = {("fedbuff", 10): same, ("fedbuff", None): same, ("seafl", 10): [[(0, .1), (20, .93)]] * 2}
+    groups = sweep(tmp_path / "s", curves, "staleness_limit", lambda v: "null" if v is None else v, [0.9])
+    fig = plot_accuracy_vs_time(groups, [0.9], tmp_path / "a.png")
+    assert list(mean_lines(fig)) == ["FedBuff, β = 10\n= FedBuff, β = ∞ (one curve)", "SEAFL, β = 10"]
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == list(mean_lines(fig))
+    nudged = {**curves, ("fedbuff", None): [[(0, .1), (10, .6 + 2e-9), (30, .92)], same[1]]}
+    groups = sweep(tmp_path / "t", nudged, "staleness_limit", lambda v: "null" if v is None else v, [0.9])
+    assert len(mean_lines(plot_accuracy_vs_time(groups, [0.9], tmp_path / "b.png"))) == 3  # 1e-9 apart: two
+
+
+def test_a_run_that_diverged_is_marked_on_its_arms_curve(tmp_path):
+    make_run(tmp_path / "d" / "fb", [(0, .1), (20, .9), (40, .1), (60, .1)], algorithm="fedbuff",
+             diverged_at={"version": 2, "time": 40.0})
+    make_run(tmp_path / "d" / "s", [(0, .1), (20, .92), (40, .95)], extra=["train.lr=0.02"])
+    groups = group_runs(find_runs([tmp_path / "d"]))
+    fig = plot_accuracy_vs_time(groups, [0.9], tmp_path / "a.png")
+    crosses = [line for line in fig.axes[0].get_lines() if line.get_marker() == "x"]
+    assert len(crosses) == 1 and list(crosses[0].get_xdata()) == [40.0] and list(crosses[0].get_ydata()) == [.1]
+    assert fig.axes[0].get_xlim() == pytest.approx((0, 60.0))  # the collapse after the targets shows
+    assert fig.legends[0].get_texts()[-1].get_text() == "where a run diverged"
+    plain = plot_accuracy_vs_time(groups[1:], [0.9], tmp_path / "b.png")
+    assert "where a run diverged" not in [t.get_text() for t in plain.legends[0].get_texts()]

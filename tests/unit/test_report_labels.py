@@ -28,6 +28,10 @@ def test_each_algorithm_shows_only_the_keys_it_reads_and_does_not_fix():
     names = reader_labels([arm("algorithm.buffer_size=5"), arm("algorithm.name=fedasync"),
                            arm("algorithm.name=fedbuff", "algorithm.staleness_limit=10")])
     assert names == ["SEAFL, K = 5, β = 10", "FedAsync, β = ∞", "FedBuff, K = 10, β = 10"]  # FedAsync: no K
+    guarded = [arm(f"algorithm.name={a}", f"algorithm.update_norm_factor={f}") for a in ("fedbuff", "fedavg")
+               for f in ("null", 10)]  # the update guard runs before every rule, FedAvg's too
+    assert reader_labels(guarded) == ["FedBuff, guard = off", "FedBuff, guard = 10", "FedAvg, guard = off",
+                                      "FedAvg, guard = 10"]
 
 
 def test_a_studys_shared_setting_is_left_out_and_twins_are_told_apart():
@@ -54,11 +58,18 @@ def test_titles_name_the_setting_what_varies_and_the_seeds():
     grid = [arm(*mnist, f"algorithm.buffer_size={k}") for k in (5, 10)]
     assert figure_title(grid, [3, 3]) == "SEAFL on MNIST, LeNet-5: K varies, 3 seeds each"
     both = grid + [arm(*mnist, "algorithm.name=fedbuff")]
-    assert figure_title(both, [2, 3, 3]) == "MNIST, LeNet-5: algorithm, K and β vary, 2–3 seeds each"
+    # β is 10 for SEAFL and ∞ for FedBuff, each its algorithm's default: no sweep varied it (issue 30)
+    assert figure_title(both, [2, 3, 3]) == "MNIST, LeNet-5: algorithm and K vary, 2–3 seeds each"
+    swept = {"algorithm.name", "algorithm.buffer_size", "algorithm.staleness_limit"}
+    assert figure_title(both, [2, 3, 3], swept) == "MNIST, LeNet-5: algorithm, K and β vary, 2–3 seeds each"
+    waited = both + [arm(*mnist, "algorithm.name=fedbuff", "algorithm.staleness_limit=10")]  # not FedBuff's own β
+    assert figure_title(waited, [3] * 4) == "MNIST, LeNet-5: algorithm, K and β vary, 3 seeds each"
+    assert figure_title([arm(*mnist, f"algorithm.name={a}") for a in ("seafl", "fedbuff", "fedasync", "fedavg")],
+                        [3] * 4) == "MNIST, LeNet-5: algorithm varies, 3 seeds each"
     assert figure_title([arm(*mnist)], [1]) == "SEAFL on MNIST, LeNet-5"
     # a device condition every arm shares is part of the setting; one that varies is said as varying
     drop = [arm(*mnist, "devices.dropout=0.3", f"algorithm.name={a}") for a in ("seafl", "fedbuff")]
-    assert figure_title(drop, [3, 3]) == "MNIST, LeNet-5, dropout 0.3: algorithm and β vary, 3 seeds each"
+    assert figure_title(drop, [3, 3]) == "MNIST, LeNet-5, dropout 0.3: algorithm varies, 3 seeds each"
     windows = [arm(*mnist, "devices.profile=configs/mnist/churn_profile.csv", f"algorithm.buffer_size={k}")
                for k in (5, 10)]
     assert figure_title(windows, [3, 3]) == \

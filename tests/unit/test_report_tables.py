@@ -11,7 +11,8 @@ from seafl_dist.report.sinks import METRIC_COLUMNS
 from seafl_dist.report.tables import find_runs, group_rows, group_runs, run_rows
 
 
-def make_run(path, curve, *, algorithm="seafl", seed=0, label=None, status="completed", extra=(), notify=0, drops=None):
+def make_run(path, curve, *, algorithm="seafl", seed=0, label=None, status="completed", extra=(), notify=0, drops=None,
+             diverged_at=None):
     """A run dir whose metrics.csv has one row per (time, accuracy) in ``curve``."""
     path.mkdir(parents=True)
     cfg = config_from_dict({"algorithm": {"name": algorithm}, "run": {"seed": seed}}, list(extra))
@@ -27,6 +28,8 @@ def make_run(path, curve, *, algorithm="seafl", seed=0, label=None, status="comp
                "wall_time_s": 1.5}
     if drops is not None:  # a run with churn (docs/devices.md)
         summary["drops"] = {"total": drops, "offline": 0, "dropout": drops}
+    if diverged_at is not None:  # {"version", "time"} (report/divergence.py)
+        summary["diverged_at"] = diverged_at
     (path / "summary.json").write_text(json.dumps(summary))
     return path
 
@@ -140,3 +143,21 @@ def test_a_run_dir_alone_gets_a_timeline(tmp_path):
 def test_no_runs_is_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="no runs found"):
         write_report([tmp_path], tmp_path / "out")
+
+
+def test_runs_that_diverged_are_counted_and_dated_only_where_one_did(sweep_dir, tmp_path):
+    plain = write_report([sweep_dir], tmp_path / "plain")["markdown"]
+    assert "diverged" not in plain  # no column without a divergence: the tables read as before
+    at = {"version": 2, "time": 40.0}
+    make_run(tmp_path / "d" / "fb", [(0, 0.1), (20, 0.9), (40, 0.1)], algorithm="fedbuff", diverged_at=at)
+    make_run(tmp_path / "d" / "fb1", [(0, 0.1), (20, 0.9), (40, 0.95)], algorithm="fedbuff", seed=1)
+    result = write_report([tmp_path / "d"], tmp_path / "rep", targets=[0.5])
+    (group,) = result["groups"]
+    assert group["diverged"] == 1 and group["runs"] == 2
+    assert [(r["diverged_version"], r["diverged_time"]) for r in result["runs"]] == [(2, 40.0), (None, None)]
+    md = result["markdown"]
+    assert "| diverged |" in md.splitlines()[6] and "| 1/2 |" in md and "| version 2 (40.0 s) |" in md
+    with open(tmp_path / "rep" / "runs.csv") as f:
+        assert [r["diverged_version"] for r in csv.DictReader(f)] == ["2", ""]
+    with open(tmp_path / "rep" / "report.csv") as f:
+        assert [r["diverged"] for r in csv.DictReader(f)] == ["1"]

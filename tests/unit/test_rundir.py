@@ -25,7 +25,8 @@ FREE = {"name", "run.checkpoint_every", "run.checkpoint_every_s", "runtime.devic
         "devices.profile"}  # the path only: the profile's bytes are compared by their sha256 (profile_mismatch)
 REFUSED = {f"{section}.{key}" for section, keys in {
     "algorithm": ["name", "buffer_size", "staleness_limit", "alpha", "mu", "theta", "similarity", "similarity_over",
-                  "server_lr", "staleness_scaling", "mixing", "staleness_fn", "poly_a", "hinge_a", "hinge_b", "partial"],
+                  "server_lr", "staleness_scaling", "mixing", "staleness_fn", "poly_a", "hinge_a", "hinge_b", "partial",
+                  "update_norm_factor"],
     "devices": ["num", "concurrency", "dropout", "availability_scale"],
     "train": ["epochs", "batch_size", "lr", "momentum", "weight_decay", "loop", "grad_clip_val", "grad_clip_algorithm"],
     "clock": ["sec_per_sample", "download_s", "upload_s", "compute_scale", "idle.distribution", "idle.s", "idle.a",
@@ -33,7 +34,8 @@ REFUSED = {f"{section}.{key}" for section, keys in {
     "data": ["name", "root", "download", "partition", "shards_overlap", "concentration", "samples_per_device",
              "test_fraction", "emnist_split", "augment", "seed"],
     "model": ["name", "width"],
-    "run": ["seed", "max_aggregations", "max_time", "target_accuracy", "eval_every", "targets"],
+    "run": ["seed", "max_aggregations", "max_time", "target_accuracy", "eval_every", "targets", "stop_on_divergence",
+            "target_metric", "target_mode"],
     "runtime": ["precision", "batch_jobs", "deterministic"]}.items() for key in keys}
 
 

@@ -34,6 +34,8 @@ def test_each_rendezvous_error_is_one_line_naming_the_rendezvous(cls):
         one_line_message(line, "cannot reach", "SEAFL_PORT")
     elif cls is api.RendezvousClosedError:
         one_line_message(line, "was closed by another node")
+    elif cls is api.RendezvousGracefulExitError:
+        one_line_message(line, "this node was left out of", "--nnodes=2")
     else:
         one_line_message(line, cls.__name__, "2 nodes (--nnodes=2)")
 
@@ -43,3 +45,49 @@ def test_each_rendezvous_error_is_one_line_naming_the_rendezvous(cls):
                                           ("join_timeout=soon", JOIN_TIMEOUT_DEFAULT)])
 def test_join_timeout_is_read_from_rdzv_conf(conf, seconds):
     assert join_timeout(conf) == seconds
+
+
+class Refusing(api.RendezvousHandler):
+    """A rendezvous backend whose every rendezvous fails with one RendezvousError class, as a real one does."""
+
+    def __init__(self, cls, params):
+        self.cls, self.params = cls, params
+
+    def next_rendezvous(self):
+        raise self.cls("the nodes\nnever met")
+
+    def get_backend(self):
+        return f"refusing_{self.cls.__name__}"
+
+    def is_closed(self):
+        return False
+
+    def set_closed(self):
+        pass
+
+    def num_nodes_waiting(self):
+        return 0
+
+    def get_run_id(self):
+        return self.params.run_id
+
+    def shutdown(self):
+        return True
+
+
+@pytest.mark.parametrize("cls", ERRORS, ids=lambda c: c.__name__)
+def test_main_ends_each_rendezvous_failure_in_one_line_and_exit_1(cls, capsys):
+    """torchrun itself runs (its agent asks a registered backend for the rendezvous, which fails): ``main``
+    must turn every RendezvousError class into our one line, not only the timeout."""
+    from torch.distributed.elastic.rendezvous.registry import handler_registry
+    from seafl_dist.runtime import torchrun as ours
+    backend = f"refusing_{cls.__name__}"
+    handler_registry.register(backend, lambda params, cls=cls: Refusing(cls, params))
+    argv = ["--nnodes=2", "--nproc_per_node=1", "--rdzv_id=job7", f"--rdzv_backend={backend}",
+            "--rdzv_endpoint=gpu07:29623", "--max-restarts=0", "-m", "seafl_dist", "run", "c.yaml"]
+    assert ours.main(argv) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    # torch's agent swallows a graceful exit (logs it, returns None): its message does not reach us
+    raised = cls() if cls is api.RendezvousGracefulExitError else cls("the nodes\nnever met")
+    assert err[-1] == rendezvous_line(raised, torchrun_module.parse_args(argv))
+    assert len(err) == 1, err  # nothing of torchrun's own above it

@@ -1,0 +1,108 @@
+"""A run that diverges says so (issue 30): one line naming where, why and the aggregation's jobs with their
+norms; diverged_at in summary.json, the printed summary and the API's result; nothing in events.jsonl or
+metrics.csv. run.stop_on_divergence ends the run `diverged`, a finished status a rerun and a sweep leave be;
+a resumed run rebuilds where it diverged from its rows and does not say it again.
+
+FedBuff with a server learning rate of 30 on the small quickstart blows up at the first aggregation (its
+loss 1.8e6 against 2.3 at version 0), the same way on every machine."""
+import json
+
+import pytest
+
+import seafl_dist
+from one_line import one_line
+from resuming import QUICKSTART, SMALL, checkpoint_versions, cli, run_args, summary
+from seafl_dist.report.sinks import METRIC_COLUMNS
+from seafl_dist.settings import parse_override
+
+BLOWS_UP = [*SMALL, "algorithm.name=fedbuff", "algorithm.server_lr=30", "run.checkpoint_every=1"]
+AT = {"version": 1, "time": 4.58}
+
+
+def warnings(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.startswith("seafl: warning: the run diverged")]
+
+
+@pytest.fixture(scope="module")
+def diverged(tmp_path_factory):
+    out = tmp_path_factory.mktemp("diverged") / "run"
+    proc = cli(*run_args(BLOWS_UP, out))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out, proc
+
+
+def test_a_run_that_diverges_says_so_once_and_goes_on(diverged):
+    out, proc = diverged
+    (line,) = warnings(proc.stderr)
+    assert line.startswith("seafl: warning: the run diverged at version 1 (virtual time 4.6 s): the loss 1.784e+06 "
+                           "> 10 × the version-0 loss 2.307; the aggregation since the evaluation before it: "
+                           "aggregation 1 at 4.6 s: device 8 job 2 norm 2.198 = 1.43× the buffer's median 1.54, "
+                           "device 4 job 0 norm 0.8815 = 0.572× the buffer's median 1.54")
+    assert line.endswith("going on (run.stop_on_divergence=true would stop it)")
+    s = summary(out)
+    assert s["status"] == "completed" and s["diverged_at"] == pytest.approx(AT) and s["aggregations"] == 6
+    assert "diverged at version 1 (virtual time 4.6s)" in proc.stdout  # the printed summary says it too
+    events = (out / "events.jsonl").read_text()
+    assert "diverged" not in events and "norm" not in events  # the trace is what it always was
+    assert (out / "metrics.csv").read_text().splitlines()[0] == ",".join(METRIC_COLUMNS)
+    assert len((out / "metrics.csv").read_text().splitlines()) == 1 + 7  # it went on to the end
+
+
+def test_stop_on_divergence_ends_the_run_diverged_a_finished_status(diverged, tmp_path):
+    ref, _ = diverged
+    out = tmp_path / "stopped"
+    proc = cli(*run_args([*BLOWS_UP, "run.stop_on_divergence=true"], out))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (line,) = warnings(proc.stderr)
+    assert line.endswith("; stopping (run.stop_on_divergence)")
+    s = summary(out)
+    assert s["status"] == "diverged" and s["diverged_at"] == pytest.approx(AT) and s["aggregations"] == 1
+    assert not checkpoint_versions(out) and (out / "model.pt").exists()  # ended, as a completed run ends
+    stopped, whole = (out / "events.jsonl").read_bytes(), (ref / "events.jsonl").read_bytes()
+    assert whole.startswith(stopped) and stopped.endswith(b'"event": "eval", "time": 4.58, "version": 1, '
+                                                          b'"accuracy": 0.1, "loss": 1783587.0222222223}\n')
+    again = cli(*run_args([*BLOWS_UP, "run.stop_on_divergence=true"], out))
+    assert again.returncode == 0 and "already holds a diverged run of this config" in again.stderr
+    # the API's result: what summary.json says (a rerun returns the finished run as it is)
+    result = seafl_dist.run(str(QUICKSTART), out=out, **dict(parse_override(o) for o in
+                                                              [*BLOWS_UP, "run.stop_on_divergence=true"]))
+    assert result["status"] == "diverged" and result["diverged_at"] == pytest.approx(AT)
+
+
+def test_a_sweep_counts_a_diverged_run_as_finished(tmp_path):
+    args = ["sweep", QUICKSTART, *BLOWS_UP, "run.stop_on_divergence=true", "--seeds", "0", "--out", tmp_path / "s"]
+    first = cli(*args)
+    assert first.returncode == 0, first.stderr[-3000:]
+    again = cli(*args)
+    assert again.returncode == 0 and "skip  seed=0 (diverged)" in again.stderr, again.stderr[-3000:]
+
+
+def test_a_resumed_run_knows_where_it_diverged_and_does_not_say_it_again(diverged, tmp_path):
+    ref, _ = diverged
+    out = tmp_path / "killed"
+    killed = cli(*run_args(BLOWS_UP, out), fault="after_aggregate:3")
+    assert killed.returncode != 0 and checkpoint_versions(out)[-1] == 3
+    assert len(warnings(killed.stderr)) == 1  # said at version 1, before the kill
+    resumed = cli(*run_args(BLOWS_UP, out))
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    one_line("\n".join(ln for ln in resumed.stderr.splitlines() if not ln.startswith("seafl: resumed")) or "x")
+    assert warnings(resumed.stderr) == []
+    assert summary(out)["diverged_at"] == summary(ref)["diverged_at"]
+    for name in ("events.jsonl", "metrics.csv"):
+        assert (out / name).read_bytes() == (ref / name).read_bytes(), name
+
+
+def test_the_guards_accepted_norms_are_kept_in_checkpoints(tmp_path):
+    """FedAsync's buffer of one is judged against the last accepted norms: a run resumed after aggregation 6
+    must judge aggregation 8 against the 7 norms it had, as the uninterrupted run does."""
+    guarded = [*SMALL, "run.max_aggregations=12", "algorithm.name=fedasync", "algorithm.update_norm_factor=1.5",
+               "run.checkpoint_every=1"]
+    ref, out = tmp_path / "ref", tmp_path / "killed"
+    assert cli(*run_args(guarded, ref)).returncode == 0
+    aggs = [json.loads(line) for line in (ref / "events.jsonl").read_text().splitlines() if '"aggregate"' in line]
+    assert aggs[7]["updates"][0]["reason"].startswith("update norm 3.245 > 1.5 × the last 7 accepted median norm")
+    assert cli(*run_args(guarded, out), fault="after_aggregate:6").returncode != 0
+    resumed = cli(*run_args(guarded, out))
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    for name in ("events.jsonl", "metrics.csv", "model.pt"):
+        assert (out / name).read_bytes() == (ref / name).read_bytes(), name

@@ -1,0 +1,74 @@
+"""Evaluation by a module's own step (train/evaluation.py) gives what ``trainer.test`` (or, for a module
+with only ``validation_step``, ``trainer.validate``) returns on the same batches: the same names, the
+same values, on a CPU with one thread; the module's mode and weights are left as they were."""
+import lightning as L
+import pytest
+import torch
+
+import lightning_modules as lm
+from seafl_dist.data import load_dataset
+from seafl_dist.train import flatten
+from seafl_dist.train.evaluation import evaluate_by_step, evaluation_step
+
+
+@pytest.fixture(scope="module")
+def test_set():
+    return load_dataset("digits", train=False)
+
+
+class Batches:
+    def __init__(self, data, size):
+        self.data, self.size = data, size
+
+    def __len__(self):
+        return -(-len(self.data) // self.size)
+
+    def __iter__(self):
+        for lo in range(0, len(self.data), self.size):
+            yield self.data.batch(torch.arange(lo, min(lo + self.size, len(self.data))))
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize("name,run", [("evaluates_itself", "test"), ("validates_itself", "validate")])
+def test_the_modules_own_step_evaluates_it_as_lightning_does(name, run, test_set):
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    module = lm.build(name)
+    flat = flatten(module)
+    module.train()
+    ours = evaluate_by_step(module, flat, test_set, batch_size=100)
+    assert module.training and torch.equal(flatten(module), flat)
+    trainer = L.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False)
+    theirs = getattr(trainer, run)(module, dataloaders=Batches(test_set, 100), verbose=False)[0]
+    assert ours == {k: float(v) for k, v in theirs.items()}
+    if name == "evaluates_itself":
+        assert set(ours) == {"test_loss", "test_acc", "worst", "both_epoch", "batches"} and ours["batches"] == 4.0
+
+
+def test_which_step_evaluates():
+    assert evaluation_step(lm.build("evaluates_itself")) == "test_step"
+    assert evaluation_step(lm.build("validates_itself")) == "validation_step"
+    assert evaluation_step(lm.build("form_optimizer")) is None
+
+
+def test_out_of_gpu_memory_the_batches_halve_once_and_say_so(test_set, capsys):
+    """A test_step that runs out of GPU memory above 90 images a batch (the module raises what CUDA raises):
+    the batches halve until they fit, one line each time, and stay so; the figures are those of batches of
+    90 from the start."""
+    import lightning_modules as lm
+
+    class SmallGPU(lm.MODULES["evaluates_itself"]):
+        def test_step(self, batch, batch_idx):
+            if len(batch[1]) > 90:
+                raise torch.cuda.OutOfMemoryError("CUDA out of memory (simulated)")
+            return super().test_step(batch, batch_idx)
+
+    torch.manual_seed(0)
+    module = SmallGPU()
+    flat = flatten(module)
+    got = evaluate_by_step(module, flat, test_set, batch_size=360)
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "seafl: out of GPU memory evaluating; evaluating in batches of 180 from now on",
+        "seafl: out of GPU memory evaluating; evaluating in batches of 90 from now on"]
+    assert got == evaluate_by_step(SmallGPU(), flat, test_set, batch_size=90)
+    assert evaluate_by_step(module, flat, test_set, batch_size=360) == got and capsys.readouterr().err == ""
