@@ -44,8 +44,8 @@ from typing import Any
 
 from seafl_dist.experiments.arguments import parse_grid_arg, parse_seeds, split_top_level  # noqa: F401 (their home before)
 from seafl_dist.report.tables import repeated_keys
-from seafl_dist.settings import (Config, ConfigError, config_from_dict, find_config, is_sweep_file, load_yaml,  # noqa: F401
-                                 parse_override, set_dotted)
+from seafl_dist.settings import (Config, ConfigError, config_from_dict, find_config,  # noqa: F401 (is_sweep_file:
+                                 is_sweep_file, load_yaml, parse_override, set_dotted)  # its home before)
 
 SWEEP_KEYS = ("base", "name", "overrides", "grid", "points", "seeds", "targets", "baseline", "launcher")
 CONFIG_SECTIONS = tuple(Config.__dataclass_fields__)

@@ -9,7 +9,8 @@ from seafl_dist.versions import stamp
 
 
 def build_summary(cfg, rows: list[dict], counts, staleness: list, *, status: str, error: str | None, wall: float,
-                  churn: bool, profile_sha256: str | None, stalled: str | None, diverged_at: dict | None = None) -> dict:
+                  churn: bool, profile_sha256: str | None, stalled: str | None,
+                  diverged_at: dict | None = None) -> dict:
     """What summary.json holds: the run's outcome from its metric rows and the server's counters, and
     which seafl (package and numerics version, seafl_dist/versions.py) trained it."""
     metric = Metric.of(cfg.run)  # the easiest target first: ascending for max, descending for min

@@ -223,8 +223,9 @@ def load_run_yaml(path: str | Path) -> dict:
     the command that runs it."""
     data = load_yaml(path)
     if is_sweep_file(data):
-        raise ConfigError(f"'{path}' is a sweep file (it has {' and '.join(k + ':' for k in ('base', 'grid') if k in data)}"
-                          f"), not a run config; run it with `seafl sweep {path}`")
+        has = " and ".join(f"{k}:" for k in ("base", "grid") if k in data)
+        raise ConfigError(f"'{path}' is a sweep file (it has {has}), not a run config; run it with "
+                          f"`seafl sweep {path}`")
     data.setdefault("name", find_config(path).stem)
     return data
 

@@ -17,7 +17,8 @@ from seafl_dist.settings.keys import key, section
 class RuntimeConfig:
     device: str = key("auto", "where models train and evaluate: `auto` (a GPU when there is one), `cpu` or `cuda`",
                       ("auto", "cpu", "cuda"))
-    backend: str = key("auto", "payload transport: `auto` (= gloo), `gloo`, or `nccl` (opt-in)", ("auto", "gloo", "nccl"),
+    backend: str = key("auto", "payload transport: `auto` (= gloo), `gloo`, or `nccl` (opt-in)",
+                       ("auto", "gloo", "nccl"),
                        note="`auto` and `gloo` send payloads over gloo, through pinned host buffers on a GPU. "
                             "`nccl` needs one GPU per rank and has not yet run on ≥ 2 GPUs.")
     timeout_s: float = key(600.0, "a dead, frozen or stuck (no training progress) worker is named within this many "

@@ -6,8 +6,8 @@ checks can be generated.
 
 The help lives in the field's metadata (``help``; ``domain``, the values the key takes (:mod:`.domains`);
 optional ``note``, a longer explanation printed under the section's table, and ``shown``, how the
-default reads where the value alone would mislead). :mod:`seafl_dist.settings.reference` reads it back to write docs/configuration.md and
-``seafl configs --keys``; a test fails on a field without help.
+default reads where the value alone would mislead). :mod:`seafl_dist.settings.reference` reads it back
+to write docs/configuration.md and ``seafl configs --keys``; a test fails on a field without help.
 """
 from __future__ import annotations
 

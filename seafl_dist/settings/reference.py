@@ -128,7 +128,8 @@ def markdown() -> str:
         if s.help:
             out.append(s.help[0].upper() + s.help[1:] + ".\n")
         out.append("| key | type | default | allowed | meaning |\n|---|---|---|---|---|")
-        out += [f"| `{k.name}` | {k.type} | {_cell(k.default)} | {_cell(k.allowed)} | {_cell(k.help)} |" for k in s.keys]
+        out += [f"| `{k.name}` | {k.type} | {_cell(k.default)} | {_cell(k.allowed)} | {_cell(k.help)} |"
+                for k in s.keys]
         notes = [f"- `{k.name}`: {k.note}" for k in s.keys if k.note]
         if notes:
             out.append("")

@@ -4,7 +4,8 @@ Every key is declared with its default, its help and its domain (``key(default, 
 :mod:`.keys`, :mod:`.domains`); ``__post_init__`` checks every key against its domain
 (:func:`~.domains.check_fields`), then what relates keys to each other. docs/configuration.md is
 generated from the same declarations (``python -m seafl_dist.settings.reference``). Defaults follow
-the paper's setup; every check names the key, the value and what is allowed (:class:`ConfigError`). :mod:`seafl_dist.settings.core` assembles them and loads YAML.
+the paper's setup; every check names the key, the value and what is allowed (:class:`ConfigError`).
+:mod:`seafl_dist.settings.core` assembles them and loads YAML.
 """
 from __future__ import annotations
 
@@ -44,7 +45,8 @@ class AlgorithmConfig:
     buffer_size: int = key(10, "K: the server aggregates once the buffer holds this many updates; fedavg forces "
                            "`devices.concurrency`, fedasync 1", "[1, inf)")
     staleness_limit: Optional[int] = key(
-        UNSET, "β: the server waits rather than let an in-flight update grow staler than this; `null` = ∞", "[0, inf]",
+        UNSET, "β: the server waits rather than let an in-flight update grow staler than this; `null` = ∞",
+        "[0, inf]",
         shown="`10`; fedbuff, fedasync: `null`; fedavg: `0`",
         note="Not given, it is 10 for seafl and seafl2 and ∞ for fedbuff and fedasync; a value given (in the file "
              "or an override) is kept for fedbuff and fedasync too, which then wait for stragglers as SEAFL does, "
@@ -230,7 +232,10 @@ class ModelConfig:
 
 @dataclass(kw_only=True)
 class RunConfig:
-    seed: int = key(0, "seed of every random stream of the run (and of the data split unless `data.seed`)", SEEDS)
+    seed: int = key(0, "seed of every random stream of the run (and of the data split unless `data.seed`)", SEEDS,
+                    note="Seeds run from 0 to 2³² − 1 (`data.seed` too): scikit-learn's split of the digits and "
+                         "numpy's legacy seeding take no others, so a larger or negative seed is refused when the "
+                         "config loads.")
     max_aggregations: Optional[int] = key(200, "stop after this many aggregations; `null`: no limit (then "
                                           "`run.max_time` or `run.target_accuracy` must be set)", "[1, inf]")
     max_time: Optional[float] = key(None, "stop at this virtual time, seconds; `null`: no limit", "(0, inf]")

@@ -115,7 +115,7 @@ def test_bad_dataset_file_is_one_line(tmp_path, name, writer, says):
 def test_unknown_emnist_split_is_one_line(tmp_path):
     write_bad_emnist(tmp_path)
     assert_one_error_line(tmp_path, ["data.name=emnist", "data.emnist_split=nope", f"data.root={tmp_path}"],
-                          ["config key 'data.emnist_split' has value 'nope'; allowed: byclass, bymerge, balanced"])
+                          ["config key 'data.emnist_split' has value 'nope'; allowed: one of byclass, bymerge, balanced"])
 
 
 def assert_one_error_line(tmp_path, overrides, fragments):

@@ -88,8 +88,8 @@ def test_the_key_sets_torchs_deterministic_switches_when_a_run_is_prepared(on):
     deterministic algorithms, deterministic cuDNN without autotuning, cuBLAS's fixed workspace; and without
     the key, the process left as it was."""
     env = {k: v for k, v in os.environ.items() if k != "CUBLAS_WORKSPACE_CONFIG"}
-    proc = subprocess.run([sys.executable, "-c", FLAGS, str(QUICKSTART), *SMALL, f"runtime.deterministic={str(on).lower()}"],
-                          capture_output=True, text=True, env=env, timeout=300)
+    argv = [str(QUICKSTART), *SMALL, f"runtime.deterministic={str(on).lower()}"]
+    proc = subprocess.run([sys.executable, "-c", FLAGS, *argv], capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     flags = json.loads(proc.stdout.strip().splitlines()[-1])
     if on:

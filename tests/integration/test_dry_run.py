@@ -280,7 +280,8 @@ def test_sweep_dry_run_of_one_index_checks_that_run_in_full(where, capsys):
     assert "-m seafl_dist run sw/configs/data=digits,seed=0.yaml --out sw/data=digits,seed=0" in err
     assert "data: digits (bundled with scikit-learn)" in out and "run dir: sw/data=digits,seed=0: fresh" in out
     assert "ranks: one process" in out
-    out, _ = dry(["sweep", *TINY, "--out", "sw", "--index", "0", "--launcher", "torchrun --nproc_per_node=3"], capsys)
+    out, _ = dry(["sweep", *TINY, "--seeds", "0", "--out", "sw", "--index", "0", "--launcher",
+                  "torchrun --nproc_per_node=3"], capsys)
     assert "ranks: 3 ranks: rank 0 aggregates, 2 worker(s) train" in out  # each run's own torchrun
     err = dry(["sweep", *TINY, "--grid", "data.name=digits,mnist", f"data.root={data}", "--out", "sw",
                "--index", "1"], capsys, code=2)[1]

@@ -152,7 +152,8 @@ def test_an_out_that_cannot_be_written_is_one_line(capsys, tmp_path):
 
 def test_a_sweep_reruns_a_changed_run_from_scratch_in_a_cleared_dir(runs, tmp_path):
     out, name = tmp_path / "sweep", "one"
-    first = cli("sweep", QUICKSTART, *B, "--seeds", "0", "train.lr=0.1", "--out", out, "--name", name, fault="after_aggregate:3")
+    first = cli("sweep", QUICKSTART, *B, "--seeds", "0", "train.lr=0.1", "--out", out, "--name", name,
+                fault="after_aggregate:3")
     assert first.returncode == 1 and "FAILED" in first.stderr, first.stderr[-2000:]
     (run,) = [d for d in out.iterdir() if d.is_dir() and d.name != "configs"]
     assert checkpoint_versions(run) == [2, 3] and "lr: 0.1" in (run / "config.yaml").read_text()

@@ -64,11 +64,12 @@ def test_grid_points_seeds_and_labels(tmp_path):
     assert c.train.epochs == 2 and c.train.lr == 0.2 and c.runtime.threads == 1 and c.run.targets == [0.5]
 
 
-def test_a_plain_config_is_a_sweep_of_one_point(tmp_path):
+def test_a_plain_config_is_swept_by_its_grid_or_seeds_and_alone_is_refused(tmp_path):
     f = tmp_path / "plain.yaml"
     f.write_text("run: {seed: 4}\n")
-    runs = load_sweep(f).expand()
-    assert [r.name for r in runs] == ["seed=4"]
+    with pytest.raises(ConfigError, match=r"is a run config, not a sweep file .* run it with `seafl run "):
+        load_sweep(f)  # nothing varies: that is seafl run's job
+    assert [r.name for r in load_sweep(f, seeds=[4]).expand()] == ["seed=4"]
     runs = load_sweep(f, grid=[parse_grid_arg("algorithm.staleness_limit=1,null")], seeds=[0]).expand()
     assert [r.name for r in runs] == ["staleness_limit=1,seed=0", "staleness_limit=null,seed=0"]
     assert runs[1].config.algorithm.staleness_limit is None

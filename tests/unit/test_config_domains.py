@@ -98,7 +98,7 @@ def test_every_key_declares_its_domain():
     for key, tp, domain in KEYS:
         kind = base_type(tp)
         if kind in (int, float):
-            assert isinstance(domain, Interval), f"{key}: a number key declares its range, e.g. key(1, 'help', '[1, inf)')"
+            assert isinstance(domain, Interval), f"{key}: a number declares its range: key(1, 'help', '[1, inf)')"
             assert not domain.no_limit or optional(tp), f"{key}: .inf reads as null, so the key must be Optional"
         elif kind is list:
             assert isinstance(domain, ListOf), f"{key}: a list key declares its items, e.g. list_of('(0, 1]')"
