@@ -39,7 +39,7 @@ import torch
 import yaml
 
 from seafl_dist.report.sinks import FINISHED, read_config, read_summary, writing
-from seafl_dist.runtime import runlock
+from seafl_dist.runtime import runlock, signals
 from seafl_dist.runtime.rundir import (check_writable, checkpoints, config_diff, config_tree, describe_diff,
                                        numerics_fix, numerics_mismatch, profile_mismatch, proof_mismatch,
                                        remove_checkpoints)
@@ -78,16 +78,17 @@ def atomic_save(obj, path: Path) -> None:
     into the file) are too: two runs that end with the same model write the same model.pt."""
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
-    try:
-        with writing(path), open(tmp, "wb") as f:
-            torch.save(obj, f)
-            f.flush()
-            os.fsync(f.fileno())
-    except BaseException:  # a full disk (or a kill's KeyboardInterrupt): the previous file stays, no temp
-        tmp.unlink(missing_ok=True)
-        raise
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
+    with signals.held():  # a SIGTERM now waits for the write to end, rather than tear it
+        try:
+            with writing(path), open(tmp, "wb") as f:
+                torch.save(obj, f)
+                f.flush()
+                os.fsync(f.fileno())
+        except BaseException:  # a full disk: the previous file stays, no temp
+            tmp.unlink(missing_ok=True)
+            raise
+        os.replace(tmp, path)
+        fsync_dir(path.parent)
 
 
 def save(run_dir: Path, state: dict) -> Path:

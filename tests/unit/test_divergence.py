@@ -96,3 +96,28 @@ def test_the_chance_level_is_the_largest_class_share():
     assert majority_share(torch.tensor([0, 1, 1, 2])) == 0.5
     assert majority_share(np.array([3, 3, 3])) == 1.0
     assert majority_share(None) is None and majority_share(torch.tensor([], dtype=torch.int64)) is None
+
+
+def own(values, mode):
+    """A module's own metric (test_loss, or a score) per evaluation, beside null accuracy and loss."""
+    d = Divergence(C, "score" if mode == "max" else "test_loss", mode)
+    for v, value in enumerate(values):
+        row = {"version": v, "time": 10.0 * v, "accuracy": None, "loss": None,
+               ("score" if mode == "max" else "test_loss"): value}
+        if (why := d.observe(row)) is not None:
+            return d.at, why
+    return d.finish()
+
+
+def test_a_modules_own_loss_diverges_above_ten_times_its_first_value_or_when_not_finite():
+    assert own([1.0, 0.5, 10.0, 0.4], "min") is None  # exactly ten times: not yet
+    at, why = own([1.0, 0.5, 10.01, 0.4], "min")
+    assert at == {"version": 2, "time": 20.0} and why.startswith("the test_loss 10.01 > 10 × the version-0 test_loss 1")
+    at, why = own([1.0, 0.5, float("nan")], "min")
+    assert at["version"] == 2 and why == "the test_loss is nan"
+
+
+def test_a_modules_own_score_diverges_only_when_not_finite():
+    assert own([0.1, 0.9, 0.0, 0.0, 0.0, 0.0], "max") is None  # no chance level: a fall is not a divergence
+    at, why = own([0.1, 0.9, float("inf")], "max")
+    assert at["version"] == 2 and why == "the score is inf"

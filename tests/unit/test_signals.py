@@ -87,3 +87,20 @@ def test_a_fault_fires_on_its_rank_in_the_first_attempt_only():
     fault.at("during_aggregate", 2, flush=lambda: sent.append("flush"))
     fault.at("during_aggregate", 2)  # fires once
     assert sent == ["flush", 1, 2]
+
+
+def test_a_signal_during_a_held_write_is_raised_when_the_write_is_done():
+    """runtime/checkpoint.py's writes hold the signals back (signals.held): a SIGTERM that arrives mid-write
+    is the run's interrupt once the file is whole, never a torn file (torch.save's RuntimeError)."""
+    import os
+    import time
+
+    from seafl_dist.runtime.signals import held
+    done = []
+    with Interrupts():
+        with pytest.raises(RunInterrupted, match="SIGTERM"):
+            with held():
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(0.05)  # without held(), the handler would raise here
+                done.append("the write")
+    assert done == ["the write"]
