@@ -5,12 +5,14 @@ A ``.wandb`` file is W&B's record log: a 7-byte header (``:W&B``, 0xBEE1, versio
 each record a ``wandb_internal_pb2.Record`` protobuf. wandb 0.31 ships no Python reader (its Go
 core reads them), so this is one, kept small. A file cut short by a kill ends at its last whole
 record. W&B's offline mode ignores ``resume``: each process of a resumed run writes its own
-``offline-run-*-<id>`` folder, and the sink (report/wandb_sink.py) reads the earlier ones so that
-no version is logged twice.
+``offline-run-<YYYYmmdd_HHMMSS>-<id>`` folder (``...-<id>-1``, ``-2``, ... when a process of the same
+run started within the same second as an earlier one), and the sink (report/wandb_sink.py) reads
+the earlier ones so that no version is logged twice.
 """
 from __future__ import annotations
 
 import json
+import re
 import struct
 from pathlib import Path
 
@@ -69,8 +71,15 @@ def read_offline_run(run_file: Path) -> dict:
 
 
 def offline_files(wandb_dir: Path, run_id: str) -> list[Path]:
-    """The ``.wandb`` files of run ``run_id`` under ``wandb_dir``, oldest first (folder names hold the start time)."""
-    return sorted(Path(wandb_dir).glob(f"offline-run-*-{run_id}/run-{run_id}.wandb"), key=lambda p: p.parent.name)
+    """The ``.wandb`` files of run ``run_id`` under ``wandb_dir``, oldest first: by the start second in
+    the folder's name, then by the number W&B appends to a folder whose name was taken that second."""
+    name = re.compile(rf"offline-run-(\d{{8}}_\d{{6}})-{re.escape(run_id)}(?:-(\d+))?")
+    found = []
+    for f in Path(wandb_dir).glob(f"offline-run-*-{run_id}*/run-{run_id}.wandb"):
+        m = name.fullmatch(f.parent.name)
+        if m:
+            found.append(((m.group(1), int(m.group(2) or 0)), f))
+    return [f for _, f in sorted(found)]
 
 
 def last_step(files) -> int:

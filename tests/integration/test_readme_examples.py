@@ -50,7 +50,9 @@ def run_dir(cwd: Path, text: str) -> Path:
 
 @pytest.mark.parametrize("line, text", EXAMPLES, ids=[f"README.md:{n}" for n, _ in EXAMPLES])
 def test_a_readme_example_ends_well(line, text, tmp_path):
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(tmp_path), os.environ.get("PYTHONPATH", "")]),
+           # `seafl` and `torchrun` of this interpreter's environment, as an activated venv gives them
+           "PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])}
     with page_modules(pages(), tmp_path):  # the modules docs/extending.md writes (mymodels.py, myrules.py)
         cmd = [sys.executable, "-c", text] if "seafl_dist.run(" in text else tokens(text)
         proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)

@@ -182,6 +182,27 @@ def test_versions_w_and_b_already_holds_are_skipped(tmp_path, wandb_offline_env)
     assert json.loads((out / "wandb_run.json").read_text())["id"] == fresh.run.id
 
 
+def test_offline_files_of_processes_started_within_one_second(tmp_path):
+    """W&B names a process's folder by its start second; one started within the same second as an
+    earlier process of the run gets ``-1``, ``-2``, ... appended (wandb 0.31). Those are found, in
+    start order; another run's folders are not. (A resume within one second of the kill lost its
+    earlier process's versions from ``last_step`` before: they were logged twice.)"""
+    from seafl_dist.report.wandb_files import offline_files
+
+    names = ["offline-run-20261127_122137-abc1xyz9-10", "offline-run-20261127_122137-abc1xyz9-2",
+             "offline-run-20261127_122138-abc1xyz9", "offline-run-20261127_122137-abc1xyz9",
+             "offline-run-20261127_122136-abc1xyz9", "offline-run-20261127_122137-abc1xyz9-1",
+             "offline-run-20261127_122137-zzz1xyz9", "offline-run-20261127_122137-abc1xyz9x",
+             "offline-run-20261127_122137-abc1xyz9-x"]
+    for n in names:
+        run_id = n.split("-")[3]
+        (tmp_path / n).mkdir()
+        (tmp_path / n / f"run-{run_id}.wandb").write_bytes(b"")
+    assert [f.parent.name.removeprefix("offline-run-20261127_") for f in offline_files(tmp_path, "abc1xyz9")] == [
+        "122136-abc1xyz9", "122137-abc1xyz9", "122137-abc1xyz9-1", "122137-abc1xyz9-2", "122137-abc1xyz9-10",
+        "122138-abc1xyz9"]
+
+
 def test_drop_counts_reach_w_and_b(tmp_path):
     """Device churn (devices.dropout): every eval row carries the drops so far, the summary the totals."""
     out = tmp_path / "run"
