@@ -45,6 +45,30 @@ def test_the_modules_own_step_evaluates_it_as_lightning_does(name, run, test_set
         assert set(ours) == {"test_loss", "test_acc", "worst", "both_epoch", "batches"} and ours["batches"] == 4.0
 
 
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_the_module_is_evaluated_in_eval_mode(test_set):
+    """Dropout and batch norm evaluate as trainer.test has them (``eval()``: no dropout, running
+    statistics), though the module arrives in training mode, and it leaves in training mode."""
+    from torch import nn
+
+    class WithDropoutAndNorm(lm.MODULES["evaluates_itself"]):
+        def __init__(self):
+            super().__init__()
+            self.net = nn.Sequential(nn.Conv2d(1, 4, 5, stride=2), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(),
+                                     nn.Dropout(0.5), nn.Linear(4 * 12 * 12, 10))
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    module = WithDropoutAndNorm()
+    module.net[1].running_mean.uniform_(-1, 1)  # running statistics unlike any one batch's
+    module.train()
+    ours = evaluate_by_step(module, flatten(module), test_set, batch_size=100)
+    assert module.training
+    trainer = L.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False)
+    theirs = trainer.test(module, dataloaders=Batches(test_set, 100), verbose=False)[0]
+    assert ours == {k: float(v) for k, v in theirs.items()}
+
+
 def test_which_step_evaluates():
     assert evaluation_step(lm.build("evaluates_itself")) == "test_step"
     assert evaluation_step(lm.build("validates_itself")) == "validation_step"
