@@ -69,6 +69,27 @@ def test_the_module_is_evaluated_in_eval_mode(test_set):
     assert ours == {k: float(v) for k, v in theirs.items()}
 
 
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_callback_metrics_at_the_epochs_end_hold_the_epochs_reduction(test_set):
+    """In on_test_epoch_end, trainer.callback_metrics holds what test_step logged reduced over the
+    batches (Lightning's logger connector has left the batches there), as trainer.test has it."""
+
+    class ReadsAtEpochEnd(lm.MODULES["evaluates_itself"]):
+        def on_test_epoch_end(self):
+            super().on_test_epoch_end()
+            seen = self.trainer.callback_metrics
+            self.log("twice_loss", 2 * seen["test_loss"])
+            self.log("step_and_epoch", seen["both_epoch"] - seen["both"])
+
+    torch.set_num_threads(1)
+    module = ReadsAtEpochEnd()
+    ours = evaluate_by_step(module, flatten(module), test_set, batch_size=100)
+    trainer = L.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False)
+    theirs = trainer.test(module, dataloaders=Batches(test_set, 100), verbose=False)[0]
+    assert ours == {k: float(v) for k, v in theirs.items()}
+    assert ours["twice_loss"] == 2 * ours["test_loss"]
+
+
 def test_which_step_evaluates():
     assert evaluation_step(lm.build("evaluates_itself")) == "test_step"
     assert evaluation_step(lm.build("validates_itself")) == "validation_step"
