@@ -92,10 +92,12 @@ def check_model(cfg: Config, found) -> str:
     from seafl_dist.models import build_model
     c, h, w = found.shape
     name = cfg.model.name
+    from seafl_dist.runtime.setup import built, check_model_size
+    check_model_size(cfg, found.num_classes, c, h)
     with torch.random.fork_rng(devices=[]):  # like the run: building a model must not move torch's generator
         try:
-            model = build_model(name, found.num_classes, c, width=cfg.model.width, image_size=h, optim=cfg.train,
-                                lightning=False)
+            model = built(cfg, lambda: build_model(name, found.num_classes, c, width=cfg.model.width, image_size=h,
+                                                   optim=cfg.train, lightning=False))
         except ValueError as err:
             raise ConfigError(f"config key 'model.name' has value {name!r}: {err}") from None
         x = torch.zeros(2, c, h, w)

@@ -127,7 +127,7 @@ class outcome:
         where = f" on rank {self.rank}" if self.rank else ""
         summary = read_summary(self.out) if self.out is not None and self.rank == 0 else None
         raise RunFailed(f"run failed{where}: {type(err).__name__}: {err}"
-                        + (f"; what it had is in {self.out}" if self.out is not None else ""),
+                        + (f"; what it had is in {self.out}" if self.out is not None and self.out.exists() else ""),
                         self.out, summary) from err
 
 

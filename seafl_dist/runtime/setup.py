@@ -194,6 +194,52 @@ def make_shards(cfg: Config, train) -> tuple[list[np.ndarray], list[str] | None]
     return [np.asarray(s, dtype=np.int64) for s in shards], writers
 
 
+def physical_memory() -> int | None:
+    """This machine's physical memory in bytes (None where the OS does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+COPIES = 3  # what any training process holds at least: the weights, their gradients, the flat vector
+
+
+def check_model_size(cfg: Config, num_classes: int, in_channels: int, image_size: int, memory: int | None = None) -> None:
+    """Refuse, before anything is allocated, a built-in model whose float32 weights, gradients and flat
+    vector (``COPIES``) alone exceed this machine's memory (a large ``model.width``): counted on
+    torch's meta device, which allocates nothing. A user's model is built as it is (its own code)."""
+    m = cfg.model
+    if is_import_path(m.name):
+        return
+    memory = physical_memory() if memory is None else memory
+    if memory is None:
+        return
+    try:
+        with torch.device("meta"), torch.random.fork_rng(devices=[]):
+            model = build_model(m.name, num_classes, in_channels, width=m.width, image_size=image_size, lightning=False)
+    except ValueError:  # not the size: build_model's own check says what (model.name)
+        return
+    params = sum(p.numel() for p in model.parameters())
+    needed = COPIES * 4 * params
+    if needed > memory:
+        raise ConfigError(f"config key 'model.width' has value {m.width:g}: {m.name} at that width has {params:,} "
+                          f"parameters, and its weights, gradients and flat vector alone take {needed / 1e9:.1f} GB as "
+                          f"float32, more than this machine's {memory / 1e9:.1f} GB of memory; choose a smaller "
+                          f"model.width (1 is the paper's model)")
+
+
+def built(cfg: Config, make):
+    """``make()`` (a user's model being built), with running out of host memory said in one line."""
+    try:
+        return make()
+    except (MemoryError, RuntimeError) as err:
+        if isinstance(err, RuntimeError) and "can't allocate memory" not in str(err):
+            raise
+        raise ConfigError(f"model.name={cfg.model.name} (model.width {cfg.model.width:g}) cannot be built here: "
+                          f"{str(err).splitlines()[0] or type(err).__name__}; choose a smaller model") from None
+
+
 def prepare(cfg: Config, *, local_rank: int = 0, need_test: bool = True, fetch=None) -> Experiment:
     """The run's experiment on this rank. ``fetch(load)``, if given, decides who downloads when
     ``data.download`` is set (distributed runs: :func:`seafl_dist.runtime.fetch.once_per_node`).
@@ -210,6 +256,7 @@ def prepare(cfg: Config, *, local_rank: int = 0, need_test: bool = True, fetch=N
 
     train, test = fetch(load) if fetch is not None and d.download else load(d.download)
     shards, writers = make_shards(cfg, train)
+    check_model_size(cfg, train.num_classes, train.in_channels, train.image_size)
     exp = Experiment(cfg=cfg, train=train, test=test, shards=shards, device=pick_device(cfg.runtime.device, local_rank),
                      writers=writers, profile=read_profiles(cfg.devices.profile) if cfg.devices.profile else None)
     if cfg.runtime.deterministic:  # first: an op without a deterministic implementation fails any forward
@@ -218,7 +265,7 @@ def prepare(cfg: Config, *, local_rank: int = 0, need_test: bool = True, fetch=N
         with torch.random.fork_rng(devices=[]):  # building it must not move torch's global generator
             x, y = train.batch(torch.arange(min(4, len(train))))
             rows = test.batch(torch.arange(min(EVAL_PROBE_ROWS, len(test)))) if test is not None else None
-            exp.eval_names = check_user_model(cfg, exp.new_model(), x, y, train.num_classes, exp.device, rows)
+            exp.eval_names = check_user_model(cfg, built(cfg, exp.new_model), x, y, train.num_classes, exp.device, rows)
     if need_test:
         check_target_metric(cfg, exp.eval_names)
     return exp

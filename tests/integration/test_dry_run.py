@@ -210,6 +210,43 @@ def test_plugin_whose_model_does_not_fit_the_data(where, capsys):
     assert f"{name}:tiny" in line and "forward failed" in line
 
 
+# ---- a model too large for the machine: refused before anything is allocated or written --------------
+
+HUGE_WIDTH = "5000"  # LeNet-5 with about 1.5e12 parameters: 18 TB as float32 weights, more than any machine
+
+
+def refused(args, capsys, where, dry_run: bool) -> str:
+    """``args`` with --dry-run (``bad``) or run for real: one line, exit 2, no run dir ``r``."""
+    if dry_run:
+        return bad(args, capsys, where)
+    assert main(args) == 2
+    assert not (where[0] / "r").exists()
+    return one_line(capsys.readouterr().err)
+
+
+@pytest.mark.parametrize("dry_run", [True, False])
+def test_a_built_in_model_too_large_for_this_machine(where, capsys, dry_run):
+    """Counted on the meta device: one line, exit 2, no run dir, in a second (it used to allocate
+    10 GB for half a minute and end in the allocator's traceback)."""
+    line = refused(["run", *TINY, f"model.width={HUGE_WIDTH}", "--out", "r"], capsys, where, dry_run)
+    assert f"'model.width' has value {HUGE_WIDTH}: lenet5" in line and "choose a smaller model.width" in line
+
+
+OVERCOMMIT = Path("/proc/sys/vm/overcommit_memory")
+
+
+@pytest.mark.skipif(OVERCOMMIT.exists() and OVERCOMMIT.read_text().strip() == "1",
+                    reason="vm.overcommit_memory=1 grants any allocation (the kernel kills the process later)")
+@pytest.mark.parametrize("dry_run", [True, False])
+def test_a_users_model_too_large_to_build(where, capsys, dry_run):
+    """A user's model is built as its code says; the allocator's refusal (4 TB of weights) is one line."""
+    source = ("import torch\ndef huge(num_classes, in_channels, image_size, width):\n"
+              "    return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(10**6, 10**6))\n")
+    name = write(where[0], source=source)
+    line = refused(["run", *TINY, f"model.name={name}:huge", "--out", "r"], capsys, where, dry_run)
+    assert f"model.name={name}:huge (model.width 1) cannot be built here" in line and "choose a smaller model" in line
+
+
 def test_out_is_a_file(where, capsys):
     (where[0] / "afile").write_text("x")
     line = bad(["run", *TINY, "--out", "afile"], capsys, where)
