@@ -102,7 +102,8 @@ def check_model(cfg: Config, found) -> str:
             raise ConfigError(f"config key 'model.name' has value {name!r}: {err}") from None
         x = torch.zeros(2, c, h, w)
         if is_import_path(name):  # its logits, then a probe job on zeros (the data is not loaded here)
-            from seafl_dist.runtime.setup import check_target_metric, check_user_model, pick_device
+            from seafl_dist.runtime.setup import (check_target_metric, check_user_model, pick_device,
+                                                  say_unused_optimizer_keys)
             try:
                 device = pick_device(cfg.runtime.device, 0)
             except RuntimeError as err:
@@ -110,6 +111,7 @@ def check_model(cfg: Config, found) -> str:
             names = check_user_model(cfg, model, torch.zeros(4, c, h, w), torch.arange(4) % found.num_classes,
                                      found.num_classes, device)
             check_target_metric(cfg, names)
+            say_unused_optimizer_keys(cfg, model)
         else:
             from seafl_dist.runtime.setup import check_target_metric
             check_target_metric(cfg, None)

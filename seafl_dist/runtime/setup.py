@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gc
 import os
+import sys
 from dataclasses import dataclass
 
 import numpy as np
@@ -265,8 +266,12 @@ def prepare(cfg: Config, *, local_rank: int = 0, need_test: bool = True, fetch=N
         with torch.random.fork_rng(devices=[]):  # building it must not move torch's global generator
             x, y = train.batch(torch.arange(min(4, len(train))))
             rows = test.batch(torch.arange(min(EVAL_PROBE_ROWS, len(test)))) if test is not None else None
-            exp.eval_names = check_user_model(cfg, built(cfg, exp.new_model), x, y, train.num_classes, exp.device, rows)
-    if need_test:
+            model = built(cfg, exp.new_model)
+            exp.eval_names = check_user_model(cfg, model, x, y, train.num_classes, exp.device, rows)
+        if need_test:
+            check_target_metric(cfg, exp.eval_names)
+        say_unused_optimizer_keys(cfg, model)
+    elif need_test:
         check_target_metric(cfg, exp.eval_names)
     return exp
 
@@ -297,11 +302,37 @@ def check_user_model(cfg: Config, model, x: torch.Tensor, y: torch.Tensor, num_c
     return names
 
 
+def say_unused_optimizer_keys(cfg: Config, model) -> None:
+    """The warning of :func:`unused_optimizer_keys`, once (rank 0), after every refusal had its chance."""
+    unused = unused_optimizer_keys(cfg, model)
+    if unused and os.environ.get("RANK", "0") == "0":  # every rank probes; one says it
+        print(f"seafl: warning: {unused}", file=sys.stderr)
+
+
+OPTIMIZER_KEYS = ("lr", "momentum", "weight_decay")  # what FLModule's configure_optimizers reads of train.*
+
+
+def unused_optimizer_keys(cfg: Config, model) -> str | None:
+    """A user's LightningModule with its own ``configure_optimizers`` makes its own optimizer, so
+    ``train.lr``, ``train.momentum`` and ``train.weight_decay`` do nothing: named when the config sets
+    any of them away from its default (a plain ``nn.Module`` is wrapped and trained with them)."""
+    from seafl_dist.models.base import FLModule
+    if type(model).configure_optimizers is FLModule.configure_optimizers:
+        return None
+    defaults = type(cfg.train)()
+    set_here = [f"train.{k}={getattr(cfg.train, k):g}" for k in OPTIMIZER_KEYS
+                if getattr(cfg.train, k) != getattr(defaults, k)]
+    if not set_here:
+        return None
+    return (f"{', '.join(set_here)} {'is' if len(set_here) == 1 else 'are'} not used: model.name={cfg.model.name} "
+            f"brings its own configure_optimizers, whose optimizer and settings apply")
+
+
 def check_target_metric(cfg: Config, eval_names: list[str] | None) -> None:
     """``run.target_metric`` must be a metric the evaluation gives (one line naming what it gives)."""
     from seafl_dist.report.metric import BUILT_IN
     if cfg.run.target_metric in (eval_names if eval_names is not None else BUILT_IN):
         return
-    given = (f"a name its test_step logs: {', '.join(eval_names)}" if eval_names is not None else
+    given = (f"a name its evaluation step logs: {', '.join(eval_names)}" if eval_names is not None else
              f"{' or '.join(BUILT_IN)} (the built-in evaluation; a module evaluated by its own test_step may log others)")
     raise ConfigError(f"config key 'run.target_metric' has value {cfg.run.target_metric!r}; allowed: {given}")

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from one_line import one_error_line
-from resuming import SMALL, assert_same_run, checkpoint_versions, reference, run_args
+from resuming import QUICKSTART, SMALL, assert_same_run, checkpoint_versions, reference, run_args
 from seafl_dist.cli import main as seafl_main
 from seafl_dist.report.trainlog import aggregation_values, read_train_log
 
@@ -199,3 +199,31 @@ def test_a_module_that_breaks_lightnings_contract_is_refused_in_one_line(name, d
     assert code == 2, err[-2000:]
     one_error_line(err, f"'model.name' has value 'badmods:{name}'", REFUSALS[name])
     assert not out.exists()
+
+
+WARNED = "are not used: model.name=lightning_modules:form_optimizer brings its own configure_optimizers"
+
+
+@pytest.mark.parametrize("model, optim, warned", [
+    ("lightning_modules:form_optimizer", ["train.lr=0.05", "train.momentum=0.9"], "train.lr=0.05, train.momentum=0.9"),
+    ("lightning_modules:form_optimizer", ["train.weight_decay=0.001"], "train.weight_decay=0.001 is not used"),
+    ("lightning_modules:form_optimizer", [], None),  # the defaults: nothing set that could be missed
+    ("user_extensions_plain:tiny_mlp", ["train.lr=0.05", "train.momentum=0.9"], None),  # wrapped: trained with them
+])
+@pytest.mark.parametrize("dry", [True, False])
+def test_optimizer_keys_a_modules_own_optimizer_ignores_are_named(model, optim, warned, dry, tmp_path, capsys,
+                                                                   monkeypatch):
+    """A LightningModule's configure_optimizers makes its optimizer: train.lr, train.momentum and
+    train.weight_decay set in the config do nothing, and one warning says so before the run trains."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "user_extensions_plain.py").write_text(
+        "import torch\ndef tiny_mlp(num_classes, in_channels, image_size, width):\n"
+        "    return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(in_channels * image_size ** 2, num_classes))\n")
+    defaults = ["train.lr=0.01", "train.momentum=0", "train.weight_decay=0"]  # the schema's: SMALL's quickstart sets some
+    args = ["run", QUICKSTART, *SMALL, *defaults, f"model.name={model}", *optim, "run.max_aggregations=1", "--out", tmp_path / "r"]
+    assert seafl_main([*map(str, args), *(["--dry-run"] if dry else [])]) == 0
+    warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("seafl: warning:")]
+    if warned is None:
+        assert warnings == []
+    else:
+        assert len(warnings) == 1 and warned in warnings[0] and "brings its own configure_optimizers" in warnings[0]
