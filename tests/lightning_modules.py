@@ -326,3 +326,74 @@ class Evaluates(Base):
 class Validates(Base):
     def validation_step(self, batch):
         self.log("val_loss", self.loss(batch))
+
+
+# ---- torchmetrics values in self.log, as Lightning's logging docs write them ----------------------
+
+def _metrics(num_classes: int):
+    import torchmetrics
+    from torchmetrics.classification import MulticlassAccuracy
+    return (MulticlassAccuracy(num_classes=num_classes), torchmetrics.MeanMetric(),
+            torchmetrics.MetricCollection({"acc": MulticlassAccuracy(num_classes=num_classes, average="micro"),
+                                           "f1": torchmetrics.classification.MulticlassF1Score(num_classes)},
+                                          prefix="mc_"))
+
+
+class _WithMetrics(Base):
+    """Base with three torchmetrics attributes: an accuracy, a mean and a MetricCollection (prefix ``mc_``)."""
+
+    def __init__(self, num_classes: int = 10, in_channels: int = 1, image_size: int = 28):
+        super().__init__(num_classes, in_channels, image_size)
+        self.acc, self.mean_loss, self.collection = _metrics(num_classes)
+        self.unlogged = type(self.mean_loss)()
+
+
+@_module("torchmetrics_logged")
+class TorchmetricsLogged(_WithMetrics):
+    """An accuracy by forward (step and epoch values), a mean updated without forward (epoch only), a
+    MetricCollection by log_dict, and a ReduceLROnPlateau monitoring a Metric's epoch value."""
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        logits = self(x)
+        loss = F.cross_entropy(logits, y)
+        self.acc(logits, y)
+        self.log("train_acc", self.acc, on_step=True, on_epoch=True)
+        self.mean_loss.update(loss)
+        self.log("mean_loss", self.mean_loss, on_step=False, on_epoch=True)
+        self.unlogged.update(loss)
+        self.collection(logits, y)
+        self.log_dict(self.collection, on_step=False, on_epoch=True)
+        return loss
+
+    def on_train_epoch_end(self):
+        # a metric the module computes and resets itself, never handing it to self.log (Lightning's docs do so)
+        self.log("loss_by_compute", self.unlogged.compute())
+        self.unlogged.reset()
+        super().on_train_epoch_end()
+
+    def configure_optimizers(self):
+        opt = self.sgd()
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": ReduceLROnPlateau(opt, mode="min", factor=0.5,
+                                                                                  patience=0),
+                                                   "monitor": "mean_loss"}}
+
+
+@_module("evaluates_with_metrics")
+class EvaluatesWithMetrics(_WithMetrics):
+    """test_step logging torchmetrics values: an accuracy by forward, a mean by update, a collection."""
+
+    def test_step(self, batch, batch_idx):
+        x, y = batch
+        logits = self(x)
+        self.acc(logits, y)
+        self.log("test_acc", self.acc)
+        self.mean_loss.update(F.cross_entropy(logits, y))
+        self.log("test_loss", self.mean_loss)
+        self.collection.update(logits, y)
+        self.log_dict(self.collection)
+
+
+@_module("metrics_everywhere")
+class MetricsEverywhere(TorchmetricsLogged, EvaluatesWithMetrics):
+    """torchmetrics values in training and in its own test_step (a run's evaluation)."""

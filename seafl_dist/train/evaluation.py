@@ -22,7 +22,7 @@ from seafl_dist.models.contract import overridden
 from seafl_dist.train.flat import load_flat
 from seafl_dist.train.local import halving
 from seafl_dist.train.loop import takes_batch_idx
-from seafl_dist.train.standin import Recorder, StandInTrainer
+from seafl_dist.train.standin import Recorder, StandInTrainer, local_metrics
 
 
 def evaluation_step(module) -> str | None:
@@ -44,6 +44,7 @@ def _evaluate(module, data, batch_size: int, device: torch.device, precision: st
     step_name = evaluation_step(module)
     stage = "test" if step_name == "test_step" else "validation"
     hooks, rec = overridden(module), Recorder()
+    rec.training, rec.module = False, module
     n = len(data)
     trainer = StandInTrainer(module, rec, epochs=1, steps_per_epoch=-(-n // batch_size), clip_val=None,
                              clip_algorithm=None, device=device, precision=precision,
@@ -59,6 +60,7 @@ def _evaluate(module, data, batch_size: int, device: torch.device, precision: st
     step, with_idx = getattr(module, step_name), takes_batch_idx(getattr(module, step_name))
     was_training = module.training
     module.trainer, module.log, module.log_dict = trainer, rec.log, rec.log_dict
+    local_metrics(module)
     try:
         if f"on_{stage}_model_eval" in hooks:  # Lightning's default: eval()
             call(f"on_{stage}_model_eval")
@@ -83,6 +85,7 @@ def _evaluate(module, data, batch_size: int, device: torch.device, precision: st
             rec.epoch_end()
             results = rec.epoch_results()
             call(f"on_{stage}_end")
+            rec.reset()  # Lightning's reset_results: a logged torchmetrics Metric starts the next evaluation afresh
             if f"on_{stage}_model_train" in hooks:
                 call(f"on_{stage}_model_train")
     finally:

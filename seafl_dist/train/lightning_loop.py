@@ -3,7 +3,7 @@
     fit_lightning(module, batches, epochs=5, device=device, precision="32", clip=(None, None), logged={})
 
 The Trainer is Lightning's, all of it (manual optimization, ``configure_callbacks``, the
-batch-transfer hooks, torchmetrics values, everything the plain loop's stand-in refuses), with what a
+batch-transfer hooks, everything the plain loop's stand-in refuses), with what a
 job does not need switched off: logger, checkpointing, progress bar, model summary, validation.
 ``max_epochs`` is the job's epochs (fewer for a SEAFL²-notified job) and the batches are
 :class:`~seafl_dist.train.local.EpochBatches`, a plain sized iterable: a ``DataLoader`` would draw
@@ -24,7 +24,7 @@ import torch
 
 from seafl_dist.models.contract import lightning_base, overridden
 from seafl_dist.train.optim_config import NO_OPTIMIZER, ModuleContractError
-from seafl_dist.train.standin import Recorder
+from seafl_dist.train.standin import Recorder, is_metric, local_metrics
 
 QUIET = ("lightning.pytorch", "lightning.fabric")  # their INFO lines ("GPU available: ...") at every Trainer
 NOWHERE = str(Path(tempfile.gettempdir()) / "seafl-lightning-job-writes-nothing")
@@ -89,12 +89,13 @@ def fit_lightning(module, batches, *, epochs: int, device: torch.device, precisi
         raise ModuleContractError(f"train.loop: lightning trains LightningModules; this is a "
                                   f"{type(module).__name__}")
     cuda = device.type == "cuda"
+    local_metrics(module)
     recorder = Recorder() if overridden(module) else None
     if recorder is not None:  # beside Lightning's own self.log: the job's reduction, which travels with the update
         base_log = type(module).log
 
         def log(name, value, *args, **kwargs):
-            if isinstance(value, (torch.Tensor, int, float)):
+            if isinstance(value, (torch.Tensor, int, float)) or is_metric(value):
                 recorder.fx = module._current_fx_name
                 recorder.log(name, value, *args, **kwargs)
             return base_log(module, name, value, *args, **kwargs)
@@ -114,4 +115,4 @@ def fit_lightning(module, batches, *, epochs: int, device: torch.device, precisi
             if recorder is not None:
                 del module.log
     if logged is not None and recorder is not None:
-        logged.update(recorder.job_values())
+        logged.update(recorder.job_values(trainer.callback_metrics))

@@ -33,7 +33,7 @@ import torch
 
 from seafl_dist.models.contract import overridden
 from seafl_dist.train.optim_config import ModuleContractError, parse_optimizers, step_schedulers
-from seafl_dist.train.standin import Recorder, StandInTrainer
+from seafl_dist.train.standin import Recorder, StandInTrainer, local_metrics
 
 
 def takes_batch_idx(step) -> bool:
@@ -83,6 +83,7 @@ class _Job:
         self.recorder = self.trainer = None
         if self.hooks:  # a LightningModule of its own: a stand-in Trainer, and self.log recorded
             self.recorder = Recorder()
+            self.recorder.module = module
             self.trainer = StandInTrainer(module, self.recorder, epochs=epochs, steps_per_epoch=steps_per_epoch,
                                           clip_val=self.clip_val, clip_algorithm=self.clip_algorithm,
                                           device=torch.device(device), precision=precision)
@@ -179,6 +180,7 @@ def fit_job(module, batches, *, epochs: int, device, precision: str = "32", clip
                autocast=autocast)
     if job.trainer is not None:
         module.trainer, module.log, module.log_dict = job.trainer, job.recorder.log, job.recorder.log_dict
+        local_metrics(module)
     try:
         _fit(job, batches, epochs, on_step)
     finally:

@@ -3,7 +3,7 @@
 :class:`Recorder` is ``self.log`` / ``self.log_dict``: values reduced as Lightning's result collection
 reduces them (``lightning.pytorch.trainer.connectors.logger_connector.result``: float32 tensors,
 batch-size-weighted means, ``reduce_fx`` min/max/sum, ``on_step``/``on_epoch`` defaults per hook, the
-``_step``/``_epoch`` forked names), so ``callback_metrics`` (what ``ReduceLROnPlateau`` monitors) read
+``_step``/``_epoch`` forked names, torchmetrics ``Metric`` values by their own ``forward``/``compute``/``reset``), so ``callback_metrics`` (what ``ReduceLROnPlateau`` monitors) read
 as under a real Trainer. Beside that it keeps, per name, one reduction over every step of the job
 (``job_values``): what the update carries to rank 0.
 
@@ -15,6 +15,7 @@ from __future__ import annotations
 import numbers
 import warnings
 from dataclasses import dataclass, field
+from functools import partial
 
 import torch
 
@@ -92,6 +93,62 @@ class _Reduced:
         return self.value.clone() / self.count if self.reduce == "mean" else self.value.clone()
 
 
+def is_metric(value) -> bool:
+    """A ``torchmetrics.Metric`` (Lightning's dependency, so present wherever a LightningModule is)."""
+    try:
+        from torchmetrics import Metric
+    except ImportError:  # pragma: no cover - lightning requires torchmetrics
+        return False
+    return isinstance(value, Metric)
+
+
+def _not_distributed() -> bool:
+    return False
+
+
+def local_metrics(module) -> None:
+    """Each torchmetrics Metric of ``module`` computes on this process's state alone. A rank of a seafl run
+    has a process group (its world is the run's ranks), over which torchmetrics would gather the metric's
+    state at every ``compute()``; the other ranks, training other devices' jobs or aggregating, never join
+    that gather, and the run would hang. (Under Lightning's DDP the ranks train one model; here each job
+    is one device's own.)"""
+    for m in module.modules():
+        if is_metric(m):
+            m.distributed_available_fn = _not_distributed
+
+
+METRIC = object()  # a job total's place for a name logged as a torchmetrics Metric (see Recorder.job_values)
+
+
+@dataclass
+class _MetricResult:
+    """One name logged as a ``torchmetrics.Metric`` (Lightning's ``_ResultMetric``, Metric case): the metric
+    keeps its own state; a step's value is its ``forward`` result, an epoch's its ``compute()``, and the
+    epoch's reset resets the metric."""
+    on_step: bool = True
+    on_epoch: bool = True
+    logger: bool = True
+    metric: object = None
+    cache: torch.Tensor | None = None
+    fresh: bool = True
+    reduce: str = "metric"  # not a reduction: the metric computes itself (batch_size and reduce_fx unused)
+
+    def update(self, metric, batch_size: int) -> None:
+        self.fresh, self.metric, self.cache = False, metric, metric._forward_cache
+
+    def compute(self) -> torch.Tensor:
+        value = self.metric.compute()
+        if not isinstance(value, torch.Tensor):
+            raise ModuleContractError(f"the compute() of the {type(self.metric).__name__} logged must return a "
+                                      f"tensor, as Lightning requires; it returned {type(value).__name__}")
+        return value.detach()
+
+    def reset(self) -> None:
+        if self.metric is not None:
+            self.metric.reset()
+        self.cache, self.fresh = None, True
+
+
 class Recorder:
     """``self.log`` of one job: per-epoch results (for callback_metrics) and per-job totals."""
 
@@ -101,30 +158,60 @@ class Recorder:
         self.totals: dict[str, _Reduced] = {}
         self.callback_metrics: dict[str, torch.Tensor] = {}
         self.batch, self.batch_size, self.in_batches = None, None, False
+        self.training = True  # an evaluation's recorder: False (what reaches callback_metrics differs)
+        self.module = None  # the module, where a logged Metric must be one of its attributes (as Lightning checks)
 
     def log(self, name: str, value, prog_bar: bool = False, logger=None, on_step=None, on_epoch=None,
             reduce_fx="mean", enable_graph: bool = False, sync_dist: bool = False, sync_dist_group=None,
             add_dataloader_idx: bool = True, batch_size: int | None = None, metric_attribute=None,
             rank_zero_only: bool = False) -> None:
         on_step, on_epoch = self._levels(name, on_step, on_epoch)
-        reduce = _reduction(reduce_fx)
-        value = self._tensor(name, value)
+        metric = is_metric(value)
+        if metric:
+            self._check_attribute(name, value, metric_attribute)
+            value.distributed_available_fn = _not_distributed  # see local_metrics
+            reduce = "metric"
+        else:
+            reduce = _reduction(reduce_fx)
+            value = self._tensor(name, value)
         key = (self.fx, name)
         entry = self.results.get(key)
         if entry is None:
-            entry = self.results[key] = _Reduced(reduce, on_step, on_epoch, logger=logger is not False)
+            made = _MetricResult if metric else partial(_Reduced, reduce)
+            entry = self.results[key] = made(on_step=on_step, on_epoch=on_epoch, logger=logger is not False)
         elif (entry.reduce, entry.on_step, entry.on_epoch) != (reduce, on_step, on_epoch):
             raise ModuleContractError(f"self.log({name!r}) was called twice in {self.fx} with different arguments")
+        total = self.totals.setdefault(name, METRIC if metric else _Reduced(reduce, on_step=False, on_epoch=True))
+        if (total is METRIC) != metric:
+            raise ModuleContractError(f"self.log({name!r}) with a torchmetrics Metric and with a number in one job")
+        if metric:
+            entry.update(value, 1)
+            return
+        if total.reduce != reduce:
+            raise ModuleContractError(f"self.log({name!r}) with reduce_fx {reduce} and {total.reduce} in one job")
         # Lightning weighs a mean by the batch size given, else by the batch's (its first tensor's length)
         size = batch_size if batch_size is not None else self._batch_size()
         entry.update(value, size)
-        total = self.totals.setdefault(name, _Reduced(reduce, on_step=False, on_epoch=True))
-        if total.reduce != reduce:
-            raise ModuleContractError(f"self.log({name!r}) with reduce_fx {reduce} and {total.reduce} in one job")
         total.update(value, size)
 
+    def _check_attribute(self, name: str, value, metric_attribute) -> None:
+        """Lightning's rule: a logged Metric is one of the module's attributes (found among its submodules)."""
+        if self.module is None or metric_attribute is not None:
+            return
+        if not any(m is value for m in self.module.modules()):
+            raise ModuleContractError(f"self.log({name!r}, <{type(value).__name__}>): Lightning logs a torchmetrics "
+                                      f"Metric only when it is an attribute of the LightningModule (set it as one, or "
+                                      f"pass metric_attribute=)")
+
     def log_dict(self, dictionary, **kwargs) -> None:
-        for name, value in dictionary.items():
+        items = dictionary.items()
+        try:
+            from torchmetrics import MetricCollection
+        except ImportError:  # pragma: no cover
+            MetricCollection = ()
+        if isinstance(dictionary, MetricCollection):  # its metrics under their prefixed names, as Lightning logs them
+            items = dictionary.items(keep_base=False, copy_state=not dictionary._enable_compute_groups)
+        for name, value in items:
             self.log(name, value, **kwargs)
 
     def _levels(self, name: str, on_step, on_epoch) -> tuple[bool, bool]:
@@ -145,8 +232,8 @@ class Recorder:
     @staticmethod
     def _tensor(name: str, value) -> torch.Tensor:
         if not isinstance(value, (torch.Tensor, numbers.Number)):
-            raise ModuleContractError(f"self.log({name!r}, ...) got a {type(value).__name__}; the plain loop logs "
-                                      f"numbers and one-element tensors (a torchmetrics Metric: train.loop: lightning)")
+            raise ModuleContractError(f"self.log({name!r}, ...) got a {type(value).__name__}; Lightning logs numbers, "
+                                      f"one-element tensors and torchmetrics Metrics")
         value = value.clone().detach() if isinstance(value, torch.Tensor) else torch.tensor(value, dtype=torch.float32)
         if value.numel() != 1:
             raise ModuleContractError(f"self.log({name!r}, ...) got a tensor of shape {tuple(value.shape)}; it must "
@@ -184,8 +271,11 @@ class Recorder:
             if e.fresh or not (e.on_step if on_step else e.on_epoch):
                 continue
             value = e.cache if on_step else e.compute()
-            forked = f"{name}_{'step' if on_step else 'epoch'}" if e.on_step and e.on_epoch else name
-            self.callback_metrics[name] = self.callback_metrics[forked] = value
+            if value is None:  # a Metric updated without forward(): no step value (Lightning skips it too)
+                continue
+            if self.training or (e.on_epoch and not on_step):  # Lightning's rule for callback_metrics
+                forked = f"{name}_{'step' if on_step else 'epoch'}" if e.on_step and e.on_epoch else name
+                self.callback_metrics[name] = self.callback_metrics[forked] = value
 
     def metrics(self) -> dict:
         """``trainer.callback_metrics``: brought up to date as Lightning's property does."""
@@ -201,9 +291,19 @@ class Recorder:
                 out[f"{name}_epoch" if e.on_step else name] = float(e.compute())
         return out
 
-    def job_values(self) -> dict[str, float]:
-        """Each name's reduction over every step of the job, as Python floats (names in the order first logged)."""
-        return {name: float(t.compute()) for name, t in self.totals.items() if not t.fresh}
+    def job_values(self, callback_metrics: dict | None = None) -> dict[str, float]:
+        """Each name's reduction over every step of the job, as Python floats (names in the order first logged).
+        A torchmetrics Metric, reset by Lightning every epoch, gives what ``callback_metrics`` (the trainer's
+        after the job; default this recorder's) holds of it: its last epoch's value, or its last step's."""
+        metrics = self.callback_metrics if callback_metrics is None else callback_metrics
+        out = {}
+        for name, t in self.totals.items():
+            if t is METRIC:
+                if name in metrics:
+                    out[name] = float(metrics[name])
+            elif not t.fresh:
+                out[name] = float(t.compute())
+        return out
 
 
 # ---- self.trainer ---------------------------------------------------------------------------

@@ -16,9 +16,15 @@ TESTS = Path(__file__).resolve().parents[1]
 FILES = ("events.jsonl", "metrics.csv", "train_log.csv", "model.pt")
 
 
-@pytest.mark.parametrize("loop", ["plain", "lightning"])
-def test_a_logging_module_gives_the_one_process_bytes_on_three_ranks(loop, tmp_path):
-    args = [*SMALL, "model.name=lightning_modules:every_hook", "train.epochs=2", f"train.loop={loop}"]
+@pytest.mark.parametrize("module, loop, first_logged", [
+    ("every_hook", "plain", "train_loss"), ("every_hook", "lightning", "train_loss"),
+    # torchmetrics values in training and evaluation: computed on each rank's own state (a gather over the
+    # run's process group hung the run), reset every epoch and evaluation
+    ("metrics_everywhere", "plain", "train_acc"), ("metrics_everywhere", "lightning", "train_acc"),
+])
+def test_a_logging_module_gives_the_one_process_bytes_on_three_ranks(module, loop, first_logged, tmp_path):
+    args = [*SMALL, f"model.name=lightning_modules:{module}", "train.epochs=2", f"train.loop={loop}",
+            *(["run.target_metric=test_acc"] if module == "metrics_everywhere" else [])]
     ref = reference(tmp_path / "w1", args)
     env = clean_env()
     env["PYTHONPATH"] = os.pathsep.join([str(TESTS)] + [p for p in [env.get("PYTHONPATH")] if p])
@@ -28,4 +34,4 @@ def test_a_logging_module_gives_the_one_process_bytes_on_three_ranks(loop, tmp_p
     assert "on 3 ranks" in proc.stderr
     for name in FILES:
         assert (tmp_path / "w3" / name).read_bytes() == (ref / name).read_bytes(), name
-    assert '"logged": {"train_loss": ' in (ref / "events.jsonl").read_text()
+    assert f'"logged": {{"{first_logged}": ' in (ref / "events.jsonl").read_text()

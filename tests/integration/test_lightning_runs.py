@@ -161,6 +161,18 @@ callbacks = build(configure_callbacks=lambda self: [])
 manual = build(__init__=manual_init)
 other_trainer_attribute = build(on_train_start=lambda self: self.trainer.check_val_every_n_epoch)
 sets_trainer = build(on_train_start=lambda self: setattr(self.trainer, "should_stop", True))
+
+
+def log_metric_of_nowhere(self, batch, batch_idx):
+    import torchmetrics
+    accuracy = torchmetrics.classification.MulticlassAccuracy(num_classes=10)  # not an attribute of the module
+    accuracy(self(batch[0]), batch[1])
+    self.log("acc", accuracy)
+    return Good.training_step(self, batch, batch_idx)
+
+
+metric_not_attribute = build(training_step=log_metric_of_nowhere)
+logs_text = build(on_train_epoch_start=lambda self: self.log("phase", "warm"))
 '''
 REFUSALS = {
     "no_optimizer": "configure_optimizers returned None",
@@ -177,6 +189,8 @@ REFUSALS = {
     "manual": "automatic_optimization = False (manual optimization)",
     "other_trainer_attribute": "stand-in Trainer has no 'check_val_every_n_epoch'",
     "sets_trainer": "stand-in Trainer is read-only (setting 'should_stop')",
+    "metric_not_attribute": "Lightning logs a torchmetrics Metric only when it is an attribute of the LightningModule",
+    "logs_text": "self.log('phase', ...) got a str; Lightning logs numbers, one-element tensors and torchmetrics Metrics",
 }
 
 
@@ -199,9 +213,6 @@ def test_a_module_that_breaks_lightnings_contract_is_refused_in_one_line(name, d
     assert code == 2, err[-2000:]
     one_error_line(err, f"'model.name' has value 'badmods:{name}'", REFUSALS[name])
     assert not out.exists()
-
-
-WARNED = "are not used: model.name=lightning_modules:form_optimizer brings its own configure_optimizers"
 
 
 @pytest.mark.parametrize("model, optim, warned", [

@@ -1,6 +1,8 @@
 """Evaluation by a module's own step (train/evaluation.py) gives what ``trainer.test`` (or, for a module
 with only ``validation_step``, ``trainer.validate``) returns on the same batches: the same names, the
 same values, on a CPU with one thread; the module's mode and weights are left as they were."""
+import dataclasses
+
 import lightning as L
 import pytest
 import torch
@@ -29,7 +31,8 @@ class Batches:
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")
-@pytest.mark.parametrize("name,run", [("evaluates_itself", "test"), ("validates_itself", "validate")])
+@pytest.mark.parametrize("name,run", [("evaluates_itself", "test"), ("validates_itself", "validate"),
+                                      ("evaluates_with_metrics", "test")])
 def test_the_modules_own_step_evaluates_it_as_lightning_does(name, run, test_set):
     torch.set_num_threads(1)
     torch.manual_seed(0)
@@ -38,11 +41,18 @@ def test_the_modules_own_step_evaluates_it_as_lightning_does(name, run, test_set
     module.train()
     ours = evaluate_by_step(module, flat, test_set, batch_size=100)
     assert module.training and torch.equal(flatten(module), flat)
+    # what an evaluation logged (torchmetrics' states too) is reset after it: one on other rows first
+    # changes nothing of the next one
+    first_rows = dataclasses.replace(test_set, images=test_set.images[:37], labels=test_set.labels[:37])
+    assert evaluate_by_step(module, flat, first_rows, batch_size=100) != ours
+    assert evaluate_by_step(module, flat, test_set, batch_size=100) == ours
     trainer = L.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False)
     theirs = getattr(trainer, run)(module, dataloaders=Batches(test_set, 100), verbose=False)[0]
     assert ours == {k: float(v) for k, v in theirs.items()}
     if name == "evaluates_itself":
         assert set(ours) == {"test_loss", "test_acc", "worst", "both_epoch", "batches"} and ours["batches"] == 4.0
+    if name == "evaluates_with_metrics":  # torchmetrics values; reset after, so a second evaluation is the first
+        assert set(ours) == {"test_acc", "test_loss", "mc_acc", "mc_f1"}
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")
@@ -80,6 +90,7 @@ def test_callback_metrics_at_the_epochs_end_hold_the_epochs_reduction(test_set):
             seen = self.trainer.callback_metrics
             self.log("twice_loss", 2 * seen["test_loss"])
             self.log("step_and_epoch", seen["both_epoch"] - seen["both"])
+            self.log("step_values_seen", float(any(k.endswith("_step") for k in seen)))  # none in an evaluation
 
     torch.set_num_threads(1)
     module = ReadsAtEpochEnd()
@@ -87,7 +98,7 @@ def test_callback_metrics_at_the_epochs_end_hold_the_epochs_reduction(test_set):
     trainer = L.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False)
     theirs = trainer.test(module, dataloaders=Batches(test_set, 100), verbose=False)[0]
     assert ours == {k: float(v) for k, v in theirs.items()}
-    assert ours["twice_loss"] == 2 * ours["test_loss"]
+    assert ours["twice_loss"] == 2 * ours["test_loss"] and ours["step_values_seen"] == 0.0
 
 
 def test_which_step_evaluates():

@@ -97,7 +97,8 @@ def test_the_table_covers_the_cases_the_issue_names():
                  "form_dict_scheduler", "form_dict_scheduler_dict", "form_list_of_dicts", "form_tuple_of_dicts",
                  "form_outer_monitor", "onecycle_per_step", "plateau_on_step_value", "step_returns_dict",
                  "step_returns_none", "step_without_batch_idx", "every_hook", "clip_by_own_hook",
-                 "warmup_optimizer_step", "log_reduce_fx", "adam", "custom_scheduler", "zero_grad_to_zeros"):
+                 "warmup_optimizer_step", "log_reduce_fx", "adam", "custom_scheduler", "zero_grad_to_zeros",
+                 "torchmetrics_logged"):
         assert must in CASES
     assert {"norm", "value"} <= {c[1] or "norm" for c in CLIP.values()}
 
