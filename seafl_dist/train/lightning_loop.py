@@ -41,6 +41,9 @@ def _quiet():
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=r".*(does not have many workers|no `val_dataloader`|"
                                                       r"`training_step` returned `None`|The `srun` command).*")
+            # Lightning 2.6's own use of torch's LeafSpec, deprecated in torch 2.14: once a job, nothing a user can do
+            warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated",
+                                    category=FutureWarning)
             yield
     finally:
         for lg, level in zip(loggers, levels):

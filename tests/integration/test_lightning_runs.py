@@ -80,6 +80,7 @@ def test_the_lightning_loop_gives_the_plain_loops_bytes(logged_run, tmp_path):
     for name in ("events.jsonl", "metrics.csv", "train_log.csv", "model.pt"):
         assert (out / name).read_bytes() == (logged_run / name).read_bytes(), name
     assert "GPU available" not in proc.stderr + proc.stdout  # Lightning's per-Trainer lines stay quiet
+    assert all(line.startswith("seafl: ") for line in proc.stderr.splitlines() if line.strip()), proc.stderr[-2000:]
 
 
 def test_a_built_in_model_logs_nothing_and_trains_alike_in_both_loops(tmp_path):
