@@ -40,7 +40,7 @@ from seafl_dist.experiments.cpus import ranks_per_run, threads_per_run  # noqa: 
 from seafl_dist.experiments.sweep import Sweep, SweepRun
 from seafl_dist.report.metric import Metric
 from seafl_dist.report.sinks import FINISHED, read_config, read_summary
-from seafl_dist.report.tables import repeated_key_warning
+from seafl_dist.report.runs import repeated_key_warning
 from seafl_dist.runtime.rundir import (clear, config_diff, config_tree, numerics_fix, numerics_mismatch,
                                        profile_mismatch, proof_mismatch)
 from seafl_dist.runtime.runlock import RunDirLock

@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from seafl_dist.experiments.arguments import parse_grid_arg, parse_seeds, split_top_level  # noqa: F401 (their home before)
-from seafl_dist.report.tables import repeated_keys
+from seafl_dist.report.runs import repeated_keys
 from seafl_dist.settings import (Config, ConfigError, config_from_dict, find_config,  # noqa: F401 (is_sweep_file:
                                  is_sweep_file, load_yaml, parse_override, set_dotted)  # its home before)
 
@@ -167,7 +167,7 @@ def with_job_types(runs: list[SweepRun]) -> list[SweepRun]:
     """Each run's W&B job type, unless its config sets one: its grid point's label in the reader's words
     ("SEAFL, K = 10", report/labels.py), so W&B's UI can draw a mean and band per point of the group."""
     from seafl_dist.report.labels import reader_labels
-    from seafl_dist.report.tables import flatten
+    from seafl_dist.report.runs import flatten
     points = {r.label: flatten(r.config.to_dict()) for r in runs}  # one config per grid point
     names = dict(zip(points, reader_labels(list(points.values()))))
     for r in runs:

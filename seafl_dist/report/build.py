@@ -32,7 +32,8 @@ from seafl_dist.report.figures import plot_accuracy_vs_time, plot_time_to_target
 from seafl_dist.report.plots import plot_timeline
 from seafl_dist.report.value_plots import plot_time_vs_value, swept_keys
 from seafl_dist.report.metric import Metric
-from seafl_dist.report.tables import common_metric, find_runs, fmt_value, group_rows, group_runs, run_rows, short
+from seafl_dist.report.runs import common_metric, find_runs
+from seafl_dist.report.tables import fmt_value, group_rows, group_runs, run_rows, short
 
 OTHER_FIGURES = [("aggregations", "aggregations", 0), ("virtual_time", "virtual time (s)", 1),
                  ("mean_staleness", "mean staleness", 2), ("notifications", "notifications", 0), ("drops", "drops", 0)]

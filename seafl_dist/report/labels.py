@@ -117,7 +117,7 @@ def _algorithm_defaults(algo: str) -> dict | None:
     if algo not in ALGORITHMS:
         return None
     if algo not in _DEFAULTS:
-        from seafl_dist.report.tables import flatten
+        from seafl_dist.report.runs import flatten
         from seafl_dist.settings import config_from_dict
         _DEFAULTS[algo] = flatten(config_from_dict({"algorithm": {"name": algo}}).to_dict())
     return _DEFAULTS[algo]

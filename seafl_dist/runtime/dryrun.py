@@ -92,7 +92,7 @@ def check_model(cfg: Config, found) -> str:
     from seafl_dist.models import build_model
     c, h, w = found.shape
     name = cfg.model.name
-    from seafl_dist.runtime.setup import built, check_model_size
+    from seafl_dist.runtime.model_checks import built, check_model_size
     check_model_size(cfg, found.num_classes, c, h)
     with torch.random.fork_rng(devices=[]):  # like the run: building a model must not move torch's generator
         try:
@@ -102,8 +102,8 @@ def check_model(cfg: Config, found) -> str:
             raise ConfigError(f"config key 'model.name' has value {name!r}: {err}") from None
         x = torch.zeros(2, c, h, w)
         if is_import_path(name):  # its logits, then a probe job on zeros (the data is not loaded here)
-            from seafl_dist.runtime.setup import (check_target_metric, check_user_model, pick_device,
-                                                  say_unused_optimizer_keys)
+            from seafl_dist.runtime.model_checks import say_unused_optimizer_keys
+            from seafl_dist.runtime.setup import check_target_metric, check_user_model, pick_device
             try:
                 device = pick_device(cfg.runtime.device, 0)
             except RuntimeError as err:

@@ -22,7 +22,8 @@ from seafl_dist.models.contract import overridden
 from seafl_dist.train.flat import load_flat
 from seafl_dist.train.local import halving
 from seafl_dist.train.loop import takes_batch_idx
-from seafl_dist.train.standin import Recorder, StandInTrainer, local_metrics
+from seafl_dist.train.logged_values import local_metrics
+from seafl_dist.train.standin import Recorder, StandInTrainer
 
 
 def evaluation_step(module) -> str | None:

@@ -24,7 +24,8 @@ import torch
 
 from seafl_dist.models.contract import lightning_base, overridden
 from seafl_dist.train.optim_config import NO_OPTIMIZER, ModuleContractError
-from seafl_dist.train.standin import Recorder, is_metric, local_metrics
+from seafl_dist.train.logged_values import is_metric, local_metrics
+from seafl_dist.train.standin import Recorder
 
 QUIET = ("lightning.pytorch", "lightning.fabric")  # their INFO lines ("GPU available: ...") at every Trainer
 NOWHERE = str(Path(tempfile.gettempdir()) / "seafl-lightning-job-writes-nothing")

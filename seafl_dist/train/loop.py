@@ -33,7 +33,8 @@ import torch
 
 from seafl_dist.models.contract import overridden
 from seafl_dist.train.optim_config import ModuleContractError, parse_optimizers, step_schedulers
-from seafl_dist.train.standin import Recorder, StandInTrainer, local_metrics
+from seafl_dist.train.logged_values import local_metrics
+from seafl_dist.train.standin import Recorder, StandInTrainer
 
 
 def takes_batch_idx(step) -> bool:

@@ -1,11 +1,11 @@
-"""runtime/setup.py ``check_model_size``: a built-in model is refused exactly when its float32 weights,
+"""runtime/model_checks.py ``check_model_size``: a built-in model is refused exactly when its float32 weights,
 gradients and flat vector (three copies) exceed the machine's memory, counted on the meta device as a
 real build counts them, for every built-in model."""
 import pytest
 import torch
 
 from seafl_dist.models import MODELS, build_model
-from seafl_dist.runtime.setup import COPIES, check_model_size, physical_memory
+from seafl_dist.runtime.model_checks import COPIES, check_model_size, physical_memory
 from seafl_dist.settings import ConfigError, config_from_dict
 
 SHAPES = {"lenet5": (10, 1, 28), "resnet18": (10, 3, 32), "vgg16": (10, 3, 32)}

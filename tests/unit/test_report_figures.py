@@ -12,7 +12,8 @@ from matplotlib.colors import rgb_to_hsv, to_rgb
 
 from seafl_dist.report.build import write_report
 from seafl_dist.report.figures import plot_accuracy_vs_time, plot_time_to_target
-from seafl_dist.report.tables import find_runs, group_runs
+from seafl_dist.report.runs import find_runs
+from seafl_dist.report.tables import group_runs
 from seafl_dist.report.value_plots import plot_time_vs_value, swept_keys
 from tests.unit.test_report_tables import make_run
 

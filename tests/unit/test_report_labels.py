@@ -4,7 +4,7 @@ import dataclasses
 from seafl_dist.experiments import load_sweep
 from seafl_dist.report.labels import (ALGORITHMS, INFINITE_WHEN_NULL, USES, figure_title, reader_labels,
                                       value_text)
-from seafl_dist.report.tables import flatten
+from seafl_dist.report.runs import flatten
 from seafl_dist.settings import ALGORITHMS as BUILT_IN
 from seafl_dist.settings import AlgorithmConfig, config_from_dict
 

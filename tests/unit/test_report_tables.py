@@ -8,7 +8,8 @@ import pytest
 from seafl_dist.settings import config_from_dict, dump_config
 from seafl_dist.report.build import fmt_ratio, fmt_ttt, write_report
 from seafl_dist.report.sinks import METRIC_COLUMNS
-from seafl_dist.report.tables import find_runs, group_rows, group_runs, run_rows
+from seafl_dist.report.runs import find_runs
+from seafl_dist.report.tables import group_rows, group_runs, run_rows
 
 
 def make_run(path, curve, *, algorithm="seafl", seed=0, label=None, status="completed", extra=(), notify=0, drops=None,

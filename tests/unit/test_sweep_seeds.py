@@ -13,7 +13,8 @@ from one_line import one_line_message
 from seafl_dist.experiments.runner import run_sweep
 from seafl_dist.experiments.sweep import load_sweep, parse_grid_arg
 from seafl_dist.report.build import write_report
-from seafl_dist.report.tables import find_runs, flatten, group_rows, group_runs
+from seafl_dist.report.runs import find_runs, flatten
+from seafl_dist.report.tables import group_rows, group_runs
 from seafl_dist.runtime.rundir import config_tree
 from seafl_dist.settings import ConfigError, config_from_dict, load_yaml
 from test_report_tables import make_run

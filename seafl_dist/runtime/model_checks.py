@@ -1,0 +1,86 @@
+"""Checks of the model a run builds, made before anything is trained: a built-in model too large for
+this machine (counted on torch's meta device), a user's model the allocator refuses to build, and the
+``train.*`` optimizer keys a module with its own ``configure_optimizers`` leaves unused (a warning).
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+import torch
+
+from seafl_dist.models import build_model
+from seafl_dist.settings import Config, ConfigError
+from seafl_dist.settings.plugins import is_import_path
+
+
+def physical_memory() -> int | None:
+    """This machine's physical memory in bytes (None where the OS does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+COPIES = 3  # what any training process holds at least: the weights, their gradients, the flat vector
+
+
+def check_model_size(cfg: Config, num_classes: int, in_channels: int, image_size: int, memory: int | None = None) -> None:
+    """Refuse, before anything is allocated, a built-in model whose float32 weights, gradients and flat
+    vector (``COPIES``) alone exceed this machine's memory (a large ``model.width``): counted on
+    torch's meta device, which allocates nothing. A user's model is built as it is (its own code)."""
+    m = cfg.model
+    if is_import_path(m.name):
+        return
+    memory = physical_memory() if memory is None else memory
+    if memory is None:
+        return
+    try:
+        with torch.device("meta"), torch.random.fork_rng(devices=[]):
+            model = build_model(m.name, num_classes, in_channels, width=m.width, image_size=image_size, lightning=False)
+    except ValueError:  # not the size: build_model's own check says what (model.name)
+        return
+    params = sum(p.numel() for p in model.parameters())
+    needed = COPIES * 4 * params
+    if needed > memory:
+        raise ConfigError(f"config key 'model.width' has value {m.width:g}: {m.name} at that width has {params:,} "
+                          f"parameters, and its weights, gradients and flat vector alone take {needed / 1e9:.1f} GB as "
+                          f"float32, more than this machine's {memory / 1e9:.1f} GB of memory; choose a smaller "
+                          f"model.width (1 is the paper's model)")
+
+
+def built(cfg: Config, make):
+    """``make()`` (a user's model being built), with running out of host memory said in one line."""
+    try:
+        return make()
+    except (MemoryError, RuntimeError) as err:
+        if isinstance(err, RuntimeError) and "can't allocate memory" not in str(err):
+            raise
+        raise ConfigError(f"model.name={cfg.model.name} (model.width {cfg.model.width:g}) cannot be built here: "
+                          f"{str(err).splitlines()[0] or type(err).__name__}; choose a smaller model") from None
+
+
+def say_unused_optimizer_keys(cfg: Config, model) -> None:
+    """The warning of :func:`unused_optimizer_keys`, once (rank 0), after every refusal had its chance."""
+    unused = unused_optimizer_keys(cfg, model)
+    if unused and os.environ.get("RANK", "0") == "0":  # every rank probes; one says it
+        print(f"seafl: warning: {unused}", file=sys.stderr)
+
+
+OPTIMIZER_KEYS = ("lr", "momentum", "weight_decay")  # what FLModule's configure_optimizers reads of train.*
+
+
+def unused_optimizer_keys(cfg: Config, model) -> str | None:
+    """A user's LightningModule with its own ``configure_optimizers`` makes its own optimizer, so
+    ``train.lr``, ``train.momentum`` and ``train.weight_decay`` do nothing: named when the config sets
+    any of them away from its default (a plain ``nn.Module`` is wrapped and trained with them)."""
+    from seafl_dist.models.base import FLModule
+    if type(model).configure_optimizers is FLModule.configure_optimizers:
+        return None
+    defaults = type(cfg.train)()
+    set_here = [f"train.{k}={getattr(cfg.train, k):g}" for k in OPTIMIZER_KEYS
+                if getattr(cfg.train, k) != getattr(defaults, k)]
+    if not set_here:
+        return None
+    return (f"{', '.join(set_here)} {'is' if len(set_here) == 1 else 'are'} not used: model.name={cfg.model.name} "
+            f"brings its own configure_optimizers, whose optimizer and settings apply")
