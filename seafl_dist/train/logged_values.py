@@ -81,6 +81,8 @@ class _Reduced:
 
 def is_metric(value) -> bool:
     """A ``torchmetrics.Metric`` (Lightning's dependency, so present wherever a LightningModule is)."""
+    if isinstance(value, (torch.Tensor, float, int)):  # what self.log gets at most steps: no import to check
+        return False
     try:
         from torchmetrics import Metric
     except ImportError:  # pragma: no cover - lightning requires torchmetrics
