@@ -28,8 +28,13 @@ def check_against_summary(run, rows):
     assert [int(r["device"]) for r in rows] == list(range(num))
     assert sum(float(r["weight_share"]) for r in rows) == pytest.approx(1.0)
     assert sum(int(r["jobs_started"]) for r in rows) == summary["events"]["start"]
-    seen = [u for e in map(json.loads, (run / "events.jsonl").read_text().splitlines()) if e["event"] == "aggregate"
-            for u in e["updates"]]
+    events = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines()]
+    seen = [u for e in events if e["event"] == "aggregate" for u in e["updates"]]
+    began = {e["job"]: e["time"] for e in events if e["event"] == "start"}
+    for r in rows:  # a device's speed: its finished jobs only (a dropped job has no finish event)
+        spans = [e["time"] - began[e["job"]] for e in events if e["event"] == "finish" and e["device"] == int(r["device"])]
+        assert (float(r["mean_job_s"]) if r["mean_job_s"] else None) == (
+            pytest.approx(sum(spans) / len(spans)) if spans else None)
     assert sum(int(r["updates_accepted"]) + int(r["updates_rejected"]) for r in rows) == len(seen)
     assert sum(int(r["updates_rejected"]) for r in rows) == summary["rejected_updates"]
     assert sum(int(r["jobs_dropped"]) for r in rows) == (summary.get("drops") or {}).get("total", 0)
