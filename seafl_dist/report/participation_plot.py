@@ -157,7 +157,7 @@ def plot_participation(panels: list, title: str, path: str | Path, rows: list[di
                    Line2D([], [], color="0.35", ls=":", lw=1.0, label="equal share:\n1 / devices drawn")]
         caption = f"mean over {seeds[0] if len(seeds) == 1 else f'{seeds[0]}–{seeds[-1]}'} seeds, matched by " \
                   "speed quartile" if many else None
-        fig.legend(handles=handles, loc="outside lower center", ncol=2 if ncol == 1 else 5, frameon=False,
+        fig.legend(handles=handles, loc="outside lower center", ncol={1: 2, 2: 3}.get(ncol, 5), frameon=False,
                    title=caption)
         fig.suptitle(wrap(title, 60 * ncol) + "\nshare of the aggregation weight against speed", fontsize=10)
     save(fig, Path(path), rows)
