@@ -23,7 +23,8 @@
         array runs one index per task: slurm/sweep.sbatch).
 
     seafl report RUN_OR_SWEEP_DIR... [--target 0.5,0.7] [--baseline fedbuff] [--out DIR]
-        report.md/.csv, runs.csv, the figures (PNG, PDF, CSV) and (for one run) timeline.png.
+        report.md/.csv, runs.csv, the figures (PNG, PDF, CSV), participation.csv/.png (each device's
+        share of the aggregation weight against its speed) and (for one run) timeline.png.
 
     seafl devices import-fedscale CAPACITY BEHAVE --out profile.csv [--rows N]
         Convert FedScale's client_device_capacity and client_behave_trace (pickles, read as plain

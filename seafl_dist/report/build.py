@@ -16,7 +16,11 @@ Writes into ``--out`` (default: the one directory given, else ``runs/report-<tim
 - ``timeline.png``: the Gantt chart of device jobs (drops marked; at most 200 devices' rows),
   when the report covers a single run,
 - ``population.png``: devices online and jobs in flight against virtual time, for a single run with
-  a device profile (report/churn_plots.py).
+  a device profile (report/churn_plots.py),
+- ``participation.csv``: one row per device (and run) from each run's trace: jobs, speed, staleness, share of the
+  aggregation weight and the coefficient its rule applied (report/participation.py); ``participation.png`` (and
+  ``.pdf``) draws the share against speed with the speed quartiles marked, one panel per grid point, mean over
+  seeds, and ``participation_quartiles.csv`` holds those means (report/participation_plot.py).
 Targets default to the sweep file's ``targets``, else the union of the runs' ``run.targets``;
 the baseline defaults to the sweep file's ``baseline``.
 """
@@ -29,6 +33,7 @@ import sys
 from pathlib import Path
 
 from seafl_dist.report.figures import plot_accuracy_vs_time, plot_time_to_target
+from seafl_dist.report.participation_plot import write_participation
 from seafl_dist.report.plots import plot_timeline
 from seafl_dist.report.value_plots import plot_time_vs_value, swept_keys
 from seafl_dist.report.metric import Metric
@@ -192,6 +197,7 @@ def write_report(paths, out: str | Path, *, targets: list[float] | None = None, 
     files = {"report.md": out / "report.md", "report.csv": out / "report.csv", "runs.csv": out / "runs.csv"}
     drawn = figures(groups, targets, out, until=until, log_x=log_x, seed_curves=seed_curves, zoom=zoom, metric=metric)
     files.update({f"{stem}.{ext}": out / f"{stem}.{ext}" for stem in drawn for ext in ("png", "pdf", "csv")})
+    files.update(write_participation(groups, out))  # from the runs' traces: runs of any version have it
     if len(runs) == 1 and (runs[0].dir / "events.jsonl").exists():
         files["timeline.png"] = plot_timeline(runs[0].dir / "events.jsonl", out / "timeline.png", until=until)
         files.update(population_plot(runs[0].dir, out, until))

@@ -112,6 +112,27 @@ def test_report_matches_the_runs_own_metrics(sweep):
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
 
 
+def test_the_sweeps_report_has_participation_per_arm(sweep):
+    """participation.csv: a row per device of every run; participation_quartiles.csv: each arm's speed quartiles,
+    mean over its two seeds; the figure as PNG and PDF (issue 38 A)."""
+    out, _ = sweep
+    with open(out / "participation.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert sorted({r["run"] for r in rows}) == sorted(NAMES) and len(rows) == 4 * 8
+    for name in NAMES:
+        assert sum(float(r["weight_share"]) for r in rows if r["run"] == name) == pytest.approx(1.0)
+    with open(out / "participation_quartiles.csv") as f:
+        quartiles = list(csv.DictReader(f))
+    assert [(q["point"], q["quartile"], q["seeds"]) for q in quartiles] == [
+        (f"algorithm={a}", str(i), "2") for a in ("seafl", "fedbuff") for i in range(1, 5)]
+    for arm in ("seafl", "fedbuff"):
+        shares = [float(q["share_mean"]) for q in quartiles if q["point"] == f"algorithm={arm}"]
+        assert sum(shares) == pytest.approx(1.0)
+    png = (out / "participation.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+    assert (out / "participation.pdf").read_bytes()[:5] == b"%PDF-"
+
+
 def test_rerun_skips_completed_runs_and_redoes_the_rest(sweep, tiny):
     out, _ = sweep
     stamp = {n: (out / n / "summary.json").stat().st_mtime_ns for n in NAMES}
