@@ -10,6 +10,7 @@ import torch
 from one_line import one_line_message
 from seafl_dist.algo import AggregationResult, BufferedUpdate, FlatParts, ServerOptimizer, ServerOptState, aggregate
 from seafl_dist.algo import optimizer_step
+from seafl_dist.runtime.dryrun import non_default
 from seafl_dist.settings import AlgorithmConfig, ConfigError, config_from_dict, dump_config
 from seafl_dist.settings.server_opt import ServerOptConfig
 
@@ -202,6 +203,8 @@ def test_defaults_leave_config_yaml_as_it_was_and_an_optimizer_is_written_whole(
     assert "  server_opt:\n    name: yogi\n    lr: 0.01\n    beta1: 0.9\n    beta2: 0.99\n    tau: 0.001\n" in text
     assert config_from_dict({}, ["algorithm.server_opt.name=adam", "algorithm.server_opt.lr=null"]).algorithm \
         .server_opt.lr == 0.1
+    changed = non_default(config_from_dict({}, ["algorithm.server_opt.name=yogi"]))  # `seafl run --dry-run`'s list
+    assert changed == ["  algorithm.server_opt.name = yogi", "  algorithm.server_opt.lr = 0.01"]
 
 
 @pytest.mark.parametrize("override, key, allowed", [
