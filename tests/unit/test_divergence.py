@@ -57,6 +57,14 @@ def test_a_dip_that_recovers_is_not_a_divergence():
     assert first([(0.1, 2.3), (0.9, 0.3), (0.181, 2.2), (0.1, 2.3), (0.1, 2.3), (0.9, 0.3)]) is None  # 0.181 > floor
 
 
+def test_a_blow_up_inside_an_open_collapse_is_dated_where_the_collapse_began():
+    # the accuracy collapsed at version 2 (not yet sustained); at version 3 the loss blows up: the run diverged
+    # at version 2, said at once, for the loss
+    at, why, said = first([(0.1, 2.3), (0.9, 0.3), (0.1, 2.3), (0.1, 23.5), (0.9, 0.3)])
+    assert at == {"version": 2, "time": 20.0} and said == 3
+    assert why == "the loss 23.5 > 10 × the version-0 loss 2.3"
+
+
 def test_a_collapse_that_lasts_until_the_end_is_named_there():
     at, why, said = first([(0.1, 2.3), (0.9, 0.3), (0.1, 2.3)])
     assert at["version"] == 2 and said == "end" and "the run ended there" in why
@@ -119,5 +127,6 @@ def test_a_modules_own_loss_diverges_above_ten_times_its_first_value_or_when_not
 
 def test_a_modules_own_score_diverges_only_when_not_finite():
     assert own([0.1, 0.9, 0.0, 0.0, 0.0, 0.0], "max") is None  # no chance level: a fall is not a divergence
+    assert own([0.01, 0.5, 0.9, 0.95], "max") is None  # a score that rises ninety-fold is no loss blowing up
     at, why = own([0.1, 0.9, float("inf")], "max")
     assert at["version"] == 2 and why == "the score is inf"
