@@ -5,6 +5,7 @@ import re
 import subprocess
 import sys
 
+from seafl_dist.report.metric import Metric
 from seafl_dist.report.progress import Progress
 
 TINY = """\
@@ -47,6 +48,17 @@ def test_auto_picks_a_bar_on_a_terminal_and_lines_elsewhere():
     lines = pipe.getvalue().splitlines()  # throttled: the first update, then the last at close
     assert "\r" not in pipe.getvalue() and len(lines) == 2
     assert lines[0].startswith("version 0/3") and lines[1].startswith("version 3/3") and "best 0.6000" in lines[1]
+
+
+def test_the_best_of_a_metric_to_minimise_is_its_lowest():
+    """run.target_mode: min (a loss): the line's best is the lowest value so far, under the metric's name."""
+    s = io.StringIO()
+    p = Progress("lines", total=3, every_s=0, stream=s, metric=Metric("test_loss", "min"))
+    for v, value in enumerate([2.5, 0.75, None, 1.5]):
+        p.update(v, 10.0 * v, value)
+    p.close()
+    shown = [re.search(r"test_loss (\S+)  best (\S+)", line).groups() for line in s.getvalue().splitlines()]
+    assert shown == [("2.5000", "2.5000"), ("0.7500", "0.7500"), ("-", "0.7500"), ("1.5000", "0.7500")]
 
 
 def test_none_prints_nothing():

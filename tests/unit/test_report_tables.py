@@ -91,6 +91,15 @@ def test_run_rows_and_files(sweep_dir, tmp_path):
     assert "timeline.png" not in result["files"]  # only for a single run
 
 
+def test_a_metric_to_minimise_reports_its_lowest_as_best(tmp_path):
+    """run.target_metric=loss, run.target_mode=min: best_loss is the lowest loss (make_run writes 1 - accuracy)."""
+    make_run(tmp_path / "r", [(0, 0.1), (5, 0.8), (9, 0.6)], extra=["run.target_metric=loss", "run.target_mode=min"])
+    (run,) = find_runs([tmp_path / "r"])
+    figures = run.figures()
+    assert figures["best_loss"] == pytest.approx(0.2) and figures["final_loss"] == pytest.approx(0.4)
+    assert "best_accuracy" not in figures
+
+
 def test_drops_are_a_figure_of_runs_and_grid_points(tmp_path):
     """Jobs lost to churn: summary.json's drops total, 0 for a run without churn; in both CSVs."""
     make_run(tmp_path / "a" / "r0", [(0, 0.1), (5, 0.8)], extra=["run.seed=0"], drops=7)
