@@ -61,6 +61,22 @@ def test_the_best_of_a_metric_to_minimise_is_its_lowest():
     assert shown == [("2.5000", "2.5000"), ("0.7500", "0.7500"), ("-", "0.7500"), ("1.5000", "0.7500")]
 
 
+def test_a_line_without_a_total_and_a_bar_hold_the_exact_text():
+    s, bar = io.StringIO(), FakeTTY()
+    for stream, total in ((s, None), (bar, 40)):
+        p = Progress("auto", total=total, every_s=0, stream=stream)
+        p.update(3, 12.25, 0.25)
+        p.update(4, 1234.5, None)
+        p.close()
+    line = r"version {}  virtual {}s  acc {}  best 0\.2500  real +\d+\.\ds"
+    first, second = s.getvalue().splitlines()
+    assert re.fullmatch(line.format("3", " +12\\.2", "0\\.2500"), first), first
+    assert re.fullmatch(line.format("4", "   1234\\.5", "-"), second), second
+    drawn = bar.getvalue().split("\r")[1:]
+    assert [len(d) for d in drawn] == [100, 101] and drawn[1].endswith(" " * 20 + "\n")
+    assert re.fullmatch(line.format("4/40", "   1234\\.5", "-"), drawn[1].rstrip()), drawn[1]
+
+
 def test_none_prints_nothing():
     s = io.StringIO()
     p = Progress("none", stream=s)
