@@ -1,4 +1,5 @@
 """Config: defaults from SPEC, YAML + dotted overrides, errors that name key, value and fix."""
+import math
 from pathlib import Path
 
 import pytest
@@ -132,3 +133,60 @@ def test_the_guard_and_the_divergence_stop_are_left_out_of_config_yaml_at_their_
     on = config_from_dict({}, ["algorithm.update_norm_factor=10", "run.stop_on_divergence=true"])
     assert "update_norm_factor: 10.0" in dump_config(on) and "stop_on_divergence: true" in dump_config(on)
     assert config_from_dict(yaml.safe_load(dump_config(on))) == on
+
+
+def _read(section: str, name: str, value, *extra):
+    """The key ``section.name`` read from a config tree (not an override: the value as YAML left it)."""
+    return getattr(getattr(config_from_dict({section: {name: value}}, list(extra)), section), name)
+
+
+def test_a_value_is_read_as_its_keys_type_or_refused_in_one_line():
+    """settings/core.py _coerce: what a YAML file or an override may write for each kind of key."""
+    for inf in (math.inf, "inf", "+inf", "Infinity", ".inf", "INF"):  # "no limit" where the key declares one
+        assert _read("run", "max_time", inf) is None
+    for null in (None, "null", "None", "none"):
+        assert _read("run", "max_time", null) is None and _read("devices", "profile", null) is None
+    from typing import Optional
+
+    from seafl_dist.settings.core import _coerce
+    from seafl_dist.settings.domains import Text
+    assert _coerce("k", Optional[str], "inf", Text()) == "inf"  # a name or a path, not a number: no limit is a number's
+    assert _read("run", "max_aggregations", 3.0) == 3 and type(_read("run", "max_aggregations", 3.0)) is int
+    assert _read("train", "lr", 2) == 2.0 and type(_read("train", "lr", 2)) is float
+    assert _read("runtime", "precision", 32) == "32" and _read("run", "targets", 0.5) == [0.5]
+    assert _read("run", "targets", (0.5, 0.7)) == [0.5, 0.7]
+    for section, name, value, allowed in (
+            ("run", "max_aggregations", 3.5, "an integer >= 1, or null or .inf (no limit)"),
+            ("run", "max_aggregations", True, "an integer >= 1, or null or .inf (no limit)"),
+            ("train", "lr", "inf", "a finite number > 0"), ("train", "lr", math.inf, "a finite number > 0"),
+            ("train", "lr", True, "a finite number > 0"), ("train", "lr", "0.1", "a finite number > 0"),
+            ("runtime", "precision", True, "one of 32, bf16"),
+            ("runtime", "precision", math.nan, "one of 32, bf16"),
+            ("run", "stop_on_divergence", 1, "true or false"), ("run", "stop_on_divergence", "true", "true or false"),
+            ("run", "targets", {"a": 1}, "a list, each item a finite number"),
+            ("run", "targets", [0.5, "x"], "a list, each item a finite number"),
+            ("run", "max_time", -math.inf, "a number > 0, or null or .inf (no limit)")):
+        with pytest.raises(ConfigError) as err:
+            _read(section, name, value)
+        assert str(err.value) == f"config key '{section}.{name}' has value {value!r}; allowed: {allowed}", value
+
+
+def test_a_run_stops_somewhere():
+    with pytest.raises(ConfigError) as err:
+        config_from_dict({}, ["run.max_aggregations=null"])
+    assert str(err.value) == ("config key 'run.max_aggregations' has value None; allowed: a number, unless "
+                              "run.max_time or run.target_accuracy is set")
+    for stop in ("run.max_time=10", "run.target_accuracy=0.5"):
+        assert config_from_dict({}, ["run.max_aggregations=null", stop]).run.max_aggregations is None
+
+
+def test_an_intervals_ends_and_infinities():
+    from seafl_dist.settings.domains import interval
+    unit, half_open, no_limit, line = interval("(0, 1]"), interval("[0, 1)"), interval("(0, inf]"), \
+        interval("(-inf, inf)")
+    assert [unit.contains(v) for v in (0.0, 1e-12, 1.0, 1.0 + 1e-12, math.nan, math.inf)] == [
+        False, True, True, False, False, False]
+    assert [half_open.contains(v) for v in (0.0, -1e-12, 1.0, 1.0 - 1e-12)] == [True, False, False, True]
+    assert [no_limit.contains(v) for v in (math.inf, -math.inf, 0.0, 1e300)] == [True, False, False, True]
+    assert [line.contains(v) for v in (math.inf, -math.inf, math.nan, -1e300)] == [False, False, False, True]
+    assert no_limit.no_limit and not line.no_limit and not unit.no_limit
