@@ -49,6 +49,7 @@ def test_resume_takes_the_run_dirs_own_config_with_overrides(run_dir, monkeypatc
     # a CONFIG given with --resume is the config (the same --out resumes by itself too)
     cfg, out = run_target(args(str(QUICKSTART), resume=str(run_dir), out=str(run_dir / ".." / "run")))
     assert cfg.run.seed == 0 and out == run_dir
+    assert run_target(args(str(QUICKSTART), "run.seed=7", resume=str(run_dir)))[0].run.seed == 7
 
 
 def test_resume_refusals_are_one_line_each(run_dir, tmp_path):
