@@ -68,13 +68,31 @@ def test_a_line_without_a_total_and_a_bar_hold_the_exact_text():
         p.update(3, 12.25, 0.25)
         p.update(4, 1234.5, None)
         p.close()
-    line = r"version {}  virtual {}s  acc {}  best 0\.2500  real +\d+\.\ds"
+    line = r"version {}  virtual {}s  acc {}  best 0\.2500  real +\d\.\ds"  # seconds since the Progress began
     first, second = s.getvalue().splitlines()
     assert re.fullmatch(line.format("3", " +12\\.2", "0\\.2500"), first), first
     assert re.fullmatch(line.format("4", "   1234\\.5", "-"), second), second
     drawn = bar.getvalue().split("\r")[1:]
     assert [len(d) for d in drawn] == [100, 101] and drawn[1].endswith(" " * 20 + "\n")
     assert re.fullmatch(line.format("4/40", "   1234\\.5", "-"), drawn[1].rstrip()), drawn[1]
+
+
+def test_lines_come_every_every_s_and_a_bar_is_cut_at_100_characters(monkeypatch):
+    import seafl_dist.report.progress as progress
+    now = [100.0]
+    monkeypatch.setattr(progress.time, "monotonic", lambda: now[0])
+    s = io.StringIO()
+    p = Progress("lines", total=9, every_s=5, stream=s)
+    for v, t in enumerate((100.0, 104.0, 105.0, 109.0)):
+        now[0] = t
+        p.update(v, 1.0, 0.5)
+    assert [line.split()[1] for line in s.getvalue().splitlines()] == ["0/9", "2/9"]  # 5 s after the first: due
+    p.close()
+    assert s.getvalue().splitlines()[-1].startswith("version 3/9")
+    bar = FakeTTY()
+    p = Progress("bar", stream=bar, metric=Metric("m" * 80, "max"))
+    p.update(1, 1.0, 0.5)
+    assert bar.getvalue() == "\r" + ("version 1  virtual       1.0s  " + "m" * 80)[:100]
 
 
 def test_none_prints_nothing():

@@ -124,15 +124,18 @@ def test_the_target_metric_its_direction_and_its_words():
 
 def test_a_runs_figures_from_its_summary_or_else_from_its_rows(tmp_path):
     make_run(tmp_path / "r", [(0, 0.1), (4, 0.6), (9, 0.5)], notify=3, drops=2)
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    summary.update(aggregations=7, mean_staleness=2.5, notifications=9)  # summary.json's word, not the rows'
+    (tmp_path / "r" / "summary.json").write_text(json.dumps(summary))
     (run,) = find_runs([tmp_path / "r"])
-    assert run.figures() == {"best_accuracy": 0.6, "final_accuracy": 0.5, "aggregations": 2, "virtual_time": 9.0,
-                             "mean_staleness": 1.0, "notifications": 3, "drops": 2, "wall_time_s": 1.5}
+    assert run.figures() == {"best_accuracy": 0.6, "final_accuracy": 0.5, "aggregations": 7, "virtual_time": 9.0,
+                             "mean_staleness": 2.5, "notifications": 9, "drops": 2, "wall_time_s": 1.5}
     # no summary.json (a run killed before it wrote one): the rows' own figures, the staleness weighed by updates
     (tmp_path / "r" / "summary.json").unlink()
     with open(tmp_path / "r" / "metrics.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=METRIC_COLUMNS)
         w.writeheader()
-        for v, (t, acc, n, stale) in enumerate([(0, 0.1, 0, 0.0), (4, 0.6, 1, 4.0), (9, 0.5, 3, 0.0)]):
+        for v, (t, acc, n, stale) in enumerate([(0, 0.1, "", 7.0), (4, 0.6, 1, 4.0), (9, 0.5, 3, 0.0)]):
             w.writerow({"version": v, "time": t, "accuracy": acc, "loss": 1 - acc, "updates": n,
                         "mean_staleness": stale, "max_staleness": 0, "notifications": 2 * v, "rejected": 0})
     (run,) = find_runs([tmp_path / "r"])
@@ -140,6 +143,10 @@ def test_a_runs_figures_from_its_summary_or_else_from_its_rows(tmp_path):
     assert math.isnan(figures.pop("wall_time_s"))
     assert figures == {"best_accuracy": 0.6, "final_accuracy": 0.5, "aggregations": 2, "virtual_time": 9.0,
                        "mean_staleness": 1.0, "notifications": 4.0, "drops": 0}
+    # a module's own metric that metrics.csv lacks (a run of an older seafl_dist): no value, NaN
+    other = make_run(tmp_path / "other", [(0, 0.1)], extra=["run.target_metric=test_loss", "run.target_mode=min"])
+    figures = find_runs([other])[0].figures()
+    assert math.isnan(figures["best_test_loss"]) and math.isnan(figures["final_test_loss"])
     empty = make_run(tmp_path / "empty", [])  # killed before its first evaluation
     (empty / "summary.json").unlink()
     figures = find_runs([empty])[0].figures()
