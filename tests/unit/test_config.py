@@ -190,3 +190,5 @@ def test_an_intervals_ends_and_infinities():
     assert [no_limit.contains(v) for v in (math.inf, -math.inf, 0.0, 1e300)] == [True, False, False, True]
     assert [line.contains(v) for v in (math.inf, -math.inf, math.nan, -1e300)] == [False, False, False, True]
     assert no_limit.no_limit and not line.no_limit and not unit.no_limit
+    closed = interval("[-inf, inf]")  # no key declares it, but the rule holds there too: -inf and NaN never
+    assert [closed.contains(v) for v in (-math.inf, math.inf, math.nan, 0.0)] == [False, True, False, True]
