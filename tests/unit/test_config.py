@@ -192,3 +192,26 @@ def test_an_intervals_ends_and_infinities():
     assert no_limit.no_limit and not line.no_limit and not unit.no_limit
     closed = interval("[-inf, inf]")  # no key declares it, but the rule holds there too: -inf and NaN never
     assert [closed.contains(v) for v in (-math.inf, math.inf, math.nan, 0.0)] == [False, True, False, True]
+
+
+def test_a_section_built_in_python_checks_each_value_itself():
+    """Built directly (the API, the tests), a section gets no coercion: check_fields refuses what the YAML path's
+    _coerce would have refused, in the same words."""
+    from seafl_dist.settings import RunConfig, TrainConfig
+    for make, message in (
+            (lambda: RunConfig(seed=None), "config key 'run.seed' has value None; allowed: an integer in [0, 4294967295]"),
+            (lambda: RunConfig(seed=2.0), "config key 'run.seed' has value 2.0; allowed: an integer in [0, 4294967295]"),
+            (lambda: RunConfig(stop_on_divergence=1), "config key 'run.stop_on_divergence' has value 1; allowed: true or "
+                                                      "false"),
+            (lambda: TrainConfig(lr=True), "config key 'train.lr' has value True; allowed: a finite number > 0"),
+            (lambda: RunConfig(targets=(0.5,)), "config key 'run.targets' has value (0.5,); allowed: a list, each item a "
+                                                "finite number"),
+            (lambda: RunConfig(targets=[0.5, None]), "config key 'run.targets' has value [0.5, None]; allowed: a list, "
+                                                     "each item a finite number"),
+            (lambda: RunConfig(target_metric=""), "config key 'run.target_metric' has value ''; allowed: a non-empty "
+                                                  "string"),
+            (lambda: RunConfig(target_mode="up"), "config key 'run.target_mode' has value 'up'; allowed: one of max, min")):
+        with pytest.raises(ConfigError) as err:
+            make()
+        assert str(err.value) == message
+    assert TrainConfig(lr=1).lr == 1 and RunConfig(targets=[]).targets == []  # an int is a number; no targets at all
