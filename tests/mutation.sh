@@ -4,6 +4,7 @@
 # named tests against each mutant; a mutant the tests still pass "survived". Not part of CI.
 #
 #   tests/mutation.sh FILE[::FUNCTION]... -- TEST...
+#   tests/mutation.sh --again DIR      # after writing tests: retest only DIR's survivors, with the tests as they are now
 #
 #   tests/mutation.sh seafl_dist/report/divergence.py -- tests/unit/test_divergence.py
 #   tests/mutation.sh seafl_dist/train/loop.py::_fit 'seafl_dist/train/loop.py::_Job.*' \
@@ -19,9 +20,60 @@
 set -euo pipefail
 
 usage() {
-    sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//' >&2
     exit 2
 }
+command -v mutmut >/dev/null || { echo "mutation.sh: mutmut is not installed: pip install -e '.[dev]'" >&2; exit 2; }
+root=$(git -C "$(dirname "$0")" rev-parse --show-toplevel)
+
+summary() {  # the table of $work's mutants that match its globs, and the wall time $1
+    local globs
+    mapfile -t globs < "$work/globs"
+    (cd "$work" && python - "$1" "${globs[@]}" > summary.txt <<'EOF'
+import fnmatch, json, sys
+from collections import Counter
+from pathlib import Path
+
+from mutmut.stats import status_by_exit_code  # mutmut's own reading of a mutant's exit code
+
+wall, globs = int(sys.argv[1]), sys.argv[2:]
+print(f"{'file':36} {'mutants':>7} {'killed':>6} {'survived':>8} {'no test':>7} {'other':>5}  score")
+left = []
+for meta in sorted(Path("mutants").rglob("*.py.meta")):
+    codes = {k: v for k, v in json.loads(meta.read_text())["exit_code_by_key"].items()
+             if any(fnmatch.fnmatch(k, g) for g in globs)}
+    if not codes:
+        continue
+    status = {k: status_by_exit_code[v] for k, v in codes.items()}
+    n = Counter(status.values())
+    killed = n["killed"] + n["timeout"]  # a mutant that makes the tests hang is caught too
+    other = len(codes) - killed - n["survived"] - n["no tests"]
+    name = str(meta.relative_to("mutants"))[:-len(".meta")]
+    print(f"{name:36} {len(codes):7} {killed:6} {n['survived']:8} {n['no tests']:7} {other:5}  {killed / len(codes):.0%}")
+    left += [f"{k}: {s}" for k, s in status.items() if s not in ("killed", "timeout")]
+print(f"wall time {wall // 60} min {wall % 60} s")
+if left:
+    print("not killed (mutmut show NAME shows one):")
+    print("\n".join("    " + k for k in sorted(left)))
+EOF
+    )
+    cat "$work/summary.txt"
+    echo "(in $work)"
+}
+
+if [[ ${1:-} == --again ]]; then
+    work=${2:?usage: tests/mutation.sh --again DIR}
+    [[ -f $work/globs ]] || { echo "mutation.sh: $work holds no run of mutation.sh" >&2; exit 2; }
+    rm -rf "$work/tests"  # the tests as they are now (mutmut copies them into mutants/ and finds the new ones)
+    (cd "$root" && git ls-files -z -co --exclude-standard tests | tar --null -T - -cf -) | tar -xf - -C "$work"
+    left=$(cd "$work" && sed -n 's/^    \(.*\): \(survived\|no tests\)$/\1/p' summary.txt)
+    [[ -n $left ]] || { echo "mutation.sh: no survivor to retest in $work" >&2; exit 0; }
+    start=$(date +%s)
+    (cd "$work" && mutmut run --max-children "${MUTATION_JOBS:-$(nproc)}" $left > again.log 2>&1) || {
+        tail -40 "$work/again.log" >&2; exit 1; }
+    summary $(( $(date +%s) - start ))
+    exit 0
+fi
 
 files=() tests=() sep=0
 for arg in "$@"; do
@@ -31,9 +83,6 @@ for arg in "$@"; do
     fi
 done
 [[ ${#files[@]} -gt 0 && ${#tests[@]} -gt 0 ]] || usage
-command -v mutmut >/dev/null || { echo "mutation.sh: mutmut is not installed: pip install -e '.[dev]'" >&2; exit 2; }
-
-root=$(git -C "$(dirname "$0")" rev-parse --show-toplevel)
 work=${MUTATION_DIR:-$(mktemp -d /tmp/seafl-mutation.XXXXXX)}
 mkdir -p "$work"
 rm -rf "$work/mutants"
@@ -73,41 +122,13 @@ done
     echo "use_git_change_detection = false"
 } > "$work/setup.cfg"
 
+printf '%s\n' "${globs[@]}" > "$work/globs"
 start=$(date +%s)
-cd "$work"
-mutmut run --max-children "${MUTATION_JOBS:-$(nproc)}" "${globs[@]}" > run.log 2>&1 || {
-    tail -40 run.log >&2
+(cd "$work" && mutmut run --max-children "${MUTATION_JOBS:-$(nproc)}" "${globs[@]}" > run.log 2>&1) || {
+    tail -40 "$work/run.log" >&2
     echo "mutation.sh: mutmut failed; the whole log: $work/run.log" >&2
     exit 1
 }
 wall=$(( $(date +%s) - start ))
 
-python - "$wall" "${globs[@]}" > summary.txt <<'EOF'
-import fnmatch, json, sys
-from collections import Counter
-from pathlib import Path
-
-from mutmut.stats import status_by_exit_code  # mutmut's own reading of a mutant's exit code
-
-wall, globs = int(sys.argv[1]), sys.argv[2:]
-print(f"{'file':36} {'mutants':>7} {'killed':>6} {'survived':>8} {'no test':>7} {'other':>5}  score")
-left = []
-for meta in sorted(Path("mutants").rglob("*.py.meta")):
-    codes = {k: v for k, v in json.loads(meta.read_text())["exit_code_by_key"].items()
-             if any(fnmatch.fnmatch(k, g) for g in globs)}
-    if not codes:
-        continue
-    status = {k: status_by_exit_code[v] for k, v in codes.items()}
-    n = Counter(status.values())
-    killed = n["killed"] + n["timeout"]  # a mutant that makes the tests hang is caught too
-    other = len(codes) - killed - n["survived"] - n["no tests"]
-    name = str(meta.relative_to("mutants"))[:-len(".meta")]
-    print(f"{name:36} {len(codes):7} {killed:6} {n['survived']:8} {n['no tests']:7} {other:5}  {killed / len(codes):.0%}")
-    left += [f"{k}: {s}" for k, s in status.items() if s not in ("killed", "timeout")]
-print(f"wall time {wall // 60} min {wall % 60} s")
-if left:
-    print("not killed (mutmut show NAME shows one):")
-    print("\n".join("    " + k for k in sorted(left)))
-EOF
-cat summary.txt
-echo "(in $work)"
+summary "$wall"
