@@ -6,6 +6,7 @@ import pytest
 import yaml
 
 from seafl_dist.settings import Config, ConfigError, config_from_dict, dump_config, load_config
+from seafl_dist.settings.domains import interval
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -181,7 +182,6 @@ def test_a_run_stops_somewhere():
 
 
 def test_an_intervals_ends_and_infinities():
-    from seafl_dist.settings.domains import interval
     unit, half_open, no_limit, line = interval("(0, 1]"), interval("[0, 1)"), interval("(0, inf]"), \
         interval("(-inf, inf)")
     assert [unit.contains(v) for v in (0.0, 1e-12, 1.0, 1.0 + 1e-12, math.nan, math.inf)] == [
@@ -215,3 +215,50 @@ def test_a_section_built_in_python_checks_each_value_itself():
             make()
         assert str(err.value) == message
     assert TrainConfig(lr=1).lr == 1 and RunConfig(targets=[]).targets == []  # an int is a number; no targets at all
+
+
+@pytest.mark.parametrize("metric, low, high", [(["run.target_metric=accuracy"], "0", "1]"),
+                                               (["run.target_metric=loss", "run.target_mode=min"], "0", "inf]")],
+                         ids=["accuracy", "loss-min"])
+def test_a_target_of_accuracy_or_loss_lies_in_the_metrics_range(metric, low, high):
+    """Not declared per key (the range is the metric's): 0 is never reached by a target of either (an
+    accuracy of 0 is no goal, nor a loss of exactly 0), 1.0 is a perfect accuracy, and a loss has no top."""
+    allowed = f"values of {metric[0]} in ({low}, {high}"
+    for key, text, shown in (("run.target_accuracy", "0", "0.0"), ("run.targets", "[0]", "[0]"),
+                             ("run.targets", "[0.5, 0]", "[0.5, 0]"), ("run.target_accuracy", "-1.0e-9", "-1e-09")):
+        with pytest.raises(ConfigError) as refused:
+            config_from_dict({}, [*metric, f"{key}={text}"])
+        assert str(refused.value) == f"config key '{key}' has value {shown}; allowed: {allowed}"
+    run = config_from_dict({}, [*metric, "run.target_accuracy=1.0", "run.targets=[1.0e-9, 1.0]"]).run
+    assert (run.target_accuracy, run.targets) == (1.0, [1e-9, 1.0])
+    if high == "1]":
+        for key, text in (("run.target_accuracy", "1.000001"), ("run.targets", "[0.5, 1.000001]")):
+            with pytest.raises(ConfigError, match=r"allowed: values of run.target_metric=accuracy in \(0, 1\]$"):
+                config_from_dict({}, [*metric, f"{key}={text}"])
+    else:
+        assert config_from_dict({}, [*metric, "run.target_accuracy=1.0e+6"]).run.target_accuracy == 1e6
+
+
+def test_a_section_given_a_value_is_refused_and_the_domains_no_key_uses_yet_hold():
+    """A section written as a value; list domains beside the one key of each kind (targets: numbers, tags:
+    strings): a list that may not be empty, an Optional list, a list of import paths."""
+    from typing import Optional
+
+    from seafl_dist.settings.domains import ListOf, Text, check_value, plugin_or
+    with pytest.raises(ConfigError) as err:
+        config_from_dict({"train": 5})
+    assert str(err.value) == "config key 'train' has value 5; allowed: a mapping of the keys of section 'train'"
+    assert config_from_dict({}, ["logging.wandb.tags=[a, b]"]).logging.wandb.tags == ["a", "b"]
+    some = ListOf(Text(), empty=False)
+    check_value("k", ["a"], some, list)
+    for value, tp, domain, allowed in (
+            ([], list, some, "a list, each item a non-empty string (at least one)"),
+            ("a", Optional[list], ListOf(Text()), "a list, each item a non-empty string, or null"),
+            ([""], Optional[list], ListOf(Text()), "a list, each item a non-empty string, or null"),
+            ([math.nan], list, ListOf(interval("(-inf, inf)")), "a list, each item a finite number")):
+        with pytest.raises(ConfigError) as err:
+            check_value("k", value, domain, tp)
+        assert str(err.value) == f"config key 'k' has value {value!r}; allowed: {allowed}"
+    with pytest.raises(ConfigError, match="^config key 'model.name' has value 'no_such_module_zz:f'"):
+        check_value("model.name", ["no_such_module_zz:f"], ListOf(plugin_or(("lenet5",))), list)
+

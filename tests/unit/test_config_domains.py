@@ -13,7 +13,7 @@ import yaml
 
 from one_line import one_line_message
 from seafl_dist.cli import main as seafl_main
-from seafl_dist.settings import Config, ConfigError, config_from_dict, load_config
+from seafl_dist.settings import Config, load_config
 from seafl_dist.settings.domains import Interval, ListOf, OneOf, Text, base_type, domain_of, optional
 from small_runs import QUICKSTART
 
@@ -152,25 +152,3 @@ def test_the_command_itself_refuses_with_one_line_and_exit_2(tmp_path):
         assert proc.returncode == 2 and not out.exists(), proc.stderr
         key = bad.split("=")[0]
         one_line_message(proc.stderr.strip(), f"seafl: error: config key '{key}' has value", "allowed: a")
-
-
-@pytest.mark.parametrize("metric, low, high", [(["run.target_metric=accuracy"], "0", "1]"),
-                                               (["run.target_metric=loss", "run.target_mode=min"], "0", "inf]")],
-                         ids=["accuracy", "loss-min"])
-def test_a_target_of_accuracy_or_loss_lies_in_the_metrics_range(metric, low, high):
-    """Not declared per key (the range is the metric's): 0 is never reached by a target of either (an
-    accuracy of 0 is no goal, nor a loss of exactly 0), 1.0 is a perfect accuracy, and a loss has no top."""
-    allowed = f"values of {metric[0]} in ({low}, {high}"
-    for key, text, shown in (("run.target_accuracy", "0", "0.0"), ("run.targets", "[0]", "[0]"),
-                             ("run.targets", "[0.5, 0]", "[0.5, 0]"), ("run.target_accuracy", "-1.0e-9", "-1e-09")):
-        with pytest.raises(ConfigError) as refused:
-            config_from_dict({}, [*metric, f"{key}={text}"])
-        assert str(refused.value) == f"config key '{key}' has value {shown}; allowed: {allowed}"
-    run = config_from_dict({}, [*metric, "run.target_accuracy=1.0", "run.targets=[1.0e-9, 1.0]"]).run
-    assert (run.target_accuracy, run.targets) == (1.0, [1e-9, 1.0])
-    if high == "1]":
-        for key, text in (("run.target_accuracy", "1.000001"), ("run.targets", "[0.5, 1.000001]")):
-            with pytest.raises(ConfigError, match=r"allowed: values of run.target_metric=accuracy in \(0, 1\]$"):
-                config_from_dict({}, [*metric, f"{key}={text}"])
-    else:
-        assert config_from_dict({}, [*metric, "run.target_accuracy=1.0e+6"]).run.target_accuracy == 1e6
