@@ -129,8 +129,9 @@ def test_a_scheduler_dicts_keys_become_lightnings_config():
         with warnings.catch_warnings(record=True) as seen:
             warnings.simplefilter("always")
             parse_optimizers({"optimizer": opt, "lr_scheduler": entry})
-        assert [str(w.message) for w in seen] == ["A `OneCycleLR` scheduler is using 'interval': 'epoch'. Are you "
-                                                  "sure you didn't mean 'interval': 'step'?"]
+        assert [(w.category, str(w.message)) for w in seen] == [
+            (RuntimeWarning, "A `OneCycleLR` scheduler is using 'interval': 'epoch'. Are you sure you didn't mean "
+                             "'interval': 'step'?")]
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         parse_optimizers({"optimizer": opt, "lr_scheduler": {"scheduler": cycle, "interval": "step"}})
@@ -161,7 +162,8 @@ def test_schedulers_step_at_their_interval_and_frequency_plateaus_with_their_val
     configs = [SchedulerConfig("every-step", interval="step"), SchedulerConfig("third-step", interval="step", frequency=3),
                SchedulerConfig("epoch"), SchedulerConfig("second-epoch", frequency=2),
                SchedulerConfig("plateau", reduce_on_plateau=True, monitor="loss"),
-               SchedulerConfig("plateau-step", interval="step", reduce_on_plateau=True, monitor="acc", strict=False)]
+               SchedulerConfig("plateau-step", interval="step", reduce_on_plateau=True, monitor="acc", strict=False),
+               SchedulerConfig("plateau-step-loss", interval="step", reduce_on_plateau=True, monitor="loss")]
     stepped = []
 
     def step(scheduler, value):
@@ -177,7 +179,7 @@ def test_schedulers_step_at_their_interval_and_frequency_plateaus_with_their_val
     assert run("epoch", 1, False, {}) == [("epoch", None)]
     assert run("epoch", 4, False, {}) == [("epoch", None), ("second-epoch", None)]
     assert run("epoch", 1, True, {"loss": 0.5, "acc": 0.1}) == [("plateau", 0.5)]
-    assert run("step", 2, True, {"loss": 0.5, "acc": 0.25}) == [("plateau-step", 0.25)]
+    assert run("step", 2, True, {"loss": 0.5, "acc": 0.25}) == [("plateau-step", 0.25), ("plateau-step-loss", 0.5)]
     with pytest.raises(ModuleContractError) as err:
         run("epoch", 1, True, {"acc": 0.1, "b": 1.0})
     assert str(err.value) == "ReduceLROnPlateau monitors 'loss', which the module did not log; it logged: acc, b"
@@ -185,7 +187,7 @@ def test_schedulers_step_at_their_interval_and_frequency_plateaus_with_their_val
         run("epoch", 1, True, {})
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
-        assert run("step", 1, True, {"loss": 0.5}) == []
+        assert run("step", 1, True, {"loss": 0.5}) == [("plateau-step-loss", 0.5)]  # the next one still steps
     assert [(w.category, str(w.message)) for w in seen] == [
         (RuntimeWarning, "ReduceLROnPlateau conditioned on metric acc which is not available but strict is set to "
                          "`False`. Skipping learning rate update.")]
