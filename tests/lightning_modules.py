@@ -147,6 +147,20 @@ class CustomScheduler(Base):
         scheduler.step()
 
 
+@_module("skip_rest_epoch_scheduler")
+class SkipRest(Base):
+    """on_train_batch_start returns -1 mid-epoch: the epoch ends there, and Lightning still steps an
+    epoch-interval scheduler (that batch is the epoch's last)."""
+
+    def on_train_batch_start(self, batch, batch_idx):
+        return -1 if (self.trainer.current_epoch, batch_idx) == (1, 2) else None
+
+    def configure_optimizers(self):
+        opt = self.sgd()
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": StepLR(opt, step_size=1, gamma=0.5),
+                                                   "interval": "epoch"}}
+
+
 @_module("zero_grad_to_zeros")
 class ZeroGrad(Base):
     def optimizer_zero_grad(self, epoch, batch_idx, optimizer):

@@ -89,7 +89,7 @@ class Divergence:
             return None
         return self._confirm()
 
-    def _blown_up(self, loss, what: str = "loss") -> str | None:
+    def _blown_up(self, loss, what: str) -> str | None:
         if loss is not None and not _finite(loss):
             return f"the {what} is {loss}"
         if _finite(loss) and _finite(self.first_loss) and self.first_loss > 0 and loss > LOSS_FACTOR * self.first_loss:

@@ -63,11 +63,11 @@ def _evaluate(module, data, batch_size: int, device: torch.device, precision: st
     module.trainer, module.log, module.log_dict = trainer, rec.log, rec.log_dict
     local_metrics(module)
     try:
-        if f"on_{stage}_model_eval" in hooks:  # Lightning's default: eval()
-            call(f"on_{stage}_model_eval")
-        else:
-            module.eval()
-        with torch.no_grad():
+        with torch.no_grad():  # Lightning's loop runs every hook, on_{stage}_model_eval too, without gradients
+            if f"on_{stage}_model_eval" in hooks:  # Lightning's default: eval()
+                call(f"on_{stage}_model_eval")
+            else:
+                module.eval()
             call(f"on_{stage}_start")
             call(f"on_{stage}_epoch_start")
             for batch_idx, lo in enumerate(range(0, n, batch_size)):

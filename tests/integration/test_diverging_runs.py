@@ -4,8 +4,13 @@ metrics.csv. run.stop_on_divergence ends the run `diverged`, a finished status a
 a resumed run rebuilds where it diverged from its rows and does not say it again.
 
 FedBuff with a server learning rate of 30 on the small quickstart blows up at the first aggregation (its
-loss 1.8e6 against 2.3 at version 0), the same way on every machine."""
+loss ~1.8e6 against ~2.3 at version 0) on every machine. The last bits of a run's numbers differ across
+machines (docs/running.md), so no number a run computes is written here: the tests check what holds everywhere
+(where, which rule, loss > 10·L₀, how the printed numbers relate), and compare two runs byte for byte only
+where both ran on the machine at hand."""
 import json
+import re
+import statistics
 
 import pytest
 
@@ -19,8 +24,31 @@ BLOWS_UP = [*SMALL, "algorithm.name=fedbuff", "algorithm.server_lr=30", "run.che
 AT = {"version": 1, "time": 4.58}
 
 
+LINE = re.compile(r"seafl: warning: the run diverged at version 1 \(virtual time 4\.6 s\): the loss (?P<loss>\S+) "
+                  r"> 10 × the version-0 loss (?P<first>\S+); the aggregation since the evaluation before it: "
+                  r"aggregation 1 at 4\.6 s: (?P<jobs>.*?); (?P<what>going on|stopping) .*")
+JOB = re.compile(r"device (\d+) job (\d+) norm (\S+) = (\S+)× the buffer's median (\S+)")
+GUARDED = re.compile(r"update norm (?P<norm>\S+) > 1\.5 × the last 7 accepted median norm (?P<median>\S+)")
+
+
 def warnings(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if line.startswith("seafl: warning: the run diverged")]
+
+
+def check_warning(line: str) -> str:
+    """The line names the loss rule with a loss above 10 × L₀, then aggregation 1's two jobs (devices 8 and 4:
+    the virtual clock's choice, the same everywhere), each norm against the median of the two as printed;
+    what it does next."""
+    m = LINE.fullmatch(line)
+    assert m, line
+    assert float(m["loss"]) > 10 * float(m["first"]) > 0
+    jobs = [JOB.fullmatch(part) for part in m["jobs"].split(", ")]
+    assert all(jobs) and [(int(j[1]), int(j[2])) for j in jobs] == [(8, 2), (4, 0)], m["jobs"]
+    norms = [float(j[3]) for j in jobs]
+    for j in jobs:
+        assert float(j[5]) == pytest.approx(statistics.median(norms), rel=1e-3)
+        assert float(j[4]) == pytest.approx(float(j[3]) / float(j[5]), rel=1e-2)
+    return m["what"]
 
 
 @pytest.fixture(scope="module")
@@ -34,11 +62,8 @@ def diverged(tmp_path_factory):
 def test_a_run_that_diverges_says_so_once_and_goes_on(diverged):
     out, proc = diverged
     (line,) = warnings(proc.stderr)
-    assert line.startswith("seafl: warning: the run diverged at version 1 (virtual time 4.6 s): the loss 1.784e+06 "
-                           "> 10 × the version-0 loss 2.307; the aggregation since the evaluation before it: "
-                           "aggregation 1 at 4.6 s: device 8 job 2 norm 2.198 = 1.43× the buffer's median 1.54, "
-                           "device 4 job 0 norm 0.8815 = 0.572× the buffer's median 1.54")
-    assert line.endswith("going on (run.stop_on_divergence=true would stop it)")
+    assert check_warning(line) == "going on"
+    assert line.endswith("; going on (run.stop_on_divergence=true would stop it)")
     s = summary(out)
     assert s["status"] == "completed" and s["diverged_at"] == pytest.approx(AT) and s["aggregations"] == 6
     assert "diverged at version 1 (virtual time 4.6s)" in proc.stdout  # the printed summary says it too
@@ -54,13 +79,18 @@ def test_stop_on_divergence_ends_the_run_diverged_a_finished_status(diverged, tm
     proc = cli(*run_args([*BLOWS_UP, "run.stop_on_divergence=true"], out))
     assert proc.returncode == 0, proc.stderr[-3000:]
     (line,) = warnings(proc.stderr)
-    assert line.endswith("; stopping (run.stop_on_divergence)")
+    assert check_warning(line) == "stopping" and line.endswith("; stopping (run.stop_on_divergence)")
     s = summary(out)
     assert s["status"] == "diverged" and s["diverged_at"] == pytest.approx(AT) and s["aggregations"] == 1
     assert not checkpoint_versions(out) and (out / "model.pt").exists()  # ended, as a completed run ends
     stopped, whole = (out / "events.jsonl").read_bytes(), (ref / "events.jsonl").read_bytes()
-    assert whole.startswith(stopped) and stopped.endswith(b'"event": "eval", "time": 4.58, "version": 1, '
-                                                          b'"accuracy": 0.1, "loss": 1783587.0222222223}\n')
+    assert whole.startswith(stopped) and stopped.endswith(b"}\n")  # both ran here: the stopped run is a prefix
+    evals = [e for e in map(json.loads, stopped.decode().splitlines()) if e["event"] == "eval"]
+    last = evals[-1]
+    assert list(last) == ["event", "time", "version", "accuracy", "loss"] and stopped.decode().splitlines()[-1] == \
+        json.dumps(last)  # it ends at aggregation 1's evaluation
+    assert (last["time"], last["version"], last["accuracy"]) == (4.58, 1, 0.1)  # one class for every image
+    assert evals[0]["version"] == 0 and last["loss"] > 10 * evals[0]["loss"] > 0
     again = cli(*run_args([*BLOWS_UP, "run.stop_on_divergence=true"], out))
     assert again.returncode == 0 and "already holds a diverged run of this config" in again.stderr
     # the API's result: what summary.json says (a rerun returns the finished run as it is)
@@ -100,7 +130,8 @@ def test_the_guards_accepted_norms_are_kept_in_checkpoints(tmp_path):
     ref, out = tmp_path / "ref", tmp_path / "killed"
     assert cli(*run_args(guarded, ref)).returncode == 0
     aggs = [json.loads(line) for line in (ref / "events.jsonl").read_text().splitlines() if '"aggregate"' in line]
-    assert aggs[7]["updates"][0]["reason"].startswith("update norm 3.245 > 1.5 × the last 7 accepted median norm")
+    reason = GUARDED.fullmatch(aggs[7]["updates"][0]["reason"])  # aggregation 8: judged by the last 7 norms
+    assert reason and float(reason["norm"]) > 1.5 * float(reason["median"]), aggs[7]["updates"][0]["reason"]
     assert cli(*run_args(guarded, out), fault="after_aggregate:6").returncode != 0
     resumed = cli(*run_args(guarded, out))
     assert resumed.returncode == 0, resumed.stderr[-3000:]

@@ -151,6 +151,12 @@ two_optimizers = build(configure_optimizers=lambda self: [sgd(self), sgd(self)])
 unknown_form = build(configure_optimizers=lambda self: {"opt": sgd(self)})
 bad_interval = build(configure_optimizers=lambda self: (lambda o: {"optimizer": o, "lr_scheduler": {
     "scheduler": torch.optim.lr_scheduler.StepLR(o, 1), "interval": "batch"}})(sgd(self)))
+def every(frequency):
+    return build(configure_optimizers=lambda self: (lambda o: {"optimizer": o, "lr_scheduler": {
+        "scheduler": torch.optim.lr_scheduler.StepLR(o, 1), "frequency": frequency}})(sgd(self)))
+
+
+frequency_zero, frequency_negative, frequency_true = every(0), every(-1), every(True)
 val_monitor = build(configure_optimizers=lambda self: (lambda o: {"optimizer": o, "lr_scheduler": {
     "scheduler": torch.optim.lr_scheduler.ReduceLROnPlateau(o), "monitor": "val_loss"}})(sgd(self)))
 vector_loss = build(training_step=lambda self, b, i: F.cross_entropy(self(b[0]), b[1], reduction="none"))
@@ -180,6 +186,9 @@ REFUSALS = {
     "two_optimizers": "configure_optimizers returned 2 optimizers",
     "unknown_form": "configure_optimizers returned a dict without 'optimizer'",
     "bad_interval": "lr_scheduler 'interval' is 'batch'",
+    "frequency_zero": "configure_optimizers: lr_scheduler 'frequency' is 0; allowed: an integer >= 1",
+    "frequency_negative": "configure_optimizers: lr_scheduler 'frequency' is -1; allowed: an integer >= 1",
+    "frequency_true": "configure_optimizers: lr_scheduler 'frequency' is True; allowed: an integer >= 1",
     "val_monitor": "ReduceLROnPlateau monitors 'val_loss', which the module did not log",
     "vector_loss": "training_step's loss is a tensor of shape (2,)",
     "returns_text": "training_step returned a str",

@@ -1,10 +1,12 @@
 """Config: defaults from SPEC, YAML + dotted overrides, errors that name key, value and fix."""
+import math
 from pathlib import Path
 
 import pytest
 import yaml
 
 from seafl_dist.settings import Config, ConfigError, config_from_dict, dump_config, load_config
+from seafl_dist.settings.domains import interval
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -138,3 +140,131 @@ def test_the_guard_and_the_divergence_stop_are_left_out_of_config_yaml_at_their_
     on = config_from_dict({}, ["algorithm.update_norm_factor=10", "run.stop_on_divergence=true"])
     assert "update_norm_factor: 10.0" in dump_config(on) and "stop_on_divergence: true" in dump_config(on)
     assert config_from_dict(yaml.safe_load(dump_config(on))) == on
+
+
+def _read(section: str, name: str, value, *extra):
+    """The key ``section.name`` read from a config tree (not an override: the value as YAML left it)."""
+    return getattr(getattr(config_from_dict({section: {name: value}}, list(extra)), section), name)
+
+
+def test_a_value_is_read_as_its_keys_type_or_refused_in_one_line():
+    """settings/core.py _coerce: what a YAML file or an override may write for each kind of key."""
+    for inf in (math.inf, "inf", "+inf", "Infinity", ".inf", "INF"):  # "no limit" where the key declares one
+        assert _read("run", "max_time", inf) is None
+    for null in (None, "null", "None", "none"):
+        assert _read("run", "max_time", null) is None and _read("devices", "profile", null) is None
+    from typing import Optional
+
+    from seafl_dist.settings.core import _coerce
+    from seafl_dist.settings.domains import Text
+    assert _coerce("k", Optional[str], "inf", Text()) == "inf"  # a name or a path, not a number: no limit is a number's
+    assert _read("run", "max_aggregations", 3.0) == 3 and type(_read("run", "max_aggregations", 3.0)) is int
+    assert _read("train", "lr", 2) == 2.0 and type(_read("train", "lr", 2)) is float
+    assert _read("runtime", "precision", 32) == "32" and _read("run", "targets", 0.5) == [0.5]
+    assert _read("run", "targets", (0.5, 0.7)) == [0.5, 0.7]
+    for section, name, value, allowed in (
+            ("run", "max_aggregations", 3.5, "an integer >= 1, or null or .inf (no limit)"),
+            ("run", "max_aggregations", True, "an integer >= 1, or null or .inf (no limit)"),
+            ("train", "lr", "inf", "a finite number > 0"), ("train", "lr", math.inf, "a finite number > 0"),
+            ("train", "lr", True, "a finite number > 0"), ("train", "lr", "0.1", "a finite number > 0"),
+            ("runtime", "precision", True, "one of 32, bf16"),
+            ("runtime", "precision", math.nan, "one of 32, bf16"),
+            ("run", "stop_on_divergence", 1, "true or false"), ("run", "stop_on_divergence", "true", "true or false"),
+            ("run", "targets", {"a": 1}, "a list, each item a finite number"),
+            ("run", "targets", [0.5, "x"], "a list, each item a finite number"),
+            ("run", "max_time", -math.inf, "a number > 0, or null or .inf (no limit)")):
+        with pytest.raises(ConfigError) as err:
+            _read(section, name, value)
+        assert str(err.value) == f"config key '{section}.{name}' has value {value!r}; allowed: {allowed}", value
+
+
+def test_a_run_stops_somewhere():
+    with pytest.raises(ConfigError) as err:
+        config_from_dict({}, ["run.max_aggregations=null"])
+    assert str(err.value) == ("config key 'run.max_aggregations' has value None; allowed: a number, unless "
+                              "run.max_time or run.target_accuracy is set")
+    for stop in ("run.max_time=10", "run.target_accuracy=0.5"):
+        assert config_from_dict({}, ["run.max_aggregations=null", stop]).run.max_aggregations is None
+
+
+def test_an_intervals_ends_and_infinities():
+    unit, half_open, no_limit, line = interval("(0, 1]"), interval("[0, 1)"), interval("(0, inf]"), \
+        interval("(-inf, inf)")
+    assert [unit.contains(v) for v in (0.0, 1e-12, 1.0, 1.0 + 1e-12, math.nan, math.inf)] == [
+        False, True, True, False, False, False]
+    assert [half_open.contains(v) for v in (0.0, -1e-12, 1.0, 1.0 - 1e-12)] == [True, False, False, True]
+    assert [no_limit.contains(v) for v in (math.inf, -math.inf, 0.0, 1e300)] == [True, False, False, True]
+    assert [line.contains(v) for v in (math.inf, -math.inf, math.nan, -1e300)] == [False, False, False, True]
+    assert no_limit.no_limit and not line.no_limit and not unit.no_limit
+    closed = interval("[-inf, inf]")  # no key declares it, but the rule holds there too: -inf and NaN never
+    assert [closed.contains(v) for v in (-math.inf, math.inf, math.nan, 0.0)] == [False, True, False, True]
+
+
+def test_a_section_built_in_python_checks_each_value_itself():
+    """Built directly (the API, the tests), a section gets no coercion: check_fields refuses what the YAML path's
+    _coerce would have refused, in the same words."""
+    from seafl_dist.settings import RunConfig, TrainConfig
+    for make, message in (
+            (lambda: RunConfig(seed=None), "config key 'run.seed' has value None; allowed: an integer in [0, 4294967295]"),
+            (lambda: RunConfig(seed=2.0), "config key 'run.seed' has value 2.0; allowed: an integer in [0, 4294967295]"),
+            (lambda: RunConfig(stop_on_divergence=1), "config key 'run.stop_on_divergence' has value 1; allowed: true or "
+                                                      "false"),
+            (lambda: TrainConfig(lr=True), "config key 'train.lr' has value True; allowed: a finite number > 0"),
+            (lambda: RunConfig(targets=(0.5,)), "config key 'run.targets' has value (0.5,); allowed: a list, each item a "
+                                                "finite number"),
+            (lambda: RunConfig(targets=[0.5, None]), "config key 'run.targets' has value [0.5, None]; allowed: a list, "
+                                                     "each item a finite number"),
+            (lambda: RunConfig(target_metric=""), "config key 'run.target_metric' has value ''; allowed: a non-empty "
+                                                  "string"),
+            (lambda: RunConfig(target_mode="up"), "config key 'run.target_mode' has value 'up'; allowed: one of max, min")):
+        with pytest.raises(ConfigError) as err:
+            make()
+        assert str(err.value) == message
+    assert TrainConfig(lr=1).lr == 1 and RunConfig(targets=[]).targets == []  # an int is a number; no targets at all
+
+
+@pytest.mark.parametrize("metric, low, high", [(["run.target_metric=accuracy"], "0", "1]"),
+                                               (["run.target_metric=loss", "run.target_mode=min"], "0", "inf]")],
+                         ids=["accuracy", "loss-min"])
+def test_a_target_of_accuracy_or_loss_lies_in_the_metrics_range(metric, low, high):
+    """Not declared per key (the range is the metric's): 0 is never reached by a target of either (an
+    accuracy of 0 is no goal, nor a loss of exactly 0), 1.0 is a perfect accuracy, and a loss has no top."""
+    allowed = f"values of {metric[0]} in ({low}, {high}"
+    for key, text, shown in (("run.target_accuracy", "0", "0.0"), ("run.targets", "[0]", "[0]"),
+                             ("run.targets", "[0.5, 0]", "[0.5, 0]"), ("run.target_accuracy", "-1.0e-9", "-1e-09")):
+        with pytest.raises(ConfigError) as refused:
+            config_from_dict({}, [*metric, f"{key}={text}"])
+        assert str(refused.value) == f"config key '{key}' has value {shown}; allowed: {allowed}"
+    run = config_from_dict({}, [*metric, "run.target_accuracy=1.0", "run.targets=[1.0e-9, 1.0]"]).run
+    assert (run.target_accuracy, run.targets) == (1.0, [1e-9, 1.0])
+    if high == "1]":
+        for key, text in (("run.target_accuracy", "1.000001"), ("run.targets", "[0.5, 1.000001]")):
+            with pytest.raises(ConfigError, match=r"allowed: values of run.target_metric=accuracy in \(0, 1\]$"):
+                config_from_dict({}, [*metric, f"{key}={text}"])
+    else:
+        assert config_from_dict({}, [*metric, "run.target_accuracy=1.0e+6"]).run.target_accuracy == 1e6
+
+
+def test_a_section_given_a_value_is_refused_and_the_domains_no_key_uses_yet_hold():
+    """A section written as a value; list domains beside the one key of each kind (targets: numbers, tags:
+    strings): a list that may not be empty, an Optional list, a list of import paths."""
+    from typing import Optional
+
+    from seafl_dist.settings.domains import ListOf, Text, check_value, plugin_or
+    with pytest.raises(ConfigError) as err:
+        config_from_dict({"train": 5})
+    assert str(err.value) == "config key 'train' has value 5; allowed: a mapping of the keys of section 'train'"
+    assert config_from_dict({}, ["logging.wandb.tags=[a, b]"]).logging.wandb.tags == ["a", "b"]
+    some = ListOf(Text(), empty=False)
+    check_value("k", ["a"], some, list)
+    for value, tp, domain, allowed in (
+            ([], list, some, "a list, each item a non-empty string (at least one)"),
+            ("a", Optional[list], ListOf(Text()), "a list, each item a non-empty string, or null"),
+            ([""], Optional[list], ListOf(Text()), "a list, each item a non-empty string, or null"),
+            ([math.nan], list, ListOf(interval("(-inf, inf)")), "a list, each item a finite number")):
+        with pytest.raises(ConfigError) as err:
+            check_value("k", value, domain, tp)
+        assert str(err.value) == f"config key 'k' has value {value!r}; allowed: {allowed}"
+    with pytest.raises(ConfigError, match="^config key 'model.name' has value 'no_such_module_zz:f'"):
+        check_value("model.name", ["no_such_module_zz:f"], ListOf(plugin_or(("lenet5",))), list)
+

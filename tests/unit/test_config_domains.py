@@ -67,6 +67,9 @@ def edges(iv: Interval, kind) -> list[str]:
     return out + ([".inf"] if iv.no_limit else [])
 
 
+NOT_FINITE = [".nan", ".inf", "-.inf"]
+
+
 def bad_values(tp, domain) -> list[str]:
     kind, wrong = base_type(tp), ["{a: 1}", "[[1]]"]
     nulls = [] if optional(tp) else ["null"]
@@ -74,10 +77,11 @@ def bad_values(tp, domain) -> list[str]:
         return outside(domain, kind) + ["abc", "true", "[1]", ""] + wrong + nulls
     if kind is bool:
         return ["maybe", "2", "[]", ""] + wrong + nulls
-    if kind is str:
-        return ["", "true", "[a]"] + (["zzz_not_allowed"] if isinstance(domain, OneOf) else []) + wrong + nulls
+    if kind is str:  # YAML's .nan and ±.inf are numbers, never the words "nan" and "inf"
+        return ["", "true", "[a]", *NOT_FINITE] + (["zzz_not_allowed"] if isinstance(domain, OneOf) else []) + \
+            wrong + nulls
     item = domain.item
-    items = outside(item, float) + ["abc", "true"] if isinstance(item, Interval) else ["1", "true", "''"]
+    items = outside(item, float) + ["abc", "true"] if isinstance(item, Interval) else ["1", "true", "''", *NOT_FINITE]
     return [f"[{i}]" for i in items] + ["{a: 1}", "''"] + ([] if domain.empty else ["[]"]) + nulls
 
 
@@ -149,4 +153,3 @@ def test_the_command_itself_refuses_with_one_line_and_exit_2(tmp_path):
         assert proc.returncode == 2 and not out.exists(), proc.stderr
         key = bad.split("=")[0]
         one_line_message(proc.stderr.strip(), f"seafl: error: config key '{key}' has value", "allowed: a")
-

@@ -57,9 +57,46 @@ def test_a_dip_that_recovers_is_not_a_divergence():
     assert first([(0.1, 2.3), (0.9, 0.3), (0.181, 2.2), (0.1, 2.3), (0.1, 2.3), (0.9, 0.3)]) is None  # 0.181 > floor
 
 
+def test_a_blow_up_inside_an_open_collapse_is_dated_where_the_collapse_began():
+    # the accuracy collapsed at version 2 (not yet sustained); at version 3 the loss blows up: the run diverged
+    # at version 2, said at once, for the loss
+    at, why, said = first([(0.1, 2.3), (0.9, 0.3), (0.1, 2.3), (0.1, 23.5), (0.9, 0.3)])
+    assert at == {"version": 2, "time": 20.0} and said == 3
+    assert why == "the loss 23.5 > 10 × the version-0 loss 2.3"
+    d = Divergence(C)
+    d.replay(rows((0.1, 2.3), (0.9, 0.3), (0.1, 2.3), (0.1, 23.5)))
+    assert d.at == {"version": 2, "time": 20.0} and d.pending is None and d.finish() is None
+
+
+def test_the_accuracy_floor_and_the_loss_factor_are_inclusive_and_exclusive_as_documented():
+    # chance 0, best 1.0: the floor is 0 + 0.1 × 1.0 = 0.1 exactly, and an accuracy at it has collapsed
+    at, why, said = first([(0.0, 2.0), (1.0, 0.1), (0.1, 2.0), (0.1, 2.0), (0.1, 2.0)], chance=0.0)
+    assert at["version"] == 2 and said == 4
+    assert why == ("the accuracy fell to 0.1000, keeping at most 10% of the best 1.0000's margin over chance (0.0000, "
+                   "the largest class's share of the test set), and stayed there for 3 evaluations")
+    # a version-0 loss of 0 (or none) is no reference: no later loss is ten times it
+    assert first([(0.1, 0.0), (0.5, 1.0), (0.5, 5.0)]) is None
+    assert first([(0.1, None), (0.5, 1.0), (0.5, 50.0)]) is None
+
+
+def test_a_collapse_of_two_evaluations_at_the_end_says_how_long():
+    at, why, said = first([(0.1, 2.3), (0.9, 0.3), (0.1, 2.3), (0.1, 2.3)])
+    assert at["version"] == 2 and said == "end" and why.endswith("), and stayed there for 2 evaluations")
+
+
+def test_the_built_in_loss_as_target_metric_keeps_the_accuracy_rule():
+    """run.target_metric=loss, run.target_mode=min: the built-in evaluation still gives the accuracy, and a
+    collapse of it is a divergence as for the default metric."""
+    d = Divergence(C, "loss", "min")
+    said = [d.observe(r) for r in rows((0.1, 2.3), (0.9, 0.3), (0.1, 2.3), (0.1, 2.3), (0.1, 2.3))]
+    assert said[:4] == [None] * 4 and said[4].startswith("the accuracy fell to 0.1000") and d.at["version"] == 2
+
+
 def test_a_collapse_that_lasts_until_the_end_is_named_there():
     at, why, said = first([(0.1, 2.3), (0.9, 0.3), (0.1, 2.3)])
-    assert at["version"] == 2 and said == "end" and "the run ended there" in why
+    assert at["version"] == 2 and said == "end"
+    assert why == ("the accuracy fell to 0.1000, keeping at most 10% of the best 0.9000's margin over chance (0.1000, "
+                   "the largest class's share of the test set), and the run ended there")
 
 
 def test_a_run_that_never_learned_half_way_is_not_said_to_collapse():
@@ -92,8 +129,26 @@ def test_a_resumed_run_rebuilds_the_state_from_its_rows():
     assert resumed.at == whole.at == {"version": 2, "time": 20.0}
 
 
+class OnDevice:
+    """A tensor on a GPU, as numpy sees it: readable only through ``.cpu()``."""
+
+    def __init__(self, tensor):
+        self.tensor = tensor
+
+    def __len__(self):
+        return len(self.tensor)
+
+    def cpu(self):
+        return self.tensor
+
+    def __array__(self, *args, **kwargs):
+        raise TypeError("can't convert cuda:0 device type tensor to numpy")
+
+
 def test_the_chance_level_is_the_largest_class_share():
     assert majority_share(torch.tensor([0, 1, 1, 2])) == 0.5
+    assert majority_share(OnDevice(torch.tensor([4, 4, 1, 4]))) == 0.75
+    assert majority_share(np.array([[3], [3], [1]])) == pytest.approx(2 / 3)  # a column of labels
     assert majority_share(np.array([3, 3, 3])) == 1.0
     assert majority_share(None) is None and majority_share(torch.tensor([], dtype=torch.int64)) is None
 
@@ -111,6 +166,7 @@ def own(values, mode):
 
 def test_a_modules_own_loss_diverges_above_ten_times_its_first_value_or_when_not_finite():
     assert own([1.0, 0.5, 10.0, 0.4], "min") is None  # exactly ten times: not yet
+    assert own([None, 1.0, 50.0], "min") is None  # no version-0 value: nothing to be ten times
     at, why = own([1.0, 0.5, 10.01, 0.4], "min")
     assert at == {"version": 2, "time": 20.0} and why.startswith("the test_loss 10.01 > 10 × the version-0 test_loss 1")
     at, why = own([1.0, 0.5, float("nan")], "min")
@@ -119,5 +175,6 @@ def test_a_modules_own_loss_diverges_above_ten_times_its_first_value_or_when_not
 
 def test_a_modules_own_score_diverges_only_when_not_finite():
     assert own([0.1, 0.9, 0.0, 0.0, 0.0, 0.0], "max") is None  # no chance level: a fall is not a divergence
+    assert own([0.01, 0.5, 0.9, 0.95], "max") is None  # a score that rises ninety-fold is no loss blowing up
     at, why = own([0.1, 0.9, float("inf")], "max")
     assert at["version"] == 2 and why == "the score is inf"

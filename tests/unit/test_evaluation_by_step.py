@@ -128,3 +128,78 @@ def test_out_of_gpu_memory_the_batches_halve_once_and_say_so(test_set, capsys):
         "seafl: out of GPU memory evaluating; evaluating in batches of 90 from now on"]
     assert got == evaluate_by_step(SmallGPU(), flat, test_set, batch_size=90)
     assert evaluate_by_step(module, flat, test_set, batch_size=360) == got and capsys.readouterr().err == ""
+
+
+def _hooks_recording(stage: str):
+    """A module whose every {stage} hook records what it was called with and what it sees of the Trainer,
+    then does what Lightning's default does; its step logs its loss."""
+    step_name = "test_step" if stage == "test" else "validation_step"
+
+    class Recording(lm.Base):
+        def __init__(self):
+            super().__init__()
+            self.calls = []
+
+        def record(self, hook, *args):
+            t = self.trainer
+            self.calls.append((hook, *args, t.training, t.validating, t.testing, self.training,
+                               torch.is_grad_enabled(), t.lightning_module is self, str(t.strategy.root_device),
+                               t.current_epoch, t.global_step))
+
+    def recorder(hook):
+        def method(self, *args):
+            shown = [(len(a[1]) if isinstance(a, (list, tuple)) else round(float(a), 6) if isinstance(a, torch.Tensor)
+                      else a) for a in args]
+            self.record(hook, *shown)
+            return getattr(super(Recording, self), hook)(*args)
+        method.__name__ = hook
+        return method
+
+    def step(self, batch, batch_idx):
+        loss = self.loss(batch)
+        self.record(step_name, len(batch[1]), batch_idx)
+        self.log("eval_loss", loss)
+        return loss
+
+    setattr(Recording, step_name, step)
+    for when in ("start", "epoch_start", "batch_start", "batch_end", "epoch_end", "end", "model_eval", "model_train"):
+        setattr(Recording, f"on_{stage}_{when}", recorder(f"on_{stage}_{when}"))
+    return Recording
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize("stage", ["test", "validation"])
+def test_every_evaluation_hook_is_called_as_lightning_calls_it(stage, test_set):
+    """Each hook of the stage, in Lightning's order, with its arguments (the batch, its index, the step's
+    output), seeing the Trainer in the stage's state, the module in eval mode, no gradients; the module's
+    mode restored by on_{stage}_model_train."""
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    cls = _hooks_recording(stage)
+    ours, theirs = cls(), cls()
+    theirs.load_state_dict(ours.state_dict())
+    ours.train()
+    got = evaluate_by_step(ours, flatten(ours), test_set, batch_size=150)
+    trainer = L.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False)
+    run = trainer.test if stage == "test" else trainer.validate
+    want = run(theirs, dataloaders=Batches(test_set, 150), verbose=False)[0]
+    assert got == {k: float(v) for k, v in want.items()}
+    assert ours.calls == theirs.calls and ours.training
+    assert [c[0] for c in ours.calls[:3]] == [f"on_{stage}_model_eval", f"on_{stage}_start", f"on_{stage}_epoch_start"]
+    assert [c[0] for c in ours.calls[-3:]] == [f"on_{stage}_epoch_end", f"on_{stage}_end", f"on_{stage}_model_train"]
+    assert len(ours.calls) == 6 + 3 * 3  # three batches of 150, 150 and 60: start, step, end each
+
+
+def test_the_step_runs_under_the_given_precision_context(test_set):
+    entered = []
+
+    class Counting:
+        def __enter__(self):
+            entered.append(torch.is_grad_enabled())
+
+        def __exit__(self, *exc):
+            return False
+
+    module = lm.build("evaluates_itself")
+    evaluate_by_step(module, flatten(module), test_set, batch_size=150, autocast=Counting)
+    assert entered == [False] * 3  # each of the three batches' steps, under no_grad

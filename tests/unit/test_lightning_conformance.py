@@ -98,7 +98,7 @@ def test_the_table_covers_the_cases_the_issue_names():
                  "form_outer_monitor", "onecycle_per_step", "plateau_on_step_value", "step_returns_dict",
                  "step_returns_none", "step_without_batch_idx", "every_hook", "clip_by_own_hook",
                  "warmup_optimizer_step", "log_reduce_fx", "adam", "custom_scheduler", "zero_grad_to_zeros",
-                 "torchmetrics_logged"):
+                 "torchmetrics_logged", "skip_rest_epoch_scheduler"):
         assert must in CASES
     assert {"norm", "value"} <= {c[1] or "norm" for c in CLIP.values()}
 

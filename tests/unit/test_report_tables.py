@@ -5,10 +5,11 @@ import math
 
 import pytest
 
-from seafl_dist.settings import config_from_dict, dump_config
+from seafl_dist.settings import ConfigError, config_from_dict, dump_config
 from seafl_dist.report.build import fmt_ratio, fmt_ttt, write_report
+from seafl_dist.report.metric import Metric
 from seafl_dist.report.sinks import METRIC_COLUMNS
-from seafl_dist.report.runs import find_runs
+from seafl_dist.report.runs import common_metric, find_runs
 from seafl_dist.report.tables import group_rows, group_runs, run_rows
 
 
@@ -89,6 +90,80 @@ def test_run_rows_and_files(sweep_dir, tmp_path):
     png = (out / "accuracy_vs_time.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
     assert "timeline.png" not in result["files"]  # only for a single run
+
+
+def test_a_metric_to_minimise_reports_its_lowest_as_best(tmp_path):
+    """run.target_metric=loss, run.target_mode=min: best_loss is the lowest loss (make_run writes 1 - accuracy)."""
+    make_run(tmp_path / "r", [(0, 0.1), (5, 0.8), (9, 0.6)], extra=["run.target_metric=loss", "run.target_mode=min"])
+    (run,) = find_runs([tmp_path / "r"])
+    figures = run.figures()
+    assert figures["best_loss"] == pytest.approx(0.2) and figures["final_loss"] == pytest.approx(0.4)
+    assert "best_accuracy" not in figures
+
+
+def test_the_target_metric_its_direction_and_its_words():
+    """report/metric.py: what a run's config names (config.yaml leaves the defaults out), when a value reaches a
+    target, the best of values (None, NaN and booleans are no values), and how tables and lines name it."""
+    assert Metric.of(config_from_dict({}, ["run.target_metric=loss", "run.target_mode=min"]).run) == \
+        Metric("loss", "min")
+    assert Metric.of_tree({"run": {"target_metric": "test_loss", "target_mode": "min"}}) == Metric("test_loss", "min")
+    assert Metric.of_tree(None) == Metric.of_tree({"run": None}) == Metric.of_tree({"run": {"seed": 1}}) == \
+        Metric("accuracy", "max")
+    low, high = Metric("test_loss", "min"), Metric()
+    assert [low.reached(v, 0.5) for v in (0.4, 0.5, 0.6, None, math.nan, False)] == [True, True, False, False, False,
+                                                                                     False]
+    assert [high.reached(v, 0.5) for v in (0.4, 0.5, 0.6, None, math.nan, True)] == [False, True, True, False, False,
+                                                                                     False]
+    values = [None, math.nan, 2.0, True, 1.5, 3]
+    assert (low.best(values), high.best(values), low.best([None, math.nan]), high.best([])) == (1.5, 3, None, None)
+    assert (high.label, Metric("loss", "min").label, low.label) == ("test accuracy", "test loss", "test_loss")
+    assert (high.direction, low.direction) == ("higher is better", "lower is better")
+    assert high.is_accuracy and not Metric("accuracy", "min").is_accuracy and not Metric("loss").is_accuracy
+    assert (high.target_text(0.9), low.target_text(0.25), Metric("score").target_text(3)) == ("90%", "≤0.25", "≥3")
+
+
+def test_a_runs_figures_from_its_summary_or_else_from_its_rows(tmp_path):
+    make_run(tmp_path / "r", [(0, 0.1), (4, 0.6), (9, 0.5)], notify=3, drops=2)
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    summary.update(aggregations=7, mean_staleness=2.5, notifications=9)  # summary.json's word, not the rows'
+    (tmp_path / "r" / "summary.json").write_text(json.dumps(summary))
+    (run,) = find_runs([tmp_path / "r"])
+    assert run.figures() == {"best_accuracy": 0.6, "final_accuracy": 0.5, "aggregations": 7, "virtual_time": 9.0,
+                             "mean_staleness": 2.5, "notifications": 9, "drops": 2, "wall_time_s": 1.5}
+    # no summary.json (a run killed before it wrote one): the rows' own figures, the staleness weighed by updates
+    (tmp_path / "r" / "summary.json").unlink()
+    with open(tmp_path / "r" / "metrics.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=METRIC_COLUMNS)
+        w.writeheader()
+        for v, (t, acc, n, stale) in enumerate([(0, 0.1, "", 7.0), (4, 0.6, 1, 4.0), (9, 0.5, 3, 0.0)]):
+            w.writerow({"version": v, "time": t, "accuracy": acc, "loss": 1 - acc, "updates": n,
+                        "mean_staleness": stale, "max_staleness": 0, "notifications": 2 * v, "rejected": 0})
+    (run,) = find_runs([tmp_path / "r"])
+    figures = run.figures()
+    assert math.isnan(figures.pop("wall_time_s"))
+    assert figures == {"best_accuracy": 0.6, "final_accuracy": 0.5, "aggregations": 2, "virtual_time": 9.0,
+                       "mean_staleness": 1.0, "notifications": 4.0, "drops": 0}
+    # a module's own metric that metrics.csv lacks (a run of an older seafl_dist): no value, NaN
+    other = make_run(tmp_path / "other", [(0, 0.1)], extra=["run.target_metric=test_loss", "run.target_mode=min"])
+    figures = find_runs([other])[0].figures()
+    assert math.isnan(figures["best_test_loss"]) and math.isnan(figures["final_test_loss"])
+    empty = make_run(tmp_path / "empty", [])  # killed before its first evaluation
+    (empty / "summary.json").unlink()
+    figures = find_runs([empty])[0].figures()
+    assert all(math.isnan(figures.pop(k)) for k in ("best_accuracy", "final_accuracy", "wall_time_s"))
+    assert figures == {"aggregations": 0, "virtual_time": 0.0, "mean_staleness": 0.0, "notifications": 0, "drops": 0}
+
+
+def test_runs_of_one_target_metric_report_together_and_of_two_are_refused(tmp_path):
+    loss = ["run.target_metric=loss", "run.target_mode=min"]
+    make_run(tmp_path / "a" / "r0", [(0, 0.1)], extra=loss)
+    make_run(tmp_path / "a" / "r1", [(0, 0.1)], extra=[*loss, "run.seed=1"])
+    make_run(tmp_path / "b" / "acc", [(0, 0.1)])
+    assert common_metric(find_runs([tmp_path / "a"])) == Metric("loss", "min") and common_metric([]) == Metric()
+    with pytest.raises(ConfigError) as refused:
+        common_metric(find_runs([tmp_path / "a", tmp_path / "b"]))
+    assert str(refused.value) == ("these runs follow different target metrics: loss (min) in r0; accuracy (max) in "
+                                  "acc; report each metric's runs apart")
 
 
 def test_drops_are_a_figure_of_runs_and_grid_points(tmp_path):

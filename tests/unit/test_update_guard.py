@@ -49,6 +49,21 @@ def test_an_update_far_above_the_buffers_median_is_rejected_before_the_rule():
     assert not any(i["rejected"] for i in kept.info)  # 50 < 100 × 1.1
 
 
+def test_a_buffer_of_three_or_more_is_its_own_reference_whatever_the_history_holds():
+    history = NormHistory([100.0] * 5)  # large accepted norms: with them in the median, 50 would pass
+    res = aggregate(fedbuff(10), 0, W0, buffer(1.0, 1.2, 0.9, 50.0), {0: W0}.__getitem__, None, history)
+    assert [i["rejected"] for i in res.info] == [False, False, False, True]
+    assert res.info[3]["reason"] == "update norm 50 > 10 × the buffer's median norm 1.1"
+    assert history.to_list() == pytest.approx([100.0] * 5 + [1.0, 1.2, 0.9])
+
+
+def test_three_peers_are_a_reference_and_a_norm_at_exactly_the_factor_is_kept():
+    res = aggregate(fedbuff(10), 0, W0, buffer(1.0, 1.0, 50.0), {0: W0}.__getitem__, None, NormHistory())
+    assert [i["rejected"] for i in res.info] == [False, False, True]  # three norms: their median (1) judges
+    res = aggregate(fedbuff(10), 0, W0, buffer(1.0, 1.0, 1.0, 10.0), {0: W0}.__getitem__, None, NormHistory())
+    assert not any(i["rejected"] for i in res.info)  # 10 = 10 × 1 is not above it
+
+
 def test_with_the_guard_off_norms_are_measured_and_nothing_is_rejected():
     history = NormHistory()
     res = aggregate(fedbuff(None), 0, W0, buffer(1.0, 1.0, 1.0, 1e6), {0: W0}.__getitem__, None, history)
