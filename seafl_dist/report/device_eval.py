@@ -135,26 +135,26 @@ class DeviceEvalFiles:
                     pass
 
 
-def read_device_metrics(run_dir: Path) -> list[dict]:
-    """device_metrics.csv's rows, numbers parsed (a blank metric is None); [] when the run has none."""
+def _csv_rows(path: Path) -> list[dict]:
     try:
-        with open(Path(run_dir) / DEVICE_METRICS, newline="") as f:
-            rows = list(csv.DictReader(f))
+        with open(path, newline="") as f:
+            return list(csv.DictReader(f))
     except FileNotFoundError:
         return []
+
+
+def read_device_metrics(run_dir: Path) -> list[dict]:
+    """device_metrics.csv's rows, numbers parsed (a blank metric is None); [] when the run has none."""
     ints = ("version", "device", "samples")
-    return [{k: (int(v) if k in ints else float(v) if v != "" else None) for k, v in r.items()} for r in rows]
+    return [{k: (int(v) if k in ints else float(v) if v != "" else None) for k, v in r.items()}
+            for r in _csv_rows(Path(run_dir) / DEVICE_METRICS)]
 
 
 def read_device_summary(run_dir: Path) -> list[dict]:
     """device_summary.csv's rows, numbers parsed; [] when the run has none."""
-    try:
-        with open(Path(run_dir) / DEVICE_SUMMARY, newline="") as f:
-            rows = list(csv.DictReader(f))
-    except FileNotFoundError:
-        return []
-    return [{k: (v if k == "metric" else int(v) if k in ("version", "devices", "without_holdout", "non_finite")
-                 else float(v) if v != "" else None) for k, v in r.items()} for r in rows]
+    ints = ("version", "devices", "without_holdout", "non_finite")
+    return [{k: (v if k == "metric" else int(v) if k in ints else float(v) if v != "" else None) for k, v in r.items()}
+            for r in _csv_rows(Path(run_dir) / DEVICE_SUMMARY)]
 
 
 def device_rows_before(run_dir: Path, target: str, before: float) -> dict[int, tuple]:

@@ -162,3 +162,27 @@ def test_femnist_writers_own_test_data_and_a_writer_without_any(tmp_path):
         assert held.sizes[i] == len(made["test"][w][1])
         if held.sizes[i]:
             assert r["accuracy"] == evaluate(build_model("lenet5", 62, 1, image_size=28), flat, held.rows(i))[0]
+
+
+def test_the_report_draws_the_final_distribution_and_tables_it_per_speed_quartile(run, tmp_path):
+    from seafl_dist.report.build import write_report
+    report = write_report([run], tmp_path / "report")
+    for name in ("device_eval_cdf.png", "device_eval_cdf.pdf", "device_eval_cdf.csv", "device_eval_vs_speed.png",
+                 "device_eval_vs_speed.pdf", "device_eval_vs_speed.csv", "device_eval.csv"):
+        assert report["files"][name].is_file(), name
+    assert "## Devices' own held-out data" in report["markdown"]
+    table = list(csv.DictReader(open(tmp_path / "report" / "device_eval.csv")))
+    assert len(table) == 1 and table[0]["seeds"] == "1"
+    final = next(s for s in read_device_summary(run) if s["version"] == 6 and s["metric"] == "accuracy")
+    assert float(table[0]["p10_mean"]) == pytest.approx(final["p10"])
+    assert float(table[0]["worst10_mean_mean"]) == pytest.approx(final["worst10_mean"])
+    part = {int(r["device"]): r for r in csv.DictReader(open(tmp_path / "report" / "participation.csv"))}
+    last = [r for r in read_device_metrics(run) if r["version"] == 6]
+    for q in (1, 2, 3, 4):  # each quartile's mean over its evaluated devices, quartiles from the trace's speeds
+        mine = [r["accuracy"] for r in last if part[r["device"]]["speed_quartile"] == str(q)]
+        got = table[0][f"q{q}_mean_mean"]
+        assert (got == "" and not mine) or float(got) == pytest.approx(np.mean(mine))
+    cdf = list(csv.DictReader(open(tmp_path / "report" / "device_eval_cdf.csv")))
+    at = {round(float(r["fraction_of_devices"]), 2): float(r["value_mean_over_seeds"]) for r in cdf}
+    values = [r["accuracy"] for r in last]
+    assert at[0.1] == pytest.approx(np.quantile(values, 0.1)) and at[0.5] == pytest.approx(np.median(values))
