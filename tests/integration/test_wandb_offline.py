@@ -63,7 +63,8 @@ def test_history_holds_every_eval_and_aggregation(offline_run):
     events = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
     assert [h["agg/updates"] for h in aggs] == [len(e["updates"]) for e in events if e["event"] == "aggregate"]
     images = {k.rsplit("/", 1)[0] for h in wb["history"] for k in h if k.startswith("plots/")}
-    assert images == {"plots/accuracy_vs_time", "plots/time_to_target", "plots/timeline"}  # as wandb.Image
+    assert images == {"plots/accuracy_vs_time", "plots/time_to_target", "plots/timeline",
+                      "plots/participation"}  # as wandb.Image
 
 
 def test_config_summary_group_and_sync_note(offline_run):
