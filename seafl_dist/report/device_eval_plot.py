@@ -159,8 +159,8 @@ def plot_cdf(panels: list[dict], title: str, path: Path) -> Figure:
         ax.grid(alpha=0.3)
         ax.legend(loc="upper left", frameon=False)
         seeds = sorted({len(p["runs"]) for p in panels})
-        caption = "one seed" if seeds == [1] else "mean over seeds of each quantile; faint: each seed"
-        fig.suptitle(wrap(title, 60) + f"\ndevices' own held-out data at the end ({caption})", fontsize=10)
+        caption = "" if seeds == [1] else "\nmean over seeds of each quantile; faint: each seed"
+        fig.suptitle(wrap(title, 60) + f"\ndevices' own held-out data at the end{caption}", fontsize=10)
     save(fig, path, rows)
     return fig
 
@@ -185,9 +185,8 @@ def plot_vs_speed(panels: list[dict], title: str, path: Path) -> Figure:
                 ax.xaxis.set_minor_locator(NullLocator())
         for ax in axes[len(panels):]:
             ax.set_visible(False)
+        fig.supylabel(_axis_label(panels), fontsize=11)  # once: a label per row ran into the next row's
         for i, ax in enumerate(axes[:len(panels)]):
-            if i % ncol == 0:
-                ax.set_ylabel(wrap(_axis_label(panels).replace(" (final model)", ""), 30))
             if i + ncol >= len(panels):
                 ax.set_xlabel("mean job duration (s)" + (", log scale" if log else "") + "\n← faster · slower →")
                 ax.xaxis.set_tick_params(labelbottom=True)
@@ -219,5 +218,6 @@ def _speed_panel(ax, p: dict) -> None:
                 ax.hlines(mean, edges[q - 1], edges[q], color="black", lw=2.0, zorder=4)
                 ax.hlines(mean, edges[q - 1], edges[q], color=look["color"], lw=1.2, zorder=4)
     gap = p["means"]["q4_minus_q1"][0]
+    gap = None if gap is None else round(gap, 3) + 0.0  # + 0.0: no "-0.000"
     ax.set_title(wrap(p["label"], 40) + ("" if gap is None else f"\nQ4 − Q1: {gap:+.3f}"), fontsize=9.5)
     ax.grid(alpha=0.3)
