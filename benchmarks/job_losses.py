@@ -1,12 +1,14 @@
 """One job of a finished run, trained again with its loss printed at every step: why did it blow up?
 
-    python benchmarks/job_losses.py RUN_DIR --job 474 [--every 1]
+    python benchmarks/job_losses.py RUN_DIR --job 474 [--every 1] [--save-start w.pt | --start w.pt]
 
 The job's device, base version and epochs come from RUN_DIR/events.jsonl. Its start model w_{t_k} is
 rebuilt by rerunning RUN_DIR/config.yaml to ``run.max_aggregations = t_k`` (a run's model.pt is its
 last global version), in a temporary directory; the job then trains from it with its own seeds,
-exactly as the run trained it, and each optimizer step's loss, gradient norm (before clipping) and the
-distance from the start model are printed. Set ``ONEDNN_MAX_CPU_ISA`` the same as the run had it (the
+exactly as the run trained it, and each optimizer step's loss, gradient norm (after clipping, where
+``train.grad_clip_val`` is set) and the distance from the start model are printed. ``--save-start`` keeps
+that start model; ``--start`` trains from a kept one instead of rerunning the run (the same start
+model under other kernels: whether the job itself, not its start, decides). Set ``ONEDNN_MAX_CPU_ISA`` the same as the run had it (the
 kernels decide the last bits, and the last bits decide whether a borderline job blows up).
 
 Also printed: the device's shard (samples, label histogram) and the local recipe (lr, momentum,
@@ -58,12 +60,19 @@ def main() -> None:
     ap.add_argument("run_dir", type=Path)
     ap.add_argument("--job", type=int, required=True)
     ap.add_argument("--every", type=int, default=1, help="print every N-th step (the largest loss is always said)")
+    ap.add_argument("--save-start", type=Path, help="keep the start model (a state_dict) here")
+    ap.add_argument("--start", type=Path, help="train from this start model instead of rerunning the run")
     args = ap.parse_args()
     start, entry = job_record(args.run_dir, args.job)
     device, base = start["device"], start["version"]
     epochs = entry["epochs"] if entry else len(start["epoch_ends"])
-    with tempfile.TemporaryDirectory() as tmp:
-        state = start_model(args.run_dir / "config.yaml", base, Path(tmp))
+    if args.start:
+        state = torch.load(args.start, weights_only=True)
+    else:
+        with tempfile.TemporaryDirectory() as tmp:
+            state = start_model(args.run_dir / "config.yaml", base, Path(tmp))
+    if args.save_start:
+        torch.save(state, args.save_start)
     cfg = seafl_dist.make_config(str(args.run_dir / "config.yaml"))
     torch.set_num_threads(cfg.runtime.threads or torch.get_num_threads())
     exp = prepare(cfg, need_test=False)
@@ -86,7 +95,7 @@ def main() -> None:
 
     def logged_step(batch, batch_idx):
         loss = plain_step(batch, batch_idx)
-        rows.append({"loss": float(loss)})
+        rows.append({"loss": float(loss.detach())})
         return loss
 
     model.training_step = logged_step

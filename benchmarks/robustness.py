@@ -11,7 +11,9 @@ the CPU lacks is skipped) and every ``runtime.threads``. Arms that two sweeps sh
 config) run once. A cell passes when the run did not diverge and its final accuracy is within
 ``--slack`` (0.02) of its best; the table gives per arm the cells, the failures, the final accuracy's
 range, the worst final − best, the time to each target's range, and how many distinct event traces
-the cells of one seed made (1: the ISA and thread settings did not change a bit).
+the cells of one seed made (1: the ISA and thread settings did not change a bit), and the largest update
+norm against its buffer's median in any cell (how near a run came to a local job that blew up: the
+update guard's measure, algo/guard.py).
 
 Cells run in worker processes (``--jobs`` at a time, each with one ISA in its environment, several
 cells in a row), each run in a temporary directory; results are appended to OUT/cells.jsonl as they
@@ -21,6 +23,7 @@ in it. Not a test: a matrix of a config takes minutes to hours on two cores.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import platform
@@ -32,6 +35,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parents[1]
 ISAS = ("default", "AVX2", "AVX512_CORE")
 CPU_FLAG = {"AVX2": "avx2", "AVX512_CORE": "avx512f"}  # a setting above what the CPU has means nothing
 
@@ -49,6 +53,19 @@ def cpu_model() -> str:
     return f"{name} ({', '.join(have) or 'no AVX2'}; {os.cpu_count()} CPUs)", flags
 
 
+def docs_modules(folder: Path) -> list[str]:
+    """The modules the README and docs/ write (a ```python block whose first line is ``# name.py``), as files
+    in ``folder``: the models and rules of one's own that their examples run."""
+    names = []
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for block in re.findall(r"```python[^\n]*\n(.*?)```", page.read_text(), flags=re.S):
+            m = re.match(r"#\s*([A-Za-z_]\w*)\.py\s*$", block.splitlines()[0]) if block.strip() else None
+            if m:
+                (folder / f"{m.group(1)}.py").write_text(block)
+                names.append(m.group(1))
+    return names
+
+
 def parse_ints(text: str) -> list[int]:
     out = []
     for part in text.split(","):
@@ -57,9 +74,10 @@ def parse_ints(text: str) -> list[int]:
     return out
 
 
-def arms(paths: list[str], sets: list[str], tag: str | None) -> dict:
+def arms(paths: list[str], sets: list[str], tag: str | None, modules: Path | None = None) -> dict:
     """arm key -> {"config": resolved config dict without its name, "names": ["file:label", ...]}.
-    Two arms with the same resolved config (the sweeps' shared points) are one arm."""
+    Two arms with the same resolved config (the sweeps' shared points) are one arm. An arm whose model, rule
+    or data is one of ``modules``' files has that file's digest in its key: a module edited is a new arm."""
     from seafl_dist.experiments import load_sweep
     out: dict = {}
     for path in paths:
@@ -70,23 +88,52 @@ def arms(paths: list[str], sets: list[str], tag: str | None) -> dict:
                 tree.pop(k, None)
             tree.get("logging", {}).pop("wandb", None)
             tree["run"].pop("seed")
-            key = json.dumps(tree, sort_keys=True)
+            used = {str(v).split(":")[0] for v in (tree["model"]["name"], tree["algorithm"]["name"], tree["data"]["name"])
+                    if ":" in str(v)}
+            digests = {m: hashlib.sha256((modules / f"{m}.py").read_bytes()).hexdigest()[:12] for m in sorted(used)
+                       if modules is not None and (modules / f"{m}.py").exists()}
+            key = json.dumps({**tree, **({"docs_modules": digests} if digests else {})}, sort_keys=True)
             name = f"{Path(path).stem}:{run.label}" + (f" [{tag}]" if tag else "")
             out.setdefault(key, {"config": tree, "names": []})["names"].append(name)
     return out
 
 
 def cell_id(arm: str, seed: int, isa: str, threads: int) -> str:
-    import hashlib
     return hashlib.sha256(f"{arm}|{seed}|{isa}|{threads}".encode()).hexdigest()[:16]
+
+
+def watch_norms(largest: list) -> None:
+    """Record, per run, the largest update norm against its buffer's median (the history's where the buffer
+    holds fewer than the guard's PEERS): how near a run came to a job that blew up. Reads what the server
+    measures anyway (runtime/watch.py); changes no bit of the run."""
+    import statistics
+
+    from seafl_dist.algo.guard import PEERS
+    from seafl_dist.runtime.watch import Watch
+    aggregated = Watch.aggregated
+
+    def recording(self, ev, norms):
+        kept = [n for n in (norms or []) if n is not None]
+        ref = statistics.median(kept) if len(kept) >= PEERS else self.history.reference()
+        if kept:
+            largest[1] = max(largest[1], max(kept))
+        if kept and ref:
+            largest[0] = max(largest[0], max(kept) / ref)
+        aggregated(self, ev, norms)
+
+    Watch.aggregated = recording
 
 
 def worker(todo_file: Path, results: Path) -> None:
     """Run the cells listed in ``todo_file`` (all of one ISA, set in this process's environment)."""
     import seafl_dist
     cells = json.loads(todo_file.read_text())
+    largest = [0.0, 0.0]  # the largest update norm against its reference, and the largest norm
+    watch_norms(largest)
     for c in cells:
+        largest[:] = [0.0, 0.0]
         cfg = json.loads(c["arm"])
+        cfg.pop("docs_modules", None)
         cfg["run"]["seed"] = c["seed"]
         cfg.setdefault("runtime", {})["threads"] = c["threads"]
         cfg["name"] = "robustness"
@@ -94,10 +141,11 @@ def worker(todo_file: Path, results: Path) -> None:
             t0 = time.perf_counter()
             try:
                 s = seafl_dist.run(cfg, out=Path(tmp) / "run")
-                row = {"status": s["status"], "final": s["final"], "best": s["best"],
+                row = {"status": s["status"], "final": s["final"], "best": s["best"], "mode": s["target_mode"],
+                       "metric": s["target_metric"], "largest_norm": largest[1],
                        "diverged_at": s["diverged_at"], "time_to_target": s["time_to_target"],
                        "rejected_updates": s["rejected_updates"], "aggregations": s["aggregations"],
-                       "events_sha256": s["files"]["events.jsonl"]["sha256"]}
+                       "events_sha256": s["files"]["events.jsonl"]["sha256"], "largest_norm_ratio": largest[0]}
             except Exception as err:  # a failed run is a failed cell, recorded, not the end of the matrix
                 row = {"status": "failed", "error": f"{type(err).__name__}: {err}"}
             row.update(id=c["id"], seed=c["seed"], isa=c["isa"], threads=c["threads"], arm_hash=c["arm_hash"],
@@ -151,19 +199,29 @@ def fmt_range(values: list[float], digits: int = 3) -> str:
     return f"{lo:.{digits}f}" if lo == hi else f"{lo:.{digits}f}–{hi:.{digits}f}"
 
 
+def ends_well(r: dict, slack: float) -> bool:
+    """Completed, not diverged, and the final value near the best: within ``slack`` below it for a metric to
+    maximise (accuracy), within ``slack`` of it relatively above it for one to minimise (a loss)."""
+    if r["status"] != "completed" or r.get("diverged_at"):
+        return False
+    if r.get("mode") == "min":
+        return r["final"] <= r["best"] * (1 + slack)
+    return r["final"] >= r["best"] - slack
+
+
 def table(all_arms: dict, cells: list[dict], results: dict, slack: float, cpu: str) -> tuple[str, int]:
     lines = [f"CPU: {cpu}. A cell fails if the run diverged, did not complete, or ended more than {slack} below "
-             "its best accuracy.", "",
-             "| arm | cells | failed | final accuracy | worst final − best | time to targets (virtual s) | "
-             "traces per seed |", "|---|---|---|---|---|---|---|"]
+             f"its best accuracy (a loss: more than {slack:.0%} above its best).", "",
+             "| arm | cells | failed | final value of the target metric | worst final − best (a loss: relative) | "
+             "time to targets (virtual s) | largest update / median | traces per seed |", "|---|---|---|---|---|---|---|---|"]
     failures = 0
     for key, arm in all_arms.items():
         rows = [results[c["id"]] for c in cells if c["arm"] == key and c["id"] in results]
-        bad = [r for r in rows if r["status"] != "completed" or r.get("diverged_at")
-               or r["final"] < r["best"] - slack]
+        bad = [r for r in rows if not ends_well(r, slack)]
         failures += len(bad)
         finals = [r["final"] for r in rows if "final" in r]
-        gaps = [r["final"] - r["best"] for r in rows if "final" in r]
+        gaps = [(r["best"] - r["final"]) / r["best"] if r.get("mode") == "min" else r["final"] - r["best"]
+                for r in rows if "final" in r]
         targets = sorted({t for r in rows for t in (r.get("time_to_target") or {})}, key=float)
         ttt = "; ".join(f"{float(t):g}: " + fmt_range([r["time_to_target"][t] for r in rows
                                                        if r.get("time_to_target", {}).get(t) is not None], 0)
@@ -174,9 +232,12 @@ def table(all_arms: dict, cells: list[dict], results: dict, slack: float, cpu: s
         for r in rows:
             per_seed[r["seed"]].add(r.get("events_sha256"))
         traces = fmt_range([len(v) for v in per_seed.values()], 0)
+        ratios = [r["largest_norm_ratio"] for r in rows if r.get("largest_norm_ratio")]
+        norms = [r["largest_norm"] for r in rows if r.get("largest_norm")]
+        ratio = f"{max(ratios):.3g} (norm {max(norms):.3g})" if ratios and norms else "–"
         names = "<br>".join(arm["names"])
         lines.append(f"| {names} | {len(rows)} | {len(bad)} | {fmt_range(finals)} | "
-                     f"{min(gaps):+.3f} | {ttt} | {traces} |" if rows else f"| {names} | 0 | – | – | – | – | – |")
+                     f"{min(gaps):+.3f} | {ttt} | {ratio} | {traces} |" if rows else f"| {names} | 0 | – | – | – | – | – | – |")
     return "\n".join(lines) + "\n", failures
 
 
@@ -194,14 +255,23 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results/robustness"))
     ap.add_argument("--jobs", type=int, default=2, help="worker processes at a time (each runs one cell at a time)")
     ap.add_argument("--chunk", type=int, default=10, help="cells a worker runs in a row")
-    ap.add_argument("--slack", type=float, default=0.02)
+    ap.add_argument("--slack", type=float, default=0.02, help="a max metric's final may be this far below its "
+                    "best; a min metric's this fraction above it")
+    ap.add_argument("--docs-modules", action="store_true",
+                    help="write the modules the README and docs/ define to OUT/modules and import from there")
     args = ap.parse_args()
+    folder = None
+    if args.docs_modules:
+        folder = (args.out / "modules").resolve()
+        folder.mkdir(parents=True, exist_ok=True)
+        print(f"robustness: the docs' modules {', '.join(docs_modules(folder))} in {folder}", flush=True)
+        sys.path.insert(0, str(folder))
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(folder), os.environ.get("PYTHONPATH")) if p)
     cpu, flags = cpu_model()
     isas = [i for i in args.isa.split(",") if i == "default" or CPU_FLAG.get(i, "").lower() in flags or not flags]
     for skipped in set(args.isa.split(",")) - set(isas):
         print(f"robustness: this CPU lacks {skipped}; its cells are skipped", file=sys.stderr)
-    all_arms = arms(args.configs, args.set, args.tag)
-    import hashlib
+    all_arms = arms(args.configs, args.set, args.tag, folder)
     cells = [{"arm": key, "arm_hash": hashlib.sha256(key.encode()).hexdigest()[:12], "seed": s, "isa": isa,
               "threads": t, "id": cell_id(key, s, isa, t)}
              for key in all_arms for s in parse_ints(args.seeds) for isa in isas for t in parse_ints(args.threads)]

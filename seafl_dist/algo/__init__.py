@@ -8,20 +8,26 @@ back w_{t+1} and one info dict per update (weights, rejections, SEAFL's γ, s, c
   SEAFL / SEAFL² (paper Eq. 4–8): :mod:`.seafl`.
 - Your own: a function with their signature, named ``algorithm.name: pkg.module:fn``;
   :func:`screen` gives it the same rejection of NaN / wrongly sized updates.
+- After the rule, the server optimizer (``algorithm.server_opt``: FedAvgM, Reddi et al.'s Adam, Yogi,
+  Adagrad) steps on its result: :mod:`.server_opt`, with a state the server checkpoints.
 """
 from .common import check_update, cosine, screen
 from .dispatch import aggregate
 from .fedasync import staleness_factor_fedasync
 from .seafl import seafl_gamma
+from .server_opt import ServerOptimizer, ServerOptState, optimizer_step
 from .types import AggregationResult, BufferedUpdate, FlatParts
 
 __all__ = [
     "AggregationResult",
     "BufferedUpdate",
     "FlatParts",
+    "ServerOptState",
+    "ServerOptimizer",
     "aggregate",
     "check_update",
     "cosine",
+    "optimizer_step",
     "screen",
     "seafl_gamma",
     "staleness_factor_fedasync",

@@ -20,18 +20,20 @@ SYMBOLS = {"algorithm.name": "algorithm", "algorithm.buffer_size": "K", "algorit
            "algorithm.mixing": "α_mix", "devices.num": "N", "devices.concurrency": "M", "train.epochs": "E",
            "train.lr": "lr", "data.concentration": "concentration", "devices.dropout": "dropout",
            "devices.availability_scale": "availability scale", "devices.profile": "profile",
-           "algorithm.update_norm_factor": "guard"}
+           "algorithm.update_norm_factor": "guard", "algorithm.server_opt.name": "server optimizer",
+           "algorithm.server_opt.lr": "η_s", "algorithm.server_opt.beta1": "β₁", "algorithm.server_opt.beta2": "β₂",
+           "algorithm.server_opt.tau": "τ", "algorithm.server_opt.pseudo_gradient": "pseudo-gradient"}
 INFINITE_WHEN_NULL = ("algorithm.staleness_limit", "run.max_time", "run.max_aggregations")
 ZERO_WHEN_NULL = ("devices.dropout",)  # no dropout
 OFF_WHEN_NULL = ("algorithm.update_norm_factor",)  # no guard
 _SEAFL = ("buffer_size", "staleness_limit", "alpha", "mu", "theta", "similarity", "similarity_over", "partial",
-          "update_norm_factor")
-USES = {  # the algorithm.* keys each built-in rule reads and does not fix itself (a rule of one's own: all)
+          "update_norm_factor", "server_opt")
+USES = {  # the algorithm.* keys (or sections) each built-in rule reads and does not fix itself (own rule: all)
     "seafl": _SEAFL, "seafl2": _SEAFL, "fedbuff": ("buffer_size", "staleness_limit", "server_lr", "staleness_scaling",
-                                                   "partial", "update_norm_factor"),
+                                                   "partial", "update_norm_factor", "server_opt"),
     "fedasync": ("staleness_limit", "mixing", "staleness_fn", "poly_a", "hinge_a", "hinge_b", "partial",
-                 "update_norm_factor"),
-    "fedavg": ("update_norm_factor",)}  # the update guard runs before every rule
+                 "update_norm_factor", "server_opt"),
+    "fedavg": ("update_norm_factor", "server_opt")}  # the update guard runs before every rule, the optimizer after
 NOT_ARMS = ("name", "run.", "logging.", "runtime.")  # budget, bookkeeping and execution: not what an arm is
 HUES = {"seafl": "Blues", "seafl2": "Purples", "fedbuff": "Oranges", "fedasync": "Greens", "fedavg": "Greys"}
 SPARE_HUES = ("Reds", "YlOrBr", "PuRd", "BuGn")  # (not FedAvg red beside FedAsync green: colour-blind readers)
@@ -60,8 +62,11 @@ def _is_arm_key(key: str) -> bool:
 
 
 def _used(config: dict, key: str) -> bool:
+    if key.startswith("algorithm.server_opt.") and key != "algorithm.server_opt.name" and \
+            config.get("algorithm.server_opt.name", "none") == "none":
+        return False  # no server optimizer: its lr, β and τ are read by nothing
     uses = USES.get(str(config.get("algorithm.name")))
-    return uses is None or not key.startswith("algorithm.") or key == "algorithm.name" or key.split(".", 1)[1] in uses
+    return uses is None or not key.startswith("algorithm.") or key == "algorithm.name" or key.split(".")[1] in uses
 
 
 def varying_keys(configs: list[dict], *, arms_only: bool = True) -> list[str]:

@@ -5,6 +5,7 @@ recomputed, taken at the end of an aggregation (the last consistent state, never
 - every model version still referenced: the global one and the bases of the in-flight jobs,
 - the aggregation count (``version``), virtual time, metric rows, the event counters and
   staleness list the summary needs, the real seconds spent so far,
+- with a server optimizer (``algorithm.server_opt``), its m, v (float64) and step count,
 - the byte lengths of ``events.jsonl`` and ``metrics.csv`` at that point (the run files are
   fsynced first, so the lengths are on disk before the checkpoint that records them), and with device
   evaluation on, those of ``device_metrics.csv`` and ``device_summary.csv`` and its last summary,

@@ -66,7 +66,9 @@ def dry_run(cfg: Config, out: Path, *, explicit: bool, overwrite: bool = False, 
 def non_default(cfg: Config) -> list[str]:
     """``  key = value`` for each resolved key whose value is not the default's (``name`` aside)."""
     from seafl_dist.runtime.rundir import config_tree, flat_keys
-    ours, default = flat_keys(config_tree(cfg)), flat_keys(config_tree(Config()))
+    # a section config.yaml leaves out whole at its defaults (algorithm.server_opt) is written whole once one key
+    # differs: its other keys are compared with the dataclasses' defaults
+    ours, default = flat_keys(config_tree(cfg)), {**flat_keys(Config().to_dict()), **flat_keys(config_tree(Config()))}
     changed = [k for k in ours if k != "name" and ours[k] != default.get(k, "<absent>")]
     return [f"  {k} = {_show(ours[k])}" for k in changed] or ["  (every key at its default)"]
 

@@ -5,8 +5,8 @@ The same loop serves the in-process runner and the distributed runtime; only the
 - start: look ahead for the epochs the job will really train, hand it to the executor (a job
   that drops is never trained),
 - notify / finish / drop: record; stall (device churn, docs/devices.md): record, end ``stalled``,
-- aggregate: collect the jobs' models, apply the rule of ``algorithm.name``, bump the
-  version, evaluate, stop early at ``run.target_accuracy``.
+- aggregate: collect the jobs' models, apply the rule of ``algorithm.name`` and the server optimizer of
+  ``algorithm.server_opt`` (``none``: the rule's result), bump the version, evaluate, stop early.
 
 The end of each aggregation (its new jobs dispatched, its eval and start events written and
 flushed) is a consistent state: the server snapshots it (references, no copies), writes it as
@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from seafl_dist.algo import BufferedUpdate, aggregate
+from seafl_dist.algo import BufferedUpdate, ServerOptimizer, aggregate
 from seafl_dist.settings import dump_config
 from seafl_dist.report import Progress, RunWriter
 from seafl_dist.report.partition import write_partition
@@ -83,6 +83,7 @@ class Server(Snapshots):
         self.stalled: str | None = None  # why the run could make no more progress
         self.diverged_stop = False  # the run diverged and run.stop_on_divergence ends it here
         self.watch = Watch(exp)  # update norms and divergence: stderr and summary.json only (runtime/watch.py)
+        self.server_opt = ServerOptimizer(self.cfg.algorithm, self.parts)  # stage 6 (algo/server_opt.py)
         self.devices = DeviceEvaluation.of(exp, self.callbacks)  # held-out data per device (runtime/device_eval.py)
 
     # ---- evaluation and metrics ---------------------------------------------------------
@@ -123,11 +124,10 @@ class Server(Snapshots):
             u.update(info)
             self.counts["rejected"] += bool(info.get("rejected"))
             self.staleness.append(u["staleness"])
-            logged = self.executor.logged(u["job"])  # a module that logs: its job's values (report/trainlog.py)
-            if logged:
+            if logged := self.executor.logged(u["job"]):  # a module that logs: its job's values (report/trainlog.py)
                 u["logged"] = logged
         self.watch.aggregated(ev, result.norms)
-        return result.new_global
+        return self.server_opt.apply(versions[version], result, updates, versions.__getitem__)
 
     def run(self) -> dict:
         with RunDirLock(self.dir):  # one writer per run dir (runtime/runlock.py), held until the summary is written

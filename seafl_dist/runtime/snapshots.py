@@ -27,7 +27,7 @@ class Snapshots:
         events_bytes, metrics_bytes = self.writer.flush()
         self._snap = {"version": version, "time": now, "versions": dict(versions), "refs": dict(refs),
                       "n_rows": len(self.rows), "n_staleness": len(self.staleness), "counts": dict(self.counts),
-                      "update_norms": self.watch.history.to_list(),
+                      "update_norms": self.watch.history.to_list(), "server_opt": self.server_opt.state,
                       "events_bytes": events_bytes, "metrics_bytes": metrics_bytes,
                       "devices": self.devices.flush()}  # device evaluation's files (runtime/device_eval.py)
         run = self.cfg.run
@@ -50,7 +50,8 @@ class Snapshots:
             "rows": self.rows[:snap["n_rows"]], "staleness": self.staleness[:snap["n_staleness"]],
             "counts": dict(snap["counts"]), "events_bytes": snap["events_bytes"],
             "metrics_bytes": snap["metrics_bytes"], "wall_s": self._wall(), "update_norms": snap["update_norms"],
-            **({"profile_sha256": self.profile_sha256} if self.profile_sha256 else {}), **snap["devices"]})
+            **({"profile_sha256": self.profile_sha256} if self.profile_sha256 else {}),
+            **({"server_opt": snap["server_opt"].to_dict()} if self.server_opt.active else {}), **snap["devices"]})
         self._saved_version, self._last_save = snap["version"], time.monotonic()
 
     def _checkpoint_last(self, quiet: bool = False) -> None:
@@ -66,6 +67,7 @@ class Snapshots:
         self.counts = Counter(state["counts"])
         self.wall_before, self._saved_version = float(state["wall_s"]), state["version"]
         self.watch.restore(state, self.rows)  # the guard's norms; whether (and where) the run diverged
+        self.server_opt.load_state_dict(state.get("server_opt"))  # m and v of the server optimizer, if any
         self.devices.restore(state)  # the last device evaluation's summary
         return dict(state["versions"]), Counter(state["refs"]), state["version"], state["time"]
 

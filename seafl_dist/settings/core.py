@@ -28,11 +28,12 @@ from seafl_dist.settings.sections import (  # noqa: F401  (re-exported: the publ
 )
 from seafl_dist.settings.errors import _fail  # this module's own checks word their errors the same way
 from seafl_dist.settings.keys import key, section
+from seafl_dist.settings.server_opt import ServerOptConfig
 
 __all__ = ["ALGORITHMS", "SIMILARITY_MODES", "SIMILARITY_OVER", "AlgorithmConfig", "ClockConfig", "Config", "ConfigError", "DataConfig",
            "DevicesConfig", "IdleConfig", "LoggingConfig", "ModelConfig", "RunConfig", "RuntimeConfig",
-           "TrainConfig", "WandbConfig", "all_keys", "config_from_dict", "dump_config", "find_config", "is_sweep_file",
-           "load_config", "load_run_yaml", "load_yaml", "parse_override", "set_dotted"]
+           "ServerOptConfig", "TrainConfig", "WandbConfig", "all_keys", "config_from_dict", "dump_config",
+           "find_config", "is_sweep_file", "load_config", "load_run_yaml", "load_yaml", "parse_override", "set_dotted"]
 
 
 @dataclass(kw_only=True)
@@ -268,9 +269,16 @@ OMITTED_AT_DEFAULT = {("devices", "profile"): None, ("devices", "dropout"): None
                       ("run", "device_eval_every"): None, ("run", "device_eval_sample"): None}
 
 
+# Sections left out whole when every key is at its default (the server optimizer, algorithm.server_opt)
+OMITTED_SECTIONS_AT_DEFAULT = {("algorithm", "server_opt"): ServerOptConfig}
+
+
 def dump_config(cfg: Config) -> str:
     tree = cfg.to_dict()
     for (sec, name), default in OMITTED_AT_DEFAULT.items():
         if tree[sec][name] == default:
+            del tree[sec][name]
+    for (sec, name), cls in OMITTED_SECTIONS_AT_DEFAULT.items():
+        if tree[sec][name] == dataclasses.asdict(cls()):
             del tree[sec][name]
     return yaml.safe_dump(tree, sort_keys=False)

@@ -15,6 +15,7 @@ from typing import Any, Optional
 from seafl_dist.settings.domains import Text, check_fields, list_of, plugin_or
 from seafl_dist.settings.errors import ConfigError, _fail  # noqa: F401  (ConfigError re-exported)
 from seafl_dist.settings.keys import key, section
+from seafl_dist.settings.server_opt import ServerOptConfig
 
 ALGORITHMS = ("seafl", "seafl2", "fedbuff", "fedasync", "fedavg")
 SIMILARITY_MODES = ("delta_vs_global", "model_vs_global", "delta_vs_movement")
@@ -85,11 +86,14 @@ class AlgorithmConfig:
              "norms; with fewer than 3 of those too, nothing is rejected. A rejected update is reported in the "
              "aggregate event as a non-finite one is (weight 0, its reason), before any rule runs, a rule of your "
              "own included. Left out of config.yaml when null.")
+    server_opt: ServerOptConfig = section(ServerOptConfig, "the server optimizer: what the server does with the "
+                                          "rule's result w′ (stage 6 of an aggregation)")
 
     def __post_init__(self) -> None:
         if self.staleness_limit is UNSET:
             self.staleness_limit = None if self.name in ("fedbuff", "fedasync") else 10
         check_fields(self, "algorithm")
+        self.server_opt.check_with_rule(self.name, self.server_lr)
         if self.name == "seafl" and self.alpha == 0 and self.mu == 0:
             _fail("algorithm.alpha", self.alpha, "alpha > 0 or mu > 0 (both 0 gives every update weight 0)")
         if self.name == "seafl2" and self.partial is False:

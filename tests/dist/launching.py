@@ -4,6 +4,7 @@ Every launch uses ``--standalone`` (a fresh rendezvous on a free local port), so
 beside other torchrun jobs on the same machine. Runs are tiny (digits, 10 devices, 4 in
 flight); the cost is mostly W+1 interpreters importing torch and Lightning.
 """
+import json
 import os
 import signal
 import subprocess
@@ -11,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+from resuming import reference
 from small_runs import QUICKSTART
 
 
@@ -98,3 +100,23 @@ def wait_for_aggregations(events: Path, n: int, launch: Launch, timeout: float =
             raise AssertionError(f"torchrun ended early (exit {launch.proc.returncode}):\n{err[-3000:]}")
         time.sleep(0.1)
     raise AssertionError(f"fewer than {n} aggregations in {events} after {timeout}s")
+
+
+def in_process_and_on_ranks(world: int, overrides, where: Path) -> tuple[Path, Path]:
+    """(run dir of ``overrides`` in this process, run dir of the same under torchrun with ``world`` ranks),
+    under ``where``; the torchrun must end well, on ``world`` ranks."""
+    ref = reference(where / "w1", overrides)
+    cwd = where / "cwd"
+    cwd.mkdir()
+    proc = run_torchrun(world, *overrides, "--out", "run", cwd=cwd)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"on {world} ranks (gloo)" in proc.stderr
+    return ref, cwd / "run"
+
+
+def same_summary(ref: Path, got: Path) -> dict:
+    """The torchrun run's summary.json, asserted equal to the reference's but for wall time."""
+    s_ref, s_got = (json.loads((d / "summary.json").read_text()) for d in (ref, got))
+    s_ref.pop("wall_time_s"), s_got.pop("wall_time_s")
+    assert s_got == s_ref
+    return s_got

@@ -6,7 +6,9 @@ That package is taken from this clone's git history (``git archive``, tests/old_
 with the same configs on this machine, so the comparison does not depend on the CPU the bits were
 made on. events.jsonl, metrics.csv and model.pt must be byte-identical, and config.yaml too (the new
 keys are left out at their defaults), for one job at a time (LeNet-5, and ResNet-18 channels-last),
-fused jobs and SEAFL²'s partial jobs.
+fused jobs and SEAFL²'s partial jobs, and for every other built-in rule: FedBuff (with η_g and staleness
+scaling off their defaults), FedAsync and FedAvg, so that a change to what the server does with an aggregate
+(a server optimizer, say) cannot move any rule's bytes unseen.
 Without that history (a shallow clone) the test cannot make the old files and skips, saying so.
 """
 import pytest
@@ -22,6 +24,9 @@ CASES = {
     "fused": ["runtime.batch_jobs=3", "model.name=resnet18", "model.width=0.125"],
     "batch_norm_channels_last": ["model.name=resnet18", "model.width=0.25"],  # width 0.125 trains NCHW on a CPU
     "partial": ["algorithm.name=seafl2", "train.epochs=2", "algorithm.staleness_limit=1", "run.seed=2"],
+    "fedbuff": ["algorithm.name=fedbuff", "algorithm.server_lr=0.7", "algorithm.staleness_scaling=sqrt"],
+    "fedasync": ["algorithm.name=fedasync"],
+    "fedavg": ["algorithm.name=fedavg"],
 }
 
 

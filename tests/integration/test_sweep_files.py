@@ -34,9 +34,10 @@ def test_every_shipped_sweep_expands_and_validates(path):
         assert r.config.logging.wandb.group == sweep.name
         if sweep.targets:
             assert r.config.run.targets == sweep.targets
-        for key, value in r.point.items():
-            section, name = key.split(".")
-            got = getattr(getattr(r.config, section), name)
+        for key, value in r.point.items():  # a nested key too (algorithm.server_opt.lr)
+            got = r.config
+            for part in key.split("."):
+                got = getattr(got, part)
             assert got == value
     if sweep.baseline:  # the baseline names one of the sweep's points
         labels = {r.label for r in runs} | {r.config.algorithm.name for r in runs}

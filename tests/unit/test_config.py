@@ -86,6 +86,12 @@ def test_data_seed_defaults_to_run_seed():
     ("clock.idle.distribution=lognormal", "clock.idle.distribution", "zipf"),
     ("data.download=maybe", "data.download", "true or false"),
     ("bogus=1", "bogus", "known keys"),
+    ("algorithm.server_opt.lr=0", "algorithm.server_opt.lr", "a finite number > 0"),  # the server optimizer (issue 40)
+    ("algorithm.server_opt.lr=-1", "algorithm.server_opt.lr", "a finite number > 0"),
+    ("algorithm.server_opt.beta1=1", "algorithm.server_opt.beta1", "a number in [0, 1)"),
+    ("algorithm.server_opt.beta2=-0.1", "algorithm.server_opt.beta2", "a number in [0, 1)"),
+    ("algorithm.server_opt.tau=0", "algorithm.server_opt.tau", "a finite number > 0"),
+    ("algorithm.server_opt.name=sgd", "algorithm.server_opt.name", "one of none, momentum, adam, yogi, adagrad"),
 ])
 def test_bad_values_name_key_value_and_allowed(override, key, allowed):
     with pytest.raises(ConfigError) as err:

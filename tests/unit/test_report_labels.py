@@ -89,3 +89,10 @@ def test_a_sweeps_runs_carry_their_grid_points_label_as_w_and_b_job_type(tmp_pat
     assert len(runs) == 8 and all(r.config.logging.wandb.group == "s" for r in runs)
     kept = load_sweep(tmp_path / "s.yaml", overrides=["logging.wandb.job_type=mine"]).expand()
     assert {r.config.logging.wandb.job_type for r in kept} == {"mine"}
+
+
+def test_a_server_optimizers_keys_label_an_arm_only_when_it_has_one():
+    arms = [arm("algorithm.name=fedbuff"), arm("algorithm.name=fedbuff", "algorithm.server_opt.name=momentum"),
+            arm("algorithm.name=fedbuff", "algorithm.server_opt.name=adam", "algorithm.server_opt.lr=0.01")]
+    assert reader_labels(arms) == ["server optimizer = none", "server optimizer = momentum, η_s = 1",
+                                   "server optimizer = adam, η_s = 0.01"]  # none: no η_s to speak of
