@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -39,19 +38,11 @@ def five_rows(labels, num_devices, seed):
     return list(np.random.default_rng(seed).integers(0, len(labels), size=(num_devices, 5), dtype=np.int64))
 
 
-def _median_s(fn, repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
-
-
 def per_evaluation(overrides: list[str], repeat: int) -> dict:
     """One configuration's start-up share of device evaluation and the cost of one evaluation (module doc, 1 and 2)."""
     import torch
 
+    from checkpoint import timed  # benchmarks/checkpoint.py: the median of repeated calls
     from seafl_dist.runtime.device_eval import DeviceEvaluation, gather, held_out_split
     from seafl_dist.runtime.setup import make_shards, prepare
     from seafl_dist.settings import load_config
@@ -68,10 +59,10 @@ def per_evaluation(overrides: list[str], repeat: int) -> dict:
         stage.open(tmp, None)
         flat = exp.initial_flat()
         version = iter(range(10 ** 6))
-        device_s = _median_s(lambda: stage._evaluate(next(version), 0.0, flat), repeat)
+        device_s = timed(lambda: stage._evaluate(next(version), 0.0, flat), repeat)
         stage.close()
     model = exp.new_model()
-    central_s = _median_s(lambda: evaluate(model, flat, exp.test), repeat)
+    central_s = timed(lambda: evaluate(model, flat, exp.test), repeat)
     return {"devices": exp.num_devices, "evaluated": int(len(exp.held_out.devices)),
             "held_out_rows": int(exp.held_out.offsets[-1]), "test_rows": len(exp.test), "setup_s": setup_s,
             "device_eval_s": device_s, "central_eval_s": central_s}
