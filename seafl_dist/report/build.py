@@ -20,7 +20,10 @@ Writes into ``--out`` (default: the one directory given, else ``runs/report-<tim
 - ``participation.csv``: one row per device (and run) from each run's trace: jobs, speed, staleness, share of the
   aggregation weight and the coefficient its rule applied (report/participation.py); ``participation.png`` (and
   ``.pdf``) draws the share against speed with the speed quartiles marked, one panel per grid point, mean over
-  seeds, and ``participation_quartiles.csv`` holds those means (report/participation_plot.py).
+  seeds, and ``participation_quartiles.csv`` holds those means (report/participation_plot.py),
+- for runs with device evaluation (``run.device_eval_every``): ``device_eval_cdf.png`` and
+  ``device_eval_vs_speed.png`` (with ``.pdf`` and ``.csv``), ``device_eval.csv`` and a report.md section: each
+  device's final value on its own held-out data, per arm (report/device_eval_plot.py).
 Targets default to the sweep file's ``targets``, else the union of the runs' ``run.targets``;
 the baseline defaults to the sweep file's ``baseline``.
 """
@@ -33,6 +36,7 @@ import sys
 from pathlib import Path
 
 from seafl_dist.report.figures import plot_accuracy_vs_time, plot_time_to_target
+from seafl_dist.report.device_eval_plot import write_device_eval
 from seafl_dist.report.participation_plot import write_participation
 from seafl_dist.report.plots import plot_timeline
 from seafl_dist.report.value_plots import plot_time_vs_value, swept_keys
@@ -192,12 +196,15 @@ def write_report(paths, out: str | Path, *, targets: list[float] | None = None, 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     md = markdown(grows, rrows, targets, baseline, metric)
-    (out / "report.md").write_text(md)
     write_csvs(out, grows, rrows, targets, metric)
     files = {"report.md": out / "report.md", "report.csv": out / "report.csv", "runs.csv": out / "runs.csv"}
     drawn = figures(groups, targets, out, until=until, log_x=log_x, seed_curves=seed_curves, zoom=zoom, metric=metric)
     files.update({f"{stem}.{ext}": out / f"{stem}.{ext}" for stem in drawn for ext in ("png", "pdf", "csv")})
     files.update(write_participation(groups, out))  # from the runs' traces: runs of any version have it
+    device_files, device_md = write_device_eval(groups, out)  # runs with device_metrics.csv only
+    files.update(device_files)
+    md += "\n" + device_md if device_md else ""
+    (out / "report.md").write_text(md)
     if len(runs) == 1 and (runs[0].dir / "events.jsonl").exists():
         files["timeline.png"] = plot_timeline(runs[0].dir / "events.jsonl", out / "timeline.png", until=until)
         files.update(population_plot(runs[0].dir, out, until))

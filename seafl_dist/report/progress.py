@@ -1,5 +1,6 @@
 """Live progress of a run: a one-line bar on a terminal, periodic plain lines elsewhere (CI, SLURM logs);
-each shows the run's target metric (``acc`` by default) and its best so far."""
+each shows the run's target metric (``acc`` by default) and its best so far, and with device evaluation on
+the devices' worst-side decile (``devices p10``) of the last one."""
 from __future__ import annotations
 
 import sys
@@ -31,16 +32,20 @@ class Progress:
         self.metric = metric or Metric()  # what the line shows: the run's target metric
         self.tag = "acc" if self.metric.name == "accuracy" else self.metric.name
         self.best = None
+        self.note: str | None = None  # the last device evaluation's, shown beside the central metric
         self._pending = None
 
     def _text(self, version: int, vtime: float, value) -> str:
         done = f"{version}/{self.total}" if self.total else str(version)
-        return (f"version {done}  virtual {vtime:9.1f}s  {self.tag} {_num(value)}  best {_num(self.best)}"
+        note = f"  {self.note}" if self.note else ""
+        return (f"version {done}  virtual {vtime:9.1f}s  {self.tag} {_num(value)}  best {_num(self.best)}{note}"
                 f"  real {time.monotonic() - self.t0:6.1f}s")
 
-    def update(self, version: int, vtime: float, value) -> None:
-        """After an evaluation: ``value`` is the target metric's (None if the evaluation did not give it)."""
+    def update(self, version: int, vtime: float, value, note: str | None = None) -> None:
+        """After an evaluation: ``value`` is the target metric's (None if the evaluation did not give it); ``note``,
+        the device evaluation's (``devices p10 0.8123``: runtime/device_eval.py), shown from then on beside it."""
         self.best = self.metric.best([self.best, value])
+        self.note = note or self.note
         if self.mode == "none":
             return
         text = self._text(version, vtime, value)

@@ -11,6 +11,10 @@ What a run logs:
   ``eval/<name>``), ``eval/best_<run.target_metric>``, ``eval/notifications``;
 - every aggregation: ``agg/updates``, ``agg/mean_staleness``, ``agg/max_staleness``,
   ``agg/partial_updates`` (SEAFL² updates with fewer than E epochs), ``agg/max_weight``;
+- every device evaluation (``run.device_eval_every``, docs/device_eval.md): ``device_eval/<stat>`` of the target
+  metric (``weighted_mean``, ``mean``, ``std``, ``p10``, ``p50``, ``p90``, ``worst10_mean``, ``devices``,
+  ``without_holdout``), ``device_eval/<metric>_<stat>`` of the others, and ``device_eval/distribution``, a
+  histogram of the devices' values of the target metric;
 - every row also carries ``virtual_time`` and ``version``: virtual time is the default x-axis
   (``define_metric``); W&B's step is the version, so an aggregation and its evaluation are one
   history row;
@@ -43,6 +47,7 @@ import sys
 from pathlib import Path
 
 from seafl_dist.report import wandb_files
+from seafl_dist.report.device_eval import device_rows_before
 from seafl_dist.report.metric import Metric
 from seafl_dist.report.sinks import FINISHED, METRIC_COLUMNS, read_metrics, write_json
 from seafl_dist.report.trainlog import aggregation_values
@@ -103,8 +108,9 @@ class WandbSink:
         self.pending: tuple[int, dict] | None = None  # (version, values) of an aggregation awaiting its evaluation
         self.run.define_metric("virtual_time")
         self.run.define_metric("version")
-        for prefix in ("eval/*", "agg/*", "train/*"):
+        for prefix in ("eval/*", "agg/*", "train/*") + (("device_eval/*",) if cfg.run.device_eval_every else ()):
             self.run.define_metric(prefix, step_metric="virtual_time")
+        self.device_pending: tuple[int, dict] | None = None  # a device evaluation's values awaiting its version's row
         self.run.define_metric(f"eval/{self.metric.name}", step_metric="virtual_time", summary=self.metric.mode)
         self._write_note()
 
@@ -156,6 +162,8 @@ class WandbSink:
             rows.setdefault(e["version"], {}).update(self._agg_values(e))
         for r in evals:  # in version order, so eval/best_accuracy accumulates as it did
             rows.setdefault(r["version"], {}).update(self._eval_values(r))
+        for version, values in device_rows_before(self.dir, self.metric.name, first).items():
+            rows.setdefault(version, {}).update(self._device_values(*values))
         for version in sorted(rows):
             self._log(version, rows[version])
 
@@ -178,6 +186,26 @@ class WandbSink:
                 "agg/max_weight": max((u.get("weight") or 0.0 for u in ups), default=0.0),
                 **{f"train/{name}": value for name, value in aggregation_values(event).items()}}
 
+    def _device_values(self, time: float, stats: dict, distribution) -> dict:
+        out = {"virtual_time": time}
+        for name, st in stats.items():
+            tag = "device_eval/" if name == self.metric.name else f"device_eval/{name}_"
+            out.update({f"{tag}{k}": v for k, v in st.items() if k not in ("non_finite",) and not k.startswith("hold")})
+        if len(distribution):
+            out["device_eval/distribution"] = self.wandb.Histogram([float(v) for v in distribution])
+        return out
+
+    def on_device_eval(self, version: int, time: float, stats: dict, distribution) -> None:
+        """A device evaluation (runtime/device_eval.py): logged with its version's row (or at the end, for the final
+        one, which comes after its central evaluation)."""
+        self._flush_device()  # one left from a version that had no row after it
+        self.device_pending = (version, {"version": version, **self._device_values(time, stats, distribution)})
+
+    def _flush_device(self) -> None:
+        if self.device_pending is not None:
+            self._log(*self.device_pending)
+            self.device_pending = None
+
     def on_eval(self, row: dict) -> None:
         version = row["version"]
         self._ready(version)
@@ -185,6 +213,9 @@ class WandbSink:
         if self.pending is not None and self.pending[0] == version:
             values = {**self.pending[1], **values}
             self.pending = None
+        if self.device_pending is not None and self.device_pending[0] == version:
+            values = {**self.device_pending[1], **values}
+            self.device_pending = None
         self._flush_pending()
         self._log(version, values)
 
@@ -203,6 +234,7 @@ class WandbSink:
         self._ready(math.inf)  # a resumed run that ended before logging a row of its own
         if summary.get("status") in FINISHED:
             self._flush_pending()
+            self._flush_device()
         # else the run resumes from a checkpoint at or before the pending version, and logs it then
         flat = {}
         for k, v in summary.items():
@@ -259,3 +291,4 @@ def _events(path: Path) -> list[dict]:
             except ValueError:
                 continue
     return out
+

@@ -7,7 +7,8 @@ recomputed, taken at the end of an aggregation (the last consistent state, never
   staleness list the summary needs, the real seconds spent so far,
 - with a server optimizer (``algorithm.server_opt``), its m, v (float64) and step count,
 - the byte lengths of ``events.jsonl`` and ``metrics.csv`` at that point (the run files are
-  fsynced first, so the lengths are on disk before the checkpoint that records them),
+  fsynced first, so the lengths are on disk before the checkpoint that records them), and with device
+  evaluation on, those of ``device_metrics.csv`` and ``device_summary.csv`` and its last summary,
 - the resolved config (YAML), a format number, and the package and numerics versions of the code
   that wrote it (seafl_dist/versions.py).
 A resumed run replays the schedule up to that aggregation without training, truncates the run
@@ -39,6 +40,7 @@ from pathlib import Path
 import torch
 import yaml
 
+from seafl_dist.report.device_eval import DEVICE_METRICS, DEVICE_SUMMARY
 from seafl_dist.report.sinks import FINISHED, read_config, read_summary, writing
 from seafl_dist.runtime import runlock, signals
 from seafl_dist.runtime.rundir import (check_writable, checkpoints, config_diff, config_tree, describe_diff,
@@ -137,12 +139,15 @@ def load(path: Path, cfg, *, mmap: bool = False) -> dict:
     if why:
         raise CheckpointError(f"checkpoint {path}: {why}; resume with the run's own profile file (at any path), use "
                               f"another --out, or --overwrite to replace that run")
-    for name, key in (("events.jsonl", "events_bytes"), ("metrics.csv", "metrics_bytes")):
+    lengths = [("events.jsonl", state["events_bytes"]), ("metrics.csv", state["metrics_bytes"])]
+    if "device_eval" in state:  # device evaluation's files (runtime/device_eval.py)
+        lengths += zip((DEVICE_METRICS, DEVICE_SUMMARY), state["device_eval"]["bytes"])
+    for name, size in lengths:
         f = path.parent / name
         have = f.stat().st_size if f.exists() else None
-        if have is None or have < state[key]:
+        if have is None or have < size:
             raise CheckpointError(f"{f} is {'missing' if have is None else f'{have} bytes'}, shorter than the "
-                                  f"{state[key]} bytes checkpoint {path.name} recorded; the run dir was changed "
+                                  f"{size} bytes checkpoint {path.name} recorded; the run dir was changed "
                                   f"after the checkpoint, so it cannot be resumed exactly")
     return state
 

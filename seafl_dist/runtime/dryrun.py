@@ -32,6 +32,7 @@ def dry_run(cfg: Config, out: Path, *, explicit: bool, overwrite: bool = False, 
     if environ.get("RANK", "0") != "0":
         return 0
     from seafl_dist.data.check import check_dataset
+    from seafl_dist.runtime.device_eval import held_out_split
     from seafl_dist.runtime.setup import make_shards
 
     found = check_dataset(cfg.data, cfg.data_seed)
@@ -46,9 +47,13 @@ def dry_run(cfg: Config, out: Path, *, explicit: bool, overwrite: bool = False, 
         lines.append(f"devices: {d.num} simulated, {d.concurrency} training at once; shards: made after the download")
     else:
         shards, writers = make_shards(cfg, found)
+        shards, held = held_out_split(cfg, found, shards)  # a device left without a training sample: refused here
         each = f" (one per writer, of {len(found.writers)})" if writers is not None else ""
         lines.append(f"devices: {len(shards)} simulated{each}, {d.concurrency} training at once; shard sizes "
-                     f"({cfg.data.partition}): {summarise([len(s) for s in shards])}")
+                     f"({cfg.data.partition}{', training parts' if held else ''}): {summarise([len(s) for s in shards])}")
+        if held:
+            lines.append(f"held out (data.device_holdout={cfg.data.device_holdout:g}): "
+                         f"{summarise([len(h) for h in held])}")
         lines += population_lines(cfg, [len(s) for s in shards], 4 * numel)
     lines.append(f"ranks: {layout(cfg, environ)}")
     lines.append(f"run dir: {out}: {run_dir_plan(cfg, out, explicit, overwrite)}")

@@ -36,7 +36,7 @@ FREE_KEYS = ("name", "run.checkpoint_every", "run.checkpoint_every_s", "runtime.
              "runtime.backend", "runtime.placement", "runtime.timeout_s", "runtime.cuda_graphs", "devices.profile")
 # What a run writes (and a fresh start or --overwrite removes); the proof covers those a completed run keeps.
 PROVEN = ("config.yaml", "events.jsonl", "metrics.csv", "train_log.csv", "model.pt", "partition.json",
-          "partition.npz")
+          "partition.npz", "device_metrics.csv", "device_summary.csv")
 RUN_FILES = PROVEN + ("summary.json",)
 CHECKPOINT = re.compile(r"^checkpoint-(\d{8})\.pt$")
 # Temp names of the run's own atomic writes (runtime/checkpoint.py atomic_save, report/sinks.py write_json).

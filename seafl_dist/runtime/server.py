@@ -29,18 +29,19 @@ import torch
 
 from seafl_dist.algo import BufferedUpdate, ServerOptimizer, aggregate
 from seafl_dist.settings import dump_config
-from seafl_dist.report import Progress, RunWriter, write_json
+from seafl_dist.report import Progress, RunWriter
 from seafl_dist.report.partition import write_partition
 from seafl_dist.report.sinks import FINISHED, METRIC_COLUMNS, RunFileError, writing
 from seafl_dist.runtime import checkpoint, rundir
 from seafl_dist.runtime.runlock import RunDirLock
+from seafl_dist.runtime.device_eval import DeviceEvaluation
 from seafl_dist.runtime.snapshots import Snapshots
 from seafl_dist.runtime.executor import JobSpec
 from seafl_dist.runtime.faults import NO_FAULT
 from seafl_dist.runtime.summary import build_summary, format_summary  # noqa: F401  (format_summary re-exported)
 from seafl_dist.runtime.watch import Watch
 from seafl_dist.report.metric import Metric
-from seafl_dist.train import evaluate, load_flat
+from seafl_dist.train import evaluate
 from seafl_dist.train.evaluation import evaluate_by_step
 
 
@@ -83,6 +84,7 @@ class Server(Snapshots):
         self.diverged_stop = False  # the run diverged and run.stop_on_divergence ends it here
         self.watch = Watch(exp)  # update norms and divergence: stderr and summary.json only (runtime/watch.py)
         self.server_opt = ServerOptimizer(self.cfg.algorithm, self.parts)  # stage 6 (algo/server_opt.py)
+        self.devices = DeviceEvaluation.of(exp, self.callbacks)  # held-out data per device (runtime/device_eval.py)
 
     # ---- evaluation and metrics ---------------------------------------------------------
     def _evaluate(self, version: int, now: float, flat: torch.Tensor, agg: dict | None) -> dict:
@@ -105,7 +107,7 @@ class Server(Snapshots):
         row.update((name, metrics.get(name)) for name in self.eval_names or ())
         self.writer.metrics(row)
         self.rows.append(row)
-        self.progress.update(version, now, row.get(self.metric.name))
+        self.progress.update(version, now, row.get(self.metric.name), note=self.devices.at(version, now, flat))
         for cb in self.callbacks:
             cb.on_eval(row)
         self.diverged_stop = self.watch.evaluated(row)
@@ -146,9 +148,11 @@ class Server(Snapshots):
             rundir.remove_temps(self.dir)  # of writes the interrupted part did not finish
             self.writer = RunWriter(self.dir, resume_at=(state["events_bytes"], state["metrics_bytes"]),
                                     columns=self.columns)
+        self.devices.open(self.dir, state)
         status, error = "failed", None
         try:
             final = self._loop(state)
+            self.devices.finish(self.rows[-1], final)  # the last evaluation's model on the devices, if not yet
             self.diverged_stop = self.watch.finished() or self.diverged_stop  # a collapse that lasted to the end
             # the normal end's goodbye to the workers; after a failure or an interrupt they may be
             # gone already, and waiting on them must not cost us the summary
@@ -171,6 +175,7 @@ class Server(Snapshots):
         finally:
             self.progress.close()
             self.writer.close()
+            self.devices.close()
             summary = self.summary(status, error, self._wall())
             if status in FINISHED:  # the proof that the dir's files are this run's (runtime/rundir.py)
                 summary["files"] = rundir.file_proof(self.dir)
@@ -180,14 +185,6 @@ class Server(Snapshots):
             for cb in self.callbacks:
                 cb.close(summary)
         return summary
-
-    def _write_summary(self, summary: dict, *, raise_error: bool) -> None:
-        """summary.json; if the disk is full, a failed run's own error is the one reported."""
-        try:
-            write_json(self.dir / "summary.json", summary)
-        except RunFileError:
-            if raise_error:
-                raise
 
     def _wall(self) -> float:
         return self.wall_before + time.monotonic() - self._t0
@@ -208,12 +205,6 @@ class Server(Snapshots):
             return
         refs[ev["version"]] += 1
         self._submit(ev, versions)
-
-    def _save_model(self, flat: torch.Tensor) -> None:
-        """model.pt: the LightningModule's state_dict (load it into build_model(...) of the same config)."""
-        model = self.exp.new_model()
-        load_flat(model, flat.detach().cpu())
-        checkpoint.atomic_save(model.state_dict(), self.dir / "model.pt")
 
     # ---- the loop -----------------------------------------------------------------------
     def _loop(self, state: dict | None) -> torch.Tensor:
@@ -285,6 +276,6 @@ class Server(Snapshots):
 
     # ---- summary ------------------------------------------------------------------------
     def summary(self, status: str, error: str | None, wall: float) -> dict:
-        return build_summary(self.cfg, self.rows, self.counts, self.staleness, status=status, error=error, wall=wall,
-                             churn=self.churn, profile_sha256=self.profile_sha256, stalled=self.stalled,
-                             diverged_at=self.watch.diverged_at())
+        return {**build_summary(self.cfg, self.rows, self.counts, self.staleness, status=status, error=error, wall=wall,
+                                churn=self.churn, profile_sha256=self.profile_sha256, stalled=self.stalled,
+                                diverged_at=self.watch.diverged_at()), **self.devices.summary()}

@@ -14,6 +14,7 @@ import torch
 
 from seafl_dist.settings import Config, ConfigError
 from seafl_dist.runtime import determinism
+from seafl_dist.runtime.device_eval import gather, held_out_split
 from seafl_dist.runtime.model_checks import built, check_model_size, say_unused_optimizer_keys
 from seafl_dist.data import clear_cache, load_dataset, partition
 from seafl_dist.data.custom import custom_partition
@@ -80,6 +81,7 @@ class Experiment:
     writers: list | None = None  # data.partition=natural: device k's writer, for the partition record
     profile: object | None = None  # devices.profile's ProfileTable, read (and checked) by prepare()
     eval_names: list | None = None  # a module evaluated by its own test_step: what it logs (prepare() probes it)
+    held_out: object | None = None  # rank 0, run.device_eval_every set: the chosen devices' held-out rows (HeldOut)
 
     @property
     def n_samples(self) -> list[int]:
@@ -115,9 +117,12 @@ class Experiment:
     def partition_report(self) -> dict:
         """What the run dir records of the split (report/partition.py writes it, compactly for large N)."""
         hist = label_counts(self.train.labels.numpy(), self.shards, self.train.num_classes)
-        natural = self.cfg.data.partition == "natural"  # a writer's shard: no concentration involved
-        return {"dataset": self.train.name, "method": self.cfg.data.partition,
-                "concentration": None if natural else self.cfg.data.concentration,
+        d = self.cfg.data
+        natural = d.partition == "natural"  # a writer's shard: no concentration involved
+        held = {"device_holdout": d.device_holdout} if d.device_holdout else {}  # the shards are the training parts
+        return {"dataset": self.train.name, "method": d.partition,
+                "concentration": None if natural else d.concentration,
+                **held, **({"device_test": d.device_test} if d.device_test != "split" else {}),
                 "n_samples": np.array(self.n_samples, dtype=np.int64), "label_histograms": hist,
                 **({"writers": self.writers} if self.writers is not None else {})}
 
@@ -138,7 +143,7 @@ class Experiment:
             shards[d] = np.searchsorted(rows, idx).astype(np.int64)
         return Experiment(cfg=self.cfg, train=sub, test=self.test, shards=shards, device=self.device,
                           _n_samples=self.n_samples, writers=self.writers, profile=self.profile,
-                          eval_names=self.eval_names)
+                          eval_names=self.eval_names, held_out=self.held_out)
 
     def schedule(self) -> Lookahead:
         cfg = self.cfg
@@ -211,9 +216,11 @@ def prepare(cfg: Config, *, local_rank: int = 0, need_test: bool = True, fetch=N
 
     train, test = fetch(load) if fetch is not None and d.download else load(d.download)
     shards, writers = make_shards(cfg, train)
+    shards, held = held_out_split(cfg, train, shards)  # data.device_holdout: the shards become the training parts
     check_model_size(cfg, train.num_classes, train.in_channels, train.image_size)
     exp = Experiment(cfg=cfg, train=train, test=test, shards=shards, device=pick_device(cfg.runtime.device, local_rank),
-                     writers=writers, profile=read_profiles(cfg.devices.profile) if cfg.devices.profile else None)
+                     writers=writers, profile=read_profiles(cfg.devices.profile) if cfg.devices.profile else None,
+                     held_out=gather(cfg, train, test, held, writers) if need_test else None)
     if cfg.runtime.deterministic:  # first: an op without a deterministic implementation fails any forward
         determinism.check_model(exp)
     if is_import_path(cfg.model.name):  # a user's model: checked before any job trains

@@ -1,7 +1,8 @@
 """The checkpoint half of the server (runtime/server.py): the consistent state at the end of each
 aggregation, written as a checkpoint when one is due (runtime/checkpoint.py) or on the way out,
-and read back on resume. A mixin of :class:`~seafl_dist.runtime.server.Server`, whose attributes
-(``cfg``, ``dir``, ``writer``, ``rows``, ``staleness``, ``counts``, ``hook``...) it uses.
+and read back on resume; and the files a run writes last (model.pt, summary.json). A mixin of
+:class:`~seafl_dist.runtime.server.Server`, whose attributes (``cfg``, ``dir``, ``writer``, ``devices``,
+``rows``, ``staleness``, ``counts``, ``hook``...) it uses.
 """
 from __future__ import annotations
 
@@ -9,8 +10,13 @@ import sys
 import time
 from collections import Counter
 
+import torch
+
+from seafl_dist.report import write_json
+from seafl_dist.report.sinks import RunFileError
 from seafl_dist.runtime import checkpoint
 from seafl_dist.settings import dump_config
+from seafl_dist.train import load_flat
 
 
 class Snapshots:
@@ -22,7 +28,8 @@ class Snapshots:
         self._snap = {"version": version, "time": now, "versions": dict(versions), "refs": dict(refs),
                       "n_rows": len(self.rows), "n_staleness": len(self.staleness), "counts": dict(self.counts),
                       "update_norms": self.watch.history.to_list(), "server_opt": self.server_opt.state,
-                      "events_bytes": events_bytes, "metrics_bytes": metrics_bytes}
+                      "events_bytes": events_bytes, "metrics_bytes": metrics_bytes,
+                      "devices": self.devices.flush()}  # device evaluation's files (runtime/device_eval.py)
         run = self.cfg.run
         due = (run.checkpoint_every is not None and version > 0 and version % run.checkpoint_every == 0) or \
               (run.checkpoint_every_s is not None and time.monotonic() - self._last_save >= run.checkpoint_every_s)
@@ -35,6 +42,7 @@ class Snapshots:
         if snap is None or snap["version"] == self._saved_version:
             return
         self.writer.flush(sync=True)  # the recorded lengths must be on disk before the checkpoint is
+        self.devices.flush(sync=True)
         checkpoint.save(self.dir, {
             "config": dump_config(self.cfg), "version": snap["version"], "time": snap["time"],
             "versions": {int(v): t.detach().cpu() for v, t in snap["versions"].items()},
@@ -43,7 +51,7 @@ class Snapshots:
             "counts": dict(snap["counts"]), "events_bytes": snap["events_bytes"],
             "metrics_bytes": snap["metrics_bytes"], "wall_s": self._wall(), "update_norms": snap["update_norms"],
             **({"profile_sha256": self.profile_sha256} if self.profile_sha256 else {}),
-            **({"server_opt": snap["server_opt"].to_dict()} if self.server_opt.active else {})})
+            **({"server_opt": snap["server_opt"].to_dict()} if self.server_opt.active else {}), **snap["devices"]})
         self._saved_version, self._last_save = snap["version"], time.monotonic()
 
     def _checkpoint_last(self, quiet: bool = False) -> None:
@@ -60,6 +68,7 @@ class Snapshots:
         self.wall_before, self._saved_version = float(state["wall_s"]), state["version"]
         self.watch.restore(state, self.rows)  # the guard's norms; whether (and where) the run diverged
         self.server_opt.load_state_dict(state.get("server_opt"))  # m and v of the server optimizer, if any
+        self.devices.restore(state)  # the last device evaluation's summary
         return dict(state["versions"]), Counter(state["refs"]), state["version"], state["time"]
 
     def _kept(self) -> str:
@@ -67,3 +76,18 @@ class Snapshots:
             return "no checkpoint was written yet: make room (or fix the cause) and rerun the same command"
         return (f"checkpoint-{self._saved_version:08d}.pt is kept: make room (or fix the cause) and rerun the "
                 f"same command to resume from aggregation {self._saved_version}")
+
+    # ---- the files written last -----------------------------------------------------------
+    def _save_model(self, flat: torch.Tensor) -> None:
+        """model.pt: the LightningModule's state_dict (load it into build_model(...) of the same config)."""
+        model = self.exp.new_model()
+        load_flat(model, flat.detach().cpu())
+        checkpoint.atomic_save(model.state_dict(), self.dir / "model.pt")
+
+    def _write_summary(self, summary: dict, *, raise_error: bool) -> None:
+        """summary.json; if the disk is full, a failed run's own error is the one reported."""
+        try:
+            write_json(self.dir / "summary.json", summary)
+        except RunFileError:
+            if raise_error:
+                raise

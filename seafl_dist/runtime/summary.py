@@ -67,6 +67,18 @@ def format_summary(summary: dict) -> str:
         *([f"  drops: {d['total']} ({d['offline']} offline, {d['dropout']} by dropout)"] if (d := summary.get("drops"))
           else []),
         *([f"  stalled: {summary['stalled']}"] if summary.get("stalled") else []),
+        *device_lines(summary.get("device_eval"), metric),
         *([f"  diverged at version {d['version']} (virtual time {d['time']:.1f}s): the {metric.name} figures above "
            f"are of a run that broke down there"] if (d := summary.get("diverged_at")) else []),
     ])
+
+
+def device_lines(device_eval: dict | None, metric: Metric) -> list[str]:
+    """The device evaluation's last summary (runtime/device_eval.py), one line; [] when it is off."""
+    stats = ((device_eval or {}).get("metrics") or {}).get(metric.name)
+    if not stats or stats.get("p50") is None:
+        return []
+    left = f", {stats['without_holdout']} without held-out data left out" if stats["without_holdout"] else ""
+    return [f"  devices' own held-out {metric.name} at version {device_eval['version']}: p10 {stats['p10']:.4f}, "
+            f"p50 {stats['p50']:.4f}, worst 10% {stats['worst10_mean']:.4f}, mean {stats['mean']:.4f} over "
+            f"{stats['devices']} devices{left}"]

@@ -62,6 +62,7 @@ class Config:
         if self.algorithm.buffer_size > self.devices.concurrency:
             _fail("algorithm.buffer_size", self.algorithm.buffer_size,
                   f"at most devices.concurrency ({self.devices.concurrency}), or the buffer never fills")
+        _check_device_eval(self)
         if self.train.batch_size < 2 and self.model.name in ("resnet18", "vgg16"):
             _fail("train.batch_size", self.train.batch_size,
                   f"at least 2 for model.name={self.model.name} (batch norm cannot train on one sample)")
@@ -73,6 +74,16 @@ class Config:
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+
+def _check_device_eval(cfg: "Config") -> None:
+    """Device evaluation needs held-out data, and a sample no larger than the population."""
+    run, d = cfg.run, cfg.data
+    if run.device_eval_every is not None and d.device_holdout == 0 and d.device_test != "writers":
+        _fail("run.device_eval_every", run.device_eval_every, "null unless the devices hold data out: "
+              "data.device_holdout > 0, or data.device_test=writers")
+    if run.device_eval_sample is not None and cfg.devices.num is not None and run.device_eval_sample > cfg.devices.num:
+        _fail("run.device_eval_sample", run.device_eval_sample, f"at most devices.num ({cfg.devices.num}), or null")
 
 
 def _resolve_algorithm(alg: AlgorithmConfig, dev: DevicesConfig) -> None:
@@ -244,15 +255,18 @@ def load_config(path: str | Path, overrides: list[str] | tuple = ()) -> Config:
 
 
 # Keys of device populations (docs/devices.md), GPU switches, the Lightning loop's keys, the update guard, the
-# divergence stop and the target metric left out of config.yaml at their defaults, so the file of a run
-# without them is byte for byte what it was before they existed (and older run dirs still compare equal).
+# divergence stop, the target metric and device evaluation (docs/device_eval.md) left out of config.yaml at
+# their defaults, so the file of a run without them is byte for byte what it was before they existed (and older
+# run dirs still compare equal).
 OMITTED_AT_DEFAULT = {("devices", "profile"): None, ("devices", "dropout"): None,
                       ("devices", "availability_scale"): 1.0, ("clock", "compute_scale"): 1.0,
                       ("runtime", "deterministic"): False, ("runtime", "cuda_graphs"): True,
                       ("train", "loop"): "plain", ("train", "grad_clip_val"): None,
                       ("train", "grad_clip_algorithm"): None,
                       ("algorithm", "update_norm_factor"): None, ("run", "stop_on_divergence"): False,
-                      ("run", "target_metric"): "accuracy", ("run", "target_mode"): "max"}
+                      ("run", "target_metric"): "accuracy", ("run", "target_mode"): "max",
+                      ("data", "device_holdout"): 0.0, ("data", "device_test"): "split",
+                      ("run", "device_eval_every"): None, ("run", "device_eval_sample"): None}
 
 
 # Sections left out whole when every key is at its default (the server optimizer, algorithm.server_opt)

@@ -213,6 +213,16 @@ class DataConfig:
     seed: Optional[int] = key(None, "seed of the data split (shards; digits' hold-out); `null`: `run.seed`", SEEDS,
                               note="Fix `data.seed` to vary `run.seed` over one split: runs of different "
                                    "`run.seed` then train on the same shards.")
+    device_holdout: float = key(
+        0.0, "the share of each device's shard held out from its training, for device evaluation "
+             "(`run.device_eval_every`); 0: none", "[0, 1)",
+        note="Device k holds out ⌊f·n_k + ½⌋ of its n_k samples, stratified by label, drawn from a stream of its own "
+             "under `data.seed` (the shards do not move). What it holds out it never trains on: n_k shrinks, and with "
+             "it c_k = n_k × `clock.sec_per_sample` and SEAFL's and FedAvg's weights, so a run with a holdout is not "
+             "the paper's schedule (docs/device_eval.md). Left out of config.yaml at 0.")
+    device_test: str = key("split", "device k's held-out data: `split` (its shard, by `data.device_holdout`) or "
+                           "`writers` (femnist, `data.partition: natural`: its writer's own LEAF test samples)",
+                           ("split", "writers"))
 
     def __post_init__(self) -> None:
         check_fields(self, "data")
@@ -222,6 +232,9 @@ class DataConfig:
         if self.partition == "natural" and self.samples_per_device is not None:
             _fail("data.samples_per_device", self.samples_per_device, "null with data.partition=natural (a "
                   "writer's shard is all of its samples)")
+        if self.device_test == "writers" and (self.partition != "natural" or self.device_holdout > 0):
+            _fail("data.device_test", self.device_test, "split, unless data.partition=natural (writers' own test "
+                  "samples) and data.device_holdout=0 (one source of held-out data)")
 
 
 @dataclass(kw_only=True)
@@ -258,6 +271,15 @@ class RunConfig:
                                   "Left out of config.yaml at its default.")
     target_mode: str = key("max", "`max` (a target is reached at or above it) or `min` (at or below: a loss)",
                            ("max", "min"))
+    device_eval_every: Optional[int] = key(
+        None, "evaluate the global model on each device's held-out data after every n-th aggregation (a multiple "
+              "of `run.eval_every`) and at the run's last evaluation; `null`: off", "[1, inf)",
+        note="On rank 0, without moving the virtual clock: device_metrics.csv (a row per version and device), "
+             "device_summary.csv (per evaluation: weighted and plain mean, std, p10/p50/p90, the worst 10%'s mean), "
+             "summary.json's `device_eval` (docs/device_eval.md). Left out of config.yaml when null.")
+    device_eval_sample: Optional[int] = key(None, "the devices device evaluation covers: this many, drawn once "
+                                            "from `data.seed` and kept for the whole run; `null`: every device",
+                                            "[1, inf)")
     checkpoint_every: Optional[int] = key(
         100, "rank 0 checkpoints after every n-th aggregation; `null`: off", "[1, inf)",
         note="Either of `run.checkpoint_every` and `run.checkpoint_every_s` triggers a checkpoint, and a "
@@ -283,5 +305,7 @@ class RunConfig:
                 if any(v is not None and not bounds[0] < v <= bounds[1] for v in values):
                     _fail(name, values[0] if name == "run.target_accuracy" else values,
                           f"values of run.target_metric={self.target_metric} in ({bounds[0]:g}, {bounds[1]:g}]")
+        if self.device_eval_every is not None and self.device_eval_every % self.eval_every:
+            _fail("run.device_eval_every", self.device_eval_every, f"a multiple of run.eval_every ({self.eval_every})")
         if self.max_aggregations is None and self.max_time is None and self.target_accuracy is None:
             _fail("run.max_aggregations", None, "a number, unless run.max_time or run.target_accuracy is set")

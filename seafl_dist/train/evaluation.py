@@ -16,11 +16,12 @@ from __future__ import annotations
 
 from contextlib import nullcontext
 
+import numpy as np
 import torch
 
 from seafl_dist.models.contract import overridden
 from seafl_dist.train.flat import load_flat
-from seafl_dist.train.local import halving
+from seafl_dist.train.local import _autocast, halving, memory_format
 from seafl_dist.train.loop import takes_batch_idx
 from seafl_dist.train.logged_values import local_metrics
 from seafl_dist.train.standin import Recorder, StandInTrainer
@@ -95,3 +96,36 @@ def _evaluate(module, data, batch_size: int, device: torch.device, precision: st
         module.trainer = None
         del module.log, module.log_dict
     return results
+
+
+@torch.no_grad()
+def evaluate_groups(module, flat: torch.Tensor, data, offsets, *, batch_size: int = 1024, device="cpu",
+                    precision: str = "32") -> tuple[np.ndarray, np.ndarray]:
+    """Accuracy and mean cross-entropy of the flat model, as :func:`~seafl_dist.train.local.evaluate` gives them, on
+    each group of rows ``offsets[i]:offsets[i + 1]`` of ``data`` (a device's held-out part), in one pass over
+    ``data`` in batches that cross groups; each row's loss and hit are summed per group in float64. A group of no
+    row gives NaN. Out of GPU memory, the batches halve as for the central evaluation."""
+    device = torch.device(device)
+    fmt = memory_format(module, device, training=False)
+    load_flat(module, flat)
+    module.to(device, memory_format=fmt).eval()
+    n = len(data)
+
+    def run(size: int):
+        hits, losses = np.zeros(n, dtype=np.float64), np.zeros(n, dtype=np.float64)
+        for lo in range(0, n, size):
+            x, y = data.batch(torch.arange(lo, min(lo + size, n)), device=device)
+            with _autocast(device, precision):
+                logits = module(x.contiguous(memory_format=fmt))
+            loss = torch.nn.functional.cross_entropy(logits.float(), y, reduction="none")
+            losses[lo:lo + len(y)] = loss.double().cpu().numpy()
+            hits[lo:lo + len(y)] = (logits.argmax(dim=1) == y).double().cpu().numpy()
+        return hits, losses
+
+    hits, losses = halving(module, batch_size, run)
+    sizes = np.diff(np.asarray(offsets, dtype=np.int64))
+    group = np.repeat(np.arange(len(sizes)), sizes)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        acc = np.bincount(group, weights=hits, minlength=len(sizes)) / sizes
+        loss = np.bincount(group, weights=losses, minlength=len(sizes)) / sizes
+    return acc, loss

@@ -262,3 +262,29 @@ def test_a_modules_own_metrics_reach_w_and_b(tmp_path):
         logged = {int(r["version"]): float(r["value"]) for r in csv.DictReader(f) if r["name"] == "train_loss"}
     seen = {h["version"]: h["train/train_loss"] for h in wb["history"] if "train/train_loss" in h}
     assert seen == pytest.approx(logged) and len(logged) == 5
+
+
+def test_device_evaluation_is_logged_with_its_version_and_the_final_one_at_the_end(tmp_path):
+    """device_eval/<stat> of the target metric, device_eval/loss_<stat>, the distribution as a histogram, against
+    virtual time (define_metric); the last evaluation (version 5, off the period of 2) comes after its central one."""
+    from seafl_dist.report.device_eval import read_device_summary
+    from seafl_dist.report.wandb_files import records
+    out = tmp_path / "run"
+    proc = seafl_offline(tmp_path, out, "data.device_holdout=0.25", "run.device_eval_every=2")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    files = list(out.glob("wandb/offline-run-*/run-*.wandb"))
+    history = read_offline_run(files[0])["history"]
+    rows = [h for h in history if "device_eval/p10" in h]
+    summary = {(r["version"], r["metric"]): r for r in read_device_summary(out)}
+    assert [h["version"] for h in rows] == [0, 2, 4, 5]
+    for h in rows:
+        acc, loss = summary[h["version"], "accuracy"], summary[h["version"], "loss"]
+        assert h["device_eval/p10"] == pytest.approx(acc["p10"]) and h["device_eval/devices"] == acc["devices"]
+        assert h["device_eval/worst10_mean"] == pytest.approx(acc["worst10_mean"])
+        assert h["device_eval/loss_p90"] == pytest.approx(loss["p90"])
+        assert h["device_eval/distribution/_type"] == "histogram" and sum(h["device_eval/distribution/values"]) == 8
+    merged = [h for h in history if "eval/accuracy" in h and h["version"] in (0, 2, 4)]
+    assert all("device_eval/p10" in h for h in merged)  # one W&B row per version: the central and the devices'
+    globs = {r.metric.glob_name: r.metric.step_metric for r in records(files[0]) if r.WhichOneof("record_type") ==
+             "metric" and r.metric.glob_name}
+    assert globs.get("device_eval/*") == "virtual_time"

@@ -24,7 +24,9 @@ COMPANIONS = {"devices.num": ["devices.concurrency=1", "algorithm.buffer_size=1"
               "devices.concurrency": ["algorithm.buffer_size=1"],
               "run.max_aggregations": ["run.max_time=100"],
               "data.partition": ["data.name=femnist"],
-              "algorithm.server_opt.pseudo_gradient": ["algorithm.server_opt.name=momentum"]}  # delta: an optimizer
+              "algorithm.server_opt.pseudo_gradient": ["algorithm.server_opt.name=momentum"],  # delta: an optimizer
+              "data.device_test": ["data.name=femnist", "data.partition=natural"],  # writers' own test data
+              "run.device_eval_every": ["data.device_holdout=0.2"]}  # evaluation needs held-out data
 TINY = ["run.max_aggregations=1", "logging.progress=none"]  # were a bad value taken, the run would be short
 
 

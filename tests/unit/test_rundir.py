@@ -33,10 +33,10 @@ REFUSED = {f"{section}.{key}" for section, keys in {
     "clock": ["sec_per_sample", "download_s", "upload_s", "compute_scale", "idle.distribution", "idle.s", "idle.a",
               "idle.max", "idle.resample"],
     "data": ["name", "root", "download", "partition", "shards_overlap", "concentration", "samples_per_device",
-             "test_fraction", "emnist_split", "augment", "seed"],
+             "test_fraction", "emnist_split", "augment", "seed", "device_holdout", "device_test"],
     "model": ["name", "width"],
     "run": ["seed", "max_aggregations", "max_time", "target_accuracy", "eval_every", "targets", "stop_on_divergence",
-            "target_metric", "target_mode"],
+            "target_metric", "target_mode", "device_eval_every", "device_eval_sample"],
     "runtime": ["precision", "batch_jobs", "deterministic"]}.items() for key in keys}
 
 
@@ -95,8 +95,9 @@ def fake_run(d, *, completed=True):
 def test_the_proof_holds_until_a_file_changes(tmp_path):
     d = fake_run(tmp_path / "run")
     summary = read_summary(d)
-    assert set(summary["files"]) == set(rundir.PROVEN) - {"partition.npz", "train_log.csv"}  # columns only above 10,000
-    # devices; train_log.csv only for a module that logs
+    assert set(summary["files"]) == set(rundir.PROVEN) - {"partition.npz", "train_log.csv", "device_metrics.csv",
+                                                          "device_summary.csv"}  # columns only above 10,000
+    # devices; train_log.csv only for a module that logs; device_*.csv only with run.device_eval_every
     assert rundir.proof_mismatch(d, summary) is None
     assert summary["files"]["model.pt"]["bytes"] == len("weights")
     (d / "events.jsonl").write_text('{"event": "stop"}\n')  # same size, other bytes
