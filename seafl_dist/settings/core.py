@@ -28,11 +28,12 @@ from seafl_dist.settings.sections import (  # noqa: F401  (re-exported: the publ
 )
 from seafl_dist.settings.errors import _fail  # this module's own checks word their errors the same way
 from seafl_dist.settings.keys import key, section
+from seafl_dist.settings.compression import CompressionConfig
 from seafl_dist.settings.server_opt import ServerOptConfig
 
 __all__ = ["ALGORITHMS", "SIMILARITY_MODES", "SIMILARITY_OVER", "AlgorithmConfig", "ClockConfig", "Config", "ConfigError", "DataConfig",
            "DevicesConfig", "IdleConfig", "LoggingConfig", "ModelConfig", "RunConfig", "RuntimeConfig",
-           "ServerOptConfig", "TrainConfig", "WandbConfig", "all_keys", "config_from_dict", "dump_config",
+           "ServerOptConfig", "CompressionConfig", "TrainConfig", "WandbConfig", "all_keys", "config_from_dict", "dump_config",
            "find_config", "is_sweep_file", "load_config", "load_run_yaml", "load_yaml", "parse_override", "set_dotted"]
 
 
@@ -44,6 +45,8 @@ class Config:
     devices: DevicesConfig = section(DevicesConfig, "the simulated devices")
     train: TrainConfig = section(TrainConfig, "each device's local training (SGD)")
     clock: ClockConfig = section(ClockConfig, "the virtual clock: how long a job takes")
+    compression: CompressionConfig = section(CompressionConfig, "what a device uploads: the model, or its "
+                                             "compressed delta")
     data: DataConfig = section(DataConfig, "the dataset and how it is split into devices' shards")
     model: ModelConfig = section(ModelConfig, "the model every device trains")
     run: RunConfig = section(RunConfig, "when the run stops, evaluates and checkpoints")
@@ -255,8 +258,8 @@ OMITTED_AT_DEFAULT = {("devices", "profile"): None, ("devices", "dropout"): None
                       ("run", "target_metric"): "accuracy", ("run", "target_mode"): "max"}
 
 
-# Sections left out whole when every key is at its default (the server optimizer, algorithm.server_opt)
-OMITTED_SECTIONS_AT_DEFAULT = {("algorithm", "server_opt"): ServerOptConfig}
+# Sections left out whole when every key is at its default (the server optimizer, algorithm.server_opt; compression)
+OMITTED_SECTIONS_AT_DEFAULT = {("algorithm", "server_opt"): ServerOptConfig, ("compression",): CompressionConfig}
 
 
 def dump_config(cfg: Config) -> str:
@@ -264,7 +267,8 @@ def dump_config(cfg: Config) -> str:
     for (sec, name), default in OMITTED_AT_DEFAULT.items():
         if tree[sec][name] == default:
             del tree[sec][name]
-    for (sec, name), cls in OMITTED_SECTIONS_AT_DEFAULT.items():
-        if tree[sec][name] == dataclasses.asdict(cls()):
-            del tree[sec][name]
+    for path, cls in OMITTED_SECTIONS_AT_DEFAULT.items():
+        parent = tree[path[0]] if len(path) == 2 else tree
+        if parent[path[-1]] == dataclasses.asdict(cls()):
+            del parent[path[-1]]
     return yaml.safe_dump(tree, sort_keys=False)
