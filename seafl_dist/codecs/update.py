@@ -60,11 +60,19 @@ class UpdateCodec:
             return data
         return torch.cat([data, as_bytes(trained[~self._mask(trained.device)].to(torch.float32))])
 
-    def encode(self, trained: torch.Tensor, base: torch.Tensor, seed: int) -> torch.Tensor:
-        """The upload of a job that trained ``trained`` from ``base``; ``seed``: its named stream (QSGD's rounding)."""
+    def encode(self, trained: torch.Tensor, base: torch.Tensor, seed: int, feedback=None, *, device: int = -1,
+               job: int = -1, finish: float = 0.0) -> torch.Tensor:
+        """The upload of a job that trained ``trained`` from ``base``; ``seed``: its named stream (QSGD's rounding).
+        With ``feedback`` (codecs/feedback.py), device ``device``'s residual is added first and what was not sent kept."""
         if not self.active:
             return trained
-        return self.pack(self.format.encode(self.delta(trained, base), seed), trained)
+        delta = self.delta(trained, base)
+        if feedback is None:
+            return self.pack(self.format.encode(delta, seed), trained)
+        corrected = feedback.corrected(device, delta)
+        data = self.format.encode(corrected, seed)
+        feedback.keep(device, job, finish, corrected, self.format.decode(data))
+        return self.pack(data, trained)
 
     def check(self, payload: torch.Tensor) -> None:
         want = (torch.uint8, self.upload_bytes) if self.active else (torch.float32, self.numel)

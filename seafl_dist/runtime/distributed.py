@@ -108,6 +108,7 @@ class DistributedExecutor:
         self.owed: dict[int, tuple[int, float]] = {}  # job -> (worker rank, when it was sent)
         self.results: dict[int, torch.Tensor] = {}
         self.logs: dict[int, dict] = {}  # job -> what its module logged (LOGS, ahead of its RESULT)
+        self.feedback = None  # error feedback's residuals live on the workers, not in rank 0's checkpoints
         self.failed = False
 
     def submit(self, spec, start: torch.Tensor) -> None:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
-from seafl_dist.codecs import UpdateCodec
+from seafl_dist.codecs import ErrorFeedback, UpdateCodec
 from seafl_dist.sim import stream_seed
 from seafl_dist.train import FlatLayout, train_job, train_jobs
 from seafl_dist.train.batched import fusion_blocker
@@ -113,6 +113,7 @@ class GroupTrainer:
         self.model = model if model is not None else exp.new_model(lightning=train.loop == "lightning")
         self.limit = exp.cfg.runtime.batch_jobs
         self.codec = UpdateCodec(exp.cfg.compression, FlatLayout.of(self.model))  # what a job uploads
+        self.feedback = ErrorFeedback() if exp.cfg.compression.error_feedback else None  # its devices' residuals
         self.slots: list | None = None  # CUDA graph slots, made at the first group
         self.logs: dict[int, dict] = {}  # job -> what its module logged (modules that log: one job at a time)
         # graphs=True on a CPU: the slots' code stepping eagerly (the tests' way to run it end to end)
@@ -171,8 +172,12 @@ class GroupTrainer:
         deltas; codecs/), on the CPU; a lone job's stays on its device with ``result_on_device`` (see run_job).
         Every training path hands back its models here, so this is the one place uploads are made."""
         flats = self._train(specs, starts, on_step, result_on_device)
-        return [self.codec.encode(flat, start, compress_seed(self.exp.cfg, spec))
-                for spec, start, flat in zip(specs, starts, flats)]
+        uploads = [None] * len(specs)
+        for i in sorted(range(len(specs)), key=lambda i: (specs[i].finish, specs[i].job)):  # error feedback: a
+            s = specs[i]  # device's jobs in the order they finish (codecs/feedback.py)
+            uploads[i] = self.codec.encode(flats[i], starts[i], compress_seed(self.exp.cfg, s), self.feedback,
+                                           device=s.device, job=s.job, finish=s.finish)
+        return uploads
 
     def _train(self, specs: list[JobSpec], starts: list[torch.Tensor], on_step=None,
                result_on_device=False) -> list[torch.Tensor]:
@@ -214,7 +219,7 @@ class InProcessExecutor:
     def __init__(self, exp, graphs: bool | None = None):
         self.exp = exp
         self.trainer = GroupTrainer(exp, graphs=graphs)
-        self.model = self.trainer.model
+        self.model, self.feedback = self.trainer.model, self.trainer.feedback  # residuals: in the checkpoints
         self._pending: dict[int, tuple[JobSpec, torch.Tensor]] = {}
         self._done: dict[int, torch.Tensor] = {}  # trained with an earlier group, not yet asked for
         self._ahead = None
@@ -262,6 +267,12 @@ class InProcessExecutor:
             self._ahead.notify_all()
 
     def result(self, job: int) -> torch.Tensor:
+        upload = self._result(job)
+        if self.feedback is not None:
+            self.feedback.taken(job)  # the server has it: a resume never trains it again
+        return upload
+
+    def _result(self, job: int) -> torch.Tensor:
         if self._ahead is not None:
             with self._ahead:
                 while job not in self._done:

@@ -222,7 +222,7 @@ def prepare(cfg: Config, *, local_rank: int = 0, need_test: bool = True, fetch=N
 
     train, test = fetch(load) if fetch is not None and d.download else load(d.download)
     shards, writers = make_shards(cfg, train)
-    check_model_size(cfg, train.num_classes, train.in_channels, train.image_size)
+    check_model_size(cfg, train.num_classes, train.in_channels, train.image_size, num_devices=len(shards))
     exp = Experiment(cfg=cfg, train=train, test=test, shards=shards, device=pick_device(cfg.runtime.device, local_rank),
                      writers=writers, profile=read_profiles(cfg.devices.profile) if cfg.devices.profile else None)
     if cfg.runtime.deterministic:  # first: an op without a deterministic implementation fails any forward

@@ -22,6 +22,7 @@ class Snapshots:
         self._snap = {"version": version, "time": now, "versions": dict(versions), "refs": dict(refs),
                       "n_rows": len(self.rows), "n_staleness": len(self.staleness), "counts": dict(self.counts),
                       "update_norms": self.watch.history.to_list(), "server_opt": self.server_opt.state,
+                      "feedback": self._feedback().state() if self._feedback() is not None else None,
                       "events_bytes": events_bytes, "metrics_bytes": metrics_bytes}
         run = self.cfg.run
         due = (run.checkpoint_every is not None and version > 0 and version % run.checkpoint_every == 0) or \
@@ -43,7 +44,8 @@ class Snapshots:
             "counts": dict(snap["counts"]), "events_bytes": snap["events_bytes"],
             "metrics_bytes": snap["metrics_bytes"], "wall_s": self._wall(), "update_norms": snap["update_norms"],
             **({"profile_sha256": self.profile_sha256} if self.profile_sha256 else {}),
-            **({"server_opt": snap["server_opt"].to_dict()} if self.server_opt.active else {})})
+            **({"server_opt": snap["server_opt"].to_dict()} if self.server_opt.active else {}),
+            **({"feedback": snap["feedback"]} if snap["feedback"] is not None else {})})
         self._saved_version, self._last_save = snap["version"], time.monotonic()
 
     def _checkpoint_last(self, quiet: bool = False) -> None:
@@ -60,7 +62,25 @@ class Snapshots:
         self.wall_before, self._saved_version = float(state["wall_s"]), state["version"]
         self.watch.restore(state, self.rows)  # the guard's norms; whether (and where) the run diverged
         self.server_opt.load_state_dict(state.get("server_opt"))  # m and v of the server optimizer, if any
+        self._restore_feedback(state)
         return dict(state["versions"]), Counter(state["refs"]), state["version"], state["time"]
+
+    def _feedback(self):
+        """The devices' error-feedback residuals, where they live in this process (codecs/feedback.py), else None."""
+        return getattr(self.executor, "feedback", None)
+
+    def _restore_feedback(self, state: dict) -> None:
+        """Error feedback: the residuals the checkpoint holds, or one line why it cannot resume. Under torchrun they
+        live on the workers, and rank 0's checkpoint does not hold them."""
+        if not self.cfg.compression.error_feedback:
+            return
+        if "feedback" not in state or self._feedback() is None:
+            raise checkpoint.CheckpointError(
+                "this run has compression.error_feedback, and its devices' residuals are not in the checkpoint (a run "
+                "under torchrun keeps them on its workers) or cannot be restored there: it cannot resume "
+                "byte-identically; resume in one process from a checkpoint one process wrote, or start afresh "
+                f"({checkpoint.OVERWRITE})")
+        self._feedback().load(state["feedback"])
 
     def _kept(self) -> str:
         if self._saved_version is None:

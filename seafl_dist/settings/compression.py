@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from seafl_dist.settings.domains import check_fields
+from seafl_dist.settings.errors import _fail
 from seafl_dist.settings.keys import key
 
 CODECS = ("none", "fp16", "bf16", "int8", "qsgd", "topk")
@@ -34,9 +35,20 @@ class CompressionConfig:
     bucket: int = key(512, "QSGD d: entries per bucket, each bucket with its own float32 norm (QSGD's 512)",
                       "[1, inf)")
     fraction: float = key(0.01, "top-k: the share of the parameters sent, k = ⌈fraction × P⌉", "(0, 1]")
+    error_feedback: bool = key(False, "each device keeps what its codec did not send and adds it to its next "
+                               "delta (needs `runtime.placement: device`)",
+                               note="The residual is float32 over the trainable parameters, one per device, held "
+                                    "where the device's jobs train (ResNet-18: 44.7 MB a device, 4.47 GB for 100); a "
+                                    "run whose residuals do not fit in memory is refused before anything is "
+                                    "written. A dropped job never trains, so it leaves its device's residual as it "
+                                    "was; an update the server rejects was sent, so its residual stands (a "
+                                    "non-finite one is reset to zero). Residuals are in the checkpoints.")
 
     def __post_init__(self) -> None:
         check_fields(self, "compression")
+        if self.error_feedback and self.codec == "none":
+            _fail("compression.error_feedback", True, "false with compression.codec=none (nothing is left unsent "
+                  "to feed back)")
 
     @property
     def active(self) -> bool:

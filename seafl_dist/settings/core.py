@@ -65,6 +65,9 @@ class Config:
         if self.algorithm.buffer_size > self.devices.concurrency:
             _fail("algorithm.buffer_size", self.algorithm.buffer_size,
                   f"at most devices.concurrency ({self.devices.concurrency}), or the buffer never fills")
+        if self.compression.error_feedback and self.runtime.placement != "device":
+            _fail("compression.error_feedback", True, f"false unless runtime.placement=device (not "
+                  f"{self.runtime.placement}): a device's residual lives on the one worker that trains its jobs")
         if self.train.batch_size < 2 and self.model.name in ("resnet18", "vgg16"):
             _fail("train.batch_size", self.train.batch_size,
                   f"at least 2 for model.name={self.model.name} (batch norm cannot train on one sample)")

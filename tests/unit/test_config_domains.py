@@ -24,7 +24,8 @@ COMPANIONS = {"devices.num": ["devices.concurrency=1", "algorithm.buffer_size=1"
               "devices.concurrency": ["algorithm.buffer_size=1"],
               "run.max_aggregations": ["run.max_time=100"],
               "data.partition": ["data.name=femnist"],
-              "algorithm.server_opt.pseudo_gradient": ["algorithm.server_opt.name=momentum"]}  # delta: an optimizer
+              "algorithm.server_opt.pseudo_gradient": ["algorithm.server_opt.name=momentum"],  # delta: an optimizer
+              "compression.error_feedback": ["compression.codec=topk", "runtime.placement=device"]}  # true: both
 TINY = ["run.max_aggregations=1", "logging.progress=none"]  # were a bad value taken, the run would be short
 
 
