@@ -19,6 +19,9 @@ import torch
 
 from seafl_dist.codecs.formats import as_bytes, from_bytes, make_format
 
+# what a RESULT header's ``codec`` field says (transport/messages.py): 0 is the float32 model
+WIRE_IDS = {"none": 0, "fp16": 1, "bf16": 2, "int8": 3, "qsgd": 4, "topk": 5}
+
 
 class UpdateCodec:
     """Encodes and decodes one model's uploads. ``layout``: the model's flat layout (``kinds`` and ``shapes`` per
@@ -28,6 +31,7 @@ class UpdateCodec:
         sizes = [math.prod(s) for s in layout.shapes]
         self.active = section.active
         self.name = section.codec
+        self.wire_id = WIRE_IDS[section.codec]
         self.params = torch.cat([torch.full((n,), k == "param", dtype=torch.bool)
                                  for k, n in zip(layout.kinds, sizes)]) if sizes else torch.zeros(0, dtype=torch.bool)
         self.numel = int(self.params.numel())
@@ -38,6 +42,11 @@ class UpdateCodec:
             if self.active else None
         self.upload_bytes = self.format.nbytes + 4 * (self.numel - self.n_params) if self.active else self.model_bytes
         self._masks: dict = {}
+
+    @property
+    def wire(self) -> tuple[int, int]:
+        """(codec id, payload entries) of a RESULT: what its header says and the receiver checks."""
+        return (self.wire_id, self.upload_bytes) if self.active else (0, 0)
 
     @property
     def ratio(self) -> float:
