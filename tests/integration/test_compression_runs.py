@@ -7,8 +7,9 @@ import pytest
 import torch
 
 from resuming import assert_same_run, checkpoint_versions, cli, reference, run_args
+from seafl_dist.cli import main as seafl_main
 from seafl_dist.report.trace import check_run
-from small_runs import SMALL
+from small_runs import QUICKSTART, SMALL
 
 EVERY_2 = ["run.checkpoint_every=2", "run.checkpoint_every_s=null"]
 FEEDBACK = ["compression.codec=topk", "compression.fraction=0.05", "compression.error_feedback=true",
@@ -20,6 +21,25 @@ def test_each_codec_runs_and_its_trace_checks_out(codec, tmp_path):
     out = reference(tmp_path / codec, [*SMALL, f"compression.codec={codec}", "clock.upload_s=5"])
     assert check_run(out) == []
     assert "compression" in (out / "config.yaml").read_text()
+
+
+@pytest.mark.parametrize("path", [["train.loop=lightning"], ["runtime.batch_jobs=3"]], ids=["lightning", "fused"])
+def test_every_training_path_uploads_through_the_codec(path, tmp_path):
+    """The Lightning loop and fused groups hand their models to the same place (GroupTrainer.train): the same
+    schedule as the plain loop's compressed run, other models than without the codec."""
+    plain = reference(tmp_path / "plain", [*SMALL, "compression.codec=qsgd", "clock.upload_s=5"])
+    other = reference(tmp_path / "other", [*SMALL, "compression.codec=qsgd", "clock.upload_s=5", *path])
+    full = reference(tmp_path / "full", [*SMALL, "clock.upload_s=5", *path])
+    assert check_run(other) == []
+    lines = [(d / "events.jsonl").read_text().splitlines() for d in (plain, other)]
+    assert [x for x in lines[0] if '"finish"' in x] == [x for x in lines[1] if '"finish"' in x]
+    a, b = (torch.load(d / "model.pt", weights_only=True) for d in (other, full))
+    assert any(not torch.equal(a[k], b[k]) for k in a)
+
+
+def test_dry_run_says_what_an_upload_costs(capsys, tmp_path):
+    assert seafl_main(["run", str(QUICKSTART), "--dry-run", "compression.codec=int8", "--out", str(tmp_path / "r")]) == 0
+    assert "uploads int8: 61,746 of the model's 246,824 bytes (0.2502)" in capsys.readouterr().out
 
 
 def test_error_feedback_changes_what_is_learnt(tmp_path):
