@@ -70,17 +70,10 @@ class Snapshots:
         return getattr(self.executor, "feedback", None)
 
     def _restore_feedback(self, state: dict) -> None:
-        """Error feedback: the residuals the checkpoint holds, or one line why it cannot resume. Under torchrun they
-        live on the workers, and rank 0's checkpoint does not hold them."""
-        if not self.cfg.compression.error_feedback:
-            return
-        if "feedback" not in state or self._feedback() is None:
-            raise checkpoint.CheckpointError(
-                "this run has compression.error_feedback, and its devices' residuals are not in the checkpoint (a run "
-                "under torchrun keeps them on its workers) or cannot be restored there: it cannot resume "
-                "byte-identically; resume in one process from a checkpoint one process wrote, or start afresh "
-                f"({checkpoint.OVERWRITE})")
-        self._feedback().load(state["feedback"])
+        """Error feedback: the residuals the checkpoint holds (checkpoint.load and runtime/launch.py refused, before
+        anything was written, a checkpoint without them and a resume under torchrun, whose workers hold them)."""
+        if self.cfg.compression.error_feedback:
+            self._feedback().load(state["feedback"])
 
     def _kept(self) -> str:
         if self._saved_version is None:

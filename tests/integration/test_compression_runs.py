@@ -6,7 +6,7 @@ import signal
 import pytest
 import torch
 
-from resuming import assert_same_run, checkpoint_versions, cli, reference, run_args
+from resuming import assert_same_run, checkpoint_versions, cli, reference, refused, run_args
 from seafl_dist.cli import main as seafl_main
 from seafl_dist.report.trace import check_run
 from small_runs import QUICKSTART, SMALL
@@ -61,7 +61,24 @@ def test_killed_run_with_error_feedback_resumes_to_the_same_bytes(tmp_path):
     assert stopped.returncode == -signal.SIGKILL and checkpoint_versions(out) == [2]
     state = torch.load(out / "checkpoint-00000002.pt", weights_only=True)
     assert state["feedback"] and all(r.shape == (61706,) for r in state["feedback"].values())
+    # under torchrun the workers would need those residuals: refused before anything is written
+    from seafl_dist.runtime.launch import Target, _plan_for_all
+    from seafl_dist.settings import load_config
+    plan, err = _plan_for_all(load_config(QUICKSTART, overrides), out, Target(), False)
+    assert plan["action"] == "error" and "compression.error_feedback cannot resume" in str(err)
     resumed = cli(*run_args(overrides, out))
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"resumed {out} after aggregation 2" in resumed.stderr
     assert_same_run(ref, out)
+
+
+def test_a_checkpoint_without_residuals_is_refused_in_one_line(tmp_path, capsys):
+    overrides = [*SMALL, *FEEDBACK, *EVERY_2]
+    out = tmp_path / "run"
+    assert cli(*run_args(overrides, out), fault="after_aggregate:2").returncode == -signal.SIGKILL
+    path = out / "checkpoint-00000002.pt"
+    state = torch.load(path, weights_only=True)
+    del state["feedback"]  # as a torchrun run writes it: its residuals stayed on the workers
+    torch.save(state, path)
+    line = refused(capsys, ["run", QUICKSTART, *overrides, "--out", out], out)
+    assert "compression.error_feedback cannot resume byte-identically without its devices' residuals" in line
