@@ -50,6 +50,18 @@ def test_uploads_shrink_by_the_byte_ratio(codec):
                            epochs=1, schedule_only=True)
 
 
+def test_a_notified_job_uploads_compressed_too():
+    """SEAFL²: a notified job uploads at the end of its epoch in progress, in the compressed upload's time."""
+    cfg, exp, events = events_of("algorithm.name=seafl2", "train.epochs=2", "algorithm.staleness_limit=1",
+                                 "run.seed=2", "compression.codec=topk")
+    up = 10 * UpdateCodec(cfg.compression, FlatLayout.of(exp.new_model())).ratio
+    notified = {e["job"] for e in events if e["event"] == "notify"}
+    early = [(f, s) for f, s in finishes(events) if f["job"] in notified and f["epochs"] < 2]
+    assert early and all(f["time"] == s["epoch_ends"][f["epochs"] - 1] + up for f, s in early)
+    assert not check_trace(events, concurrency=4, buffer_size=2, staleness_limit=1, partial=True, upload_s=10,
+                           epochs=2, schedule_only=True)
+
+
 def test_the_trace_checker_refuses_an_unscaled_upload_and_sizes_that_vary():
     _, _, events = events_of("compression.codec=int8")
     kw = dict(concurrency=4, buffer_size=2, staleness_limit=10, partial=False, upload_s=10, epochs=1, schedule_only=True)
