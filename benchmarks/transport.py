@@ -14,6 +14,12 @@ times, side by side in one run:
   which rank 0's ``Mailbox`` receives (the path every job and result takes in the runtime).
 
 A round trip moves the vector twice, so its rate is 2 x size / time; a clone moves it once.
+
+Then compressed uploads (``compression.codec``, issue 41; ``--codecs none,int8,topk``, top-k at
+``--fraction`` 0.01): for each codec, the bytes of one update, the worker's encode time (a trained
+model and its base to the upload), the transport's time for a RESULT carrying it from rank 1 to
+rank 0 (rank 1 times ``Outbox.send`` until rank 0's payload-less answer arrives, so each time
+holds one small header back), and rank 0's decode time, with ratios to ``none``.
 Each rank uses ``--threads`` intra-op threads (torchrun's default, and runtime.threads=1, is 1).
 Medians over ``--iters`` timed repetitions after two warm-ups. A script, not a test.
 """
@@ -39,6 +45,17 @@ def median_time(fn, iters: int) -> float:
         fn()
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
+
+
+def farewell(mailbox, outbox, peer: int) -> None:
+    """BYE both ways before the group goes: a receiver thread still waiting in irecv when it is destroyed aborts."""
+    from seafl_dist.transport import BYE, Header
+    outbox.send(peer, Header(BYE))
+    outbox.flush()
+    mailbox.wait_closed(60.0)
+    outbox.close()
+    dist.barrier()
+    dist.destroy_process_group()
 
 
 def _rank(rank: int, init_file: str, flat: torch.Tensor, iters: int, threads: int, result_file: str) -> None:
@@ -86,22 +103,83 @@ def _rank(rank: int, init_file: str, flat: torch.Tensor, iters: int, threads: in
                 outbox.send(0, Header(RESULT, job=h.job, has_payload=True, finish=h.finish, payload_numel=numel),
                             payload)
                 done += 1
-    outbox.flush()
-    outbox.close()
-    dist.barrier()
-    dist.destroy_process_group()
+    farewell(mailbox, outbox, peer)
+
+
+def _upload(rank: int, init_file: str, upload: torch.Tensor, wire: tuple, numel: int, iters: int, threads: int,
+            result_file: str) -> None:
+    """One codec's RESULT from rank 1 to rank 0, answered by a payload-less JOB header; rank 1 times it."""
+    from seafl_dist.transport import JOB, RESULT, Header, Mailbox, Outbox
+
+    torch.set_num_threads(threads)
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=2)
+    upload = upload.clone()
+    mailbox, outbox = Mailbox([1 - rank], numel, upload=wire if rank == 0 else (0, 0)), Outbox()
+    if rank == 1:
+        result = Header(RESULT, job=0, has_payload=True, finish=1.0, payload_numel=upload.numel(), codec=wire[0])
+
+        def send():
+            outbox.send(0, result, upload)
+            got = []
+            while not got:
+                got = mailbox.poll(timeout=1.0)
+        with open(result_file, "w") as f:
+            f.write(f"{median_time(send, iters)}\n")
+    else:
+        for _ in range(iters + 2):
+            got = []
+            while not got:
+                got = mailbox.poll(timeout=1.0)
+            assert got[0][1].kind == RESULT and got[0][2].numel() == upload.numel()
+            outbox.send(1, Header(JOB, job=0))
+    farewell(mailbox, outbox, 1 - rank)
+
+
+def compressed_uploads(model, flat: torch.Tensor, codecs: list[str], fraction: float, iters: int,
+                       threads: int) -> None:
+    """The bytes of one update, and its encode, transport and decode times, for each codec (module docstring)."""
+    from seafl_dist.codecs import UpdateCodec
+    from seafl_dist.settings import CompressionConfig
+    from seafl_dist.train import FlatLayout
+
+    torch.set_num_threads(threads)
+    layout = FlatLayout.of(model)
+    trained = flat + 1e-3 * torch.randn(flat.numel(), generator=torch.Generator().manual_seed(1))
+    rows = []
+    for name in codecs:
+        codec = UpdateCodec(CompressionConfig(codec=name, fraction=fraction), layout)
+        upload = codec.encode(trained, flat, 0)
+        t_encode = median_time(lambda: codec.encode(trained, flat, 0), iters)
+        t_decode = median_time(lambda: codec.decode(upload, flat), iters)
+        with tempfile.TemporaryDirectory() as tmp:
+            result = os.path.join(tmp, "result")
+            mp.spawn(_upload, args=(os.path.join(tmp, "init"), upload.share_memory_(), codec.wire, flat.numel(),
+                                    iters, threads, result), nprocs=2, join=True)
+            t_send = float(open(result).read())
+        label = f"topk {fraction:g}" if name == "topk" else name
+        rows.append((label, codec.upload_bytes, t_encode, t_send, t_decode))
+    print(f"\none update of ResNet-18, worker -> rank 0 ({threads} thread(s) per rank, median of {iters})")
+    print(f"{'codec':<10} {'bytes':>12} {'vs none':>8} {'encode':>9} {'transport':>10} {'vs none':>8} {'decode':>9}")
+    base_bytes, base_send = rows[0][1], rows[0][3]
+    for label, nbytes, t_enc, t_send, t_dec in rows:
+        print(f"{label:<10} {nbytes:>12,} {nbytes / base_bytes:>8.4f} {t_enc * 1e3:>7.1f}ms {t_send * 1e3:>8.1f}ms "
+              f"{t_send / base_send:>8.3f} {t_dec * 1e3:>7.1f}ms")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--threads", type=int, default=1, help="intra-op threads per rank (default 1)")
+    ap.add_argument("--codecs", default="none,int8,topk", help="compressed uploads to time, `none` first (default "
+                    "none,int8,topk); empty: none")
+    ap.add_argument("--fraction", type=float, default=0.01, help="top-k's fraction (default 0.01)")
     args = ap.parse_args()
 
     from seafl_dist.models import build_model
     from seafl_dist.train import flatten
     torch.manual_seed(0)
-    flat = flatten(build_model("resnet18", 10, 3, image_size=32))
+    model = build_model("resnet18", 10, 3, image_size=32)
+    flat = flatten(model)
     size = flat.numel() * flat.element_size()
     with tempfile.TemporaryDirectory() as tmp:
         result = os.path.join(tmp, "result")
@@ -119,6 +197,8 @@ def main() -> None:
     for name, t, moved in rows:
         print(f"{name:<44} {t * 1e3:>8.1f}ms {moved / t / 1e9:>8.2f} {t / t_clone:>8.1f}x")
     print(f"transport overhead of Outbox/Mailbox over raw send/recv: {t_seafl / t_raw:.2f}x")
+    if args.codecs:
+        compressed_uploads(model, flat, args.codecs.split(","), args.fraction, args.iters, args.threads)
 
 
 if __name__ == "__main__":

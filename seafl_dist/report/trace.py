@@ -17,6 +17,8 @@ in ``events.jsonl`` (1-based) and its type and time. What is checked:
   version, at time 0 or at the time of the aggregation just before it; ``epoch_ends`` rise;
 - M jobs are in flight after the starts at time 0 and after those of every aggregation,
   and never more than M;
+- every finish carries the same upload size (``bytes``, ``model_bytes``: with ``compression.codec``), and the
+  upload then takes ``upload_s`` × bytes / model_bytes;
 - a finish comes at the job's planned ``b_E + upload_s`` or, for a notified job, at the end of
   the epoch in progress at the notify time (``b_e + upload_s``, the first b_e > τ) with
   ``epochs`` = e; jobs finishing at the same time come in increasing device order; no
@@ -46,12 +48,27 @@ from typing import Iterable, Optional
 
 from seafl_dist.report.churn_replay import ChurnReplay
 from seafl_dist.report.replay import Replay
+from seafl_dist.sim.clock import scaled_upload
 
 
 def is_churn(events: list) -> bool:
     """A trace of a run with availability or dropouts: its start events carry their own upload_s."""
     return any(isinstance(e, dict) and (e.get("event") == "drop" or (e.get("event") == "start" and "upload_s" in e))
                for e in events)
+
+
+def upload_of(events: list, upload_s: Optional[float]) -> tuple[Optional[float], list[str]]:
+    """The upload time of a trace's jobs: ``clock.upload_s`` scaled by the byte ratio its finish events carry
+    (``bytes`` / ``model_bytes``, with ``compression.codec``; sim/clock.py's expression), and the problem if those
+    differ between finishes (an upload's size is a function of the codec and the layout, never of the values)."""
+    sizes = {(e.get("bytes"), e.get("model_bytes")) for e in events if isinstance(e, dict) and e.get("event") == "finish"}
+    if len(sizes) > 1:
+        return upload_s, [f"finish events carry different upload sizes {sorted(sizes, key=str)}; an upload's size "
+                          f"depends on the codec and the model's layout only"]
+    sent, full = next(iter(sizes), (None, None))
+    if sent is None or upload_s is None:
+        return upload_s, []
+    return scaled_upload(upload_s, sent, full), []
 
 
 def check_trace(events: Iterable[dict], *, concurrency: int, buffer_size: int, staleness_limit: Optional[int],
@@ -67,9 +84,12 @@ def check_trace(events: Iterable[dict], *, concurrency: int, buffer_size: int, s
     checker count the idle devices online at each refill, ``population`` tells who is online when,
     ``dropout`` 0 forbids drops inside a job's span (None: allowed); ``churn`` None detects the mode.
     """
+    events = list(events)
+    upload_s, sizes = upload_of(events, upload_s)
     kw = dict(concurrency=concurrency, buffer_size=buffer_size, staleness_limit=staleness_limit, partial=partial,
               upload_s=upload_s, epochs=epochs, limit=limit, schedule_only=schedule_only)
-    events = list(events)
+    if sizes:
+        return sizes
     if churn or (churn is None and (population is not None or is_churn(events))):
         return ChurnReplay(num_devices=num_devices, population=population, dropout=dropout, **kw).run(events)
     return Replay(**kw).run(events)

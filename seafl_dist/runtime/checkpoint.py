@@ -6,6 +6,8 @@ recomputed, taken at the end of an aggregation (the last consistent state, never
 - the aggregation count (``version``), virtual time, metric rows, the event counters and
   staleness list the summary needs, the real seconds spent so far,
 - with a server optimizer (``algorithm.server_opt``), its m, v (float64) and step count,
+- with error feedback (``compression.error_feedback``), each device's residual before its first job not yet
+  aggregated (codecs/feedback.py); only one process holds them, so only one process resumes such a run,
 - the byte lengths of ``events.jsonl`` and ``metrics.csv`` at that point (the run files are
   fsynced first, so the lengths are on disk before the checkpoint that records them), and with device
   evaluation on, those of ``device_metrics.csv`` and ``device_summary.csv`` and its last summary,
@@ -108,6 +110,12 @@ remove_all = remove_checkpoints  # every checkpoint and every temp file of a cut
 
 # ---- reading and checking -----------------------------------------------------------------
 
+def feedback_unresumable(path, why: str) -> str:
+    """Why a run with error feedback cannot resume from ``path`` (codecs/feedback.py), in one line."""
+    return (f"checkpoint {path}: a run with compression.error_feedback cannot resume byte-identically {why}; resume "
+            f"it in one process from a checkpoint one process wrote, or start afresh ({OVERWRITE})")
+
+
 def load(path: Path, cfg, *, mmap: bool = False) -> dict:
     """Read and check a checkpoint against ``cfg``; a :class:`CheckpointError` of one line if unusable.
 
@@ -139,6 +147,9 @@ def load(path: Path, cfg, *, mmap: bool = False) -> dict:
     if why:
         raise CheckpointError(f"checkpoint {path}: {why}; resume with the run's own profile file (at any path), use "
                               f"another --out, or --overwrite to replace that run")
+    if cfg.compression.error_feedback and "feedback" not in state:
+        raise CheckpointError(feedback_unresumable(path, "without its devices' residuals (a torchrun run keeps them "
+                                                         "on its workers)"))
     lengths = [("events.jsonl", state["events_bytes"]), ("metrics.csv", state["metrics_bytes"])]
     if "device_eval" in state:  # device evaluation's files (runtime/device_eval.py)
         lengths += zip((DEVICE_METRICS, DEVICE_SUMMARY), state["device_eval"]["bytes"])

@@ -28,12 +28,14 @@ from functools import partial
 
 import torch
 
+from seafl_dist.codecs import UpdateCodec
 from seafl_dist.runtime.faults import NO_FAULT
 from seafl_dist.runtime.liveness import POLL_S, Heartbeat, StepCounter, Watcher
 from seafl_dist.runtime.server import Server, format_summary
 from seafl_dist.runtime.fetch import once_per_node
 from seafl_dist.runtime.setup import cpus_here, keep_only, oversubscription, pick_device, prepare
 from seafl_dist.runtime.worker import GONE_FAILED, GONE_INTERRUPTED, gone, run_worker
+from seafl_dist.train import FlatLayout
 from seafl_dist.train.plan import epoch_sizes
 from seafl_dist.transport import (BYE, JOB, LOGS, RESULT, STOP, Channel, Header, Mailbox, Outbox, TransportError,
                                   decode_logs, make_links)
@@ -108,6 +110,7 @@ class DistributedExecutor:
         self.owed: dict[int, tuple[int, float]] = {}  # job -> (worker rank, when it was sent)
         self.results: dict[int, torch.Tensor] = {}
         self.logs: dict[int, dict] = {}  # job -> what its module logged (LOGS, ahead of its RESULT)
+        self.feedback = None  # error feedback's residuals live on the workers, not in rank 0's checkpoints
         self.failed = False
 
     def submit(self, spec, start: torch.Tensor) -> None:
@@ -218,7 +221,8 @@ def run_distributed(cfg, out_dir, *, rank: int, world_size: int, local_rank: int
     beat = Heartbeat(store, rank, progress=progress)
     numel = exp.initial_flat().numel()
     placement = Placement(cfg.runtime.placement, world_size, exp.n_samples, cfg.train.batch_size)
-    ends = open_ends(rank, world_size, numel, links)
+    upload = UpdateCodec(cfg.compression, FlatLayout.of(exp.new_model())).wire  # what a RESULT carries (codecs/)
+    ends = open_ends(rank, world_size, numel, links, upload)
     try:
         if rank > 0:
             watcher = Watcher(store, [0], hb_limit)
@@ -243,11 +247,12 @@ def run_distributed(cfg, out_dir, *, rank: int, world_size: int, local_rank: int
         beat.stop()
 
 
-def open_ends(rank: int, world_size: int, numel: int, links) -> tuple[Mailbox, Outbox]:
-    """This rank's mailbox and outbox: rank 0 hears every worker and sends down; a worker the reverse."""
+def open_ends(rank: int, world_size: int, numel: int, links, upload: tuple = (0, 0)) -> tuple[Mailbox, Outbox]:
+    """This rank's mailbox and outbox: rank 0 hears every worker and sends down; a worker the reverse.
+    ``upload``: (codec id, bytes) of a worker's RESULT with ``compression.codec`` (0, 0: the float32 model)."""
     down, up = links
     if rank == 0:
-        return Mailbox(range(1, world_size), numel, up), Outbox(down)
+        return Mailbox(range(1, world_size), numel, up, upload), Outbox(down)
     return Mailbox([0], numel, down), Outbox(up)
 
 

@@ -130,7 +130,14 @@ def check_model(cfg: Config, found) -> str:
                                       f"{str(err).splitlines()[0]}") from None
     params = sum(p.numel() for p in model.parameters())
     numel = sum(t.numel() for t in model.state_dict().values())  # the flat vector a transfer moves
-    return f"{name} (width {cfg.model.width:g}), {params:,} parameters, {found.num_classes} classes", numel
+    line = f"{name} (width {cfg.model.width:g}), {params:,} parameters, {found.num_classes} classes"
+    if cfg.compression.active:  # what an upload costs on the clock and the wire (docs/compression.md)
+        from seafl_dist.codecs import UpdateCodec
+        from seafl_dist.train import FlatLayout
+        codec = UpdateCodec(cfg.compression, FlatLayout.of(model))
+        line += (f"; uploads {codec.name}: {codec.upload_bytes:,} of the model's {codec.model_bytes:,} bytes "
+                 f"({codec.ratio:.4g})" + (", with error feedback" if cfg.compression.error_feedback else ""))
+    return line, numel
 
 
 def population_lines(cfg: Config, n_samples: list[int], model_bytes: int) -> list[str]:

@@ -21,8 +21,9 @@ from dataclasses import dataclass
 
 import torch
 
+from seafl_dist.codecs import ErrorFeedback, UpdateCodec
 from seafl_dist.sim import stream_seed
-from seafl_dist.train import train_job, train_jobs
+from seafl_dist.train import FlatLayout, train_job, train_jobs
 from seafl_dist.train.batched import fusion_blocker
 from seafl_dist.train.graphed import Slot, graph_blocker, train_slots
 
@@ -42,6 +43,11 @@ def job_seeds(cfg, spec: JobSpec) -> dict:
     device, job index), so a job trains to the same bits on any rank, in any order, after a resume."""
     return {"seed": stream_seed(cfg.run.seed, "train", spec.device, spec.job),
             "torch_seed": stream_seed(cfg.run.seed, "torch", spec.device, spec.job)}
+
+
+def compress_seed(cfg, spec: JobSpec) -> int:
+    """The job's named stream for its codec's randomness (QSGD's stochastic rounding)."""
+    return stream_seed(cfg.run.seed, "compress", spec.device, spec.job)
 
 
 def run_job(exp, model, spec: JobSpec, start: torch.Tensor, on_step=None, result_on_device=False,
@@ -106,6 +112,8 @@ class GroupTrainer:
         train = exp.cfg.train
         self.model = model if model is not None else exp.new_model(lightning=train.loop == "lightning")
         self.limit = exp.cfg.runtime.batch_jobs
+        self.codec = UpdateCodec(exp.cfg.compression, FlatLayout.of(self.model))  # what a job uploads
+        self.feedback = ErrorFeedback() if exp.cfg.compression.error_feedback else None  # its devices' residuals
         self.slots: list | None = None  # CUDA graph slots, made at the first group
         self.logs: dict[int, dict] = {}  # job -> what its module logged (modules that log: one job at a time)
         # graphs=True on a CPU: the slots' code stepping eagerly (the tests' way to run it end to end)
@@ -160,8 +168,20 @@ class GroupTrainer:
 
     def train(self, specs: list[JobSpec], starts: list[torch.Tensor], on_step=None,
               result_on_device=False) -> list[torch.Tensor]:
-        """Results in order, on the CPU; a lone job's result stays on its device with
-        ``result_on_device`` (see run_job)."""
+        """The jobs' uploads in order (``compression.codec``: the trained models, or their compressed
+        deltas; codecs/), on the CPU; a lone job's stays on its device with ``result_on_device`` (see run_job).
+        Every training path hands back its models here, so this is the one place uploads are made."""
+        flats = self._train(specs, starts, on_step, result_on_device)
+        uploads = [None] * len(specs)
+        for i in sorted(range(len(specs)), key=lambda i: (specs[i].finish, specs[i].job)):  # error feedback: a
+            s = specs[i]  # device's jobs in the order they finish (codecs/feedback.py)
+            uploads[i] = self.codec.encode(flats[i], starts[i], compress_seed(self.exp.cfg, s), self.feedback,
+                                           device=s.device, job=s.job, finish=s.finish)
+        return uploads
+
+    def _train(self, specs: list[JobSpec], starts: list[torch.Tensor], on_step=None,
+               result_on_device=False) -> list[torch.Tensor]:
+        """The trained models in order (as :meth:`train` says)."""
         if self.graphs and self._make_slots() is not None:
             try:
                 return run_graphed(self.exp, self.slots, specs, starts, on_step)
@@ -169,7 +189,7 @@ class GroupTrainer:
                 if len(self.slots) == 1:
                     raise
             self._halve(len(self.slots))  # each job's bits do not depend on its slot: the group trains again
-            return self.train(specs, starts, on_step, result_on_device)
+            return self._train(specs, starts, on_step, result_on_device)
         if len(specs) == 1:
             logged: dict = {}
             flat = run_job(self.exp, self.model, specs[0], starts[0], on_step, result_on_device, logged)
@@ -184,8 +204,8 @@ class GroupTrainer:
                 self._halve(len(specs))
             else:
                 torch.cuda.empty_cache()
-        return (self.train(specs[:half], starts[:half], on_step, result_on_device)
-                + self.train(specs[half:], starts[half:], on_step, result_on_device))
+        return (self._train(specs[:half], starts[:half], on_step, result_on_device)
+                + self._train(specs[half:], starts[half:], on_step, result_on_device))
 
 
 class InProcessExecutor:
@@ -199,7 +219,7 @@ class InProcessExecutor:
     def __init__(self, exp, graphs: bool | None = None):
         self.exp = exp
         self.trainer = GroupTrainer(exp, graphs=graphs)
-        self.model = self.trainer.model
+        self.model, self.feedback = self.trainer.model, self.trainer.feedback  # residuals: in the checkpoints
         self._pending: dict[int, tuple[JobSpec, torch.Tensor]] = {}
         self._done: dict[int, torch.Tensor] = {}  # trained with an earlier group, not yet asked for
         self._ahead = None
@@ -247,6 +267,12 @@ class InProcessExecutor:
             self._ahead.notify_all()
 
     def result(self, job: int) -> torch.Tensor:
+        upload = self._result(job)
+        if self.feedback is not None:
+            self.feedback.taken(job)  # the server has it: a resume never trains it again
+        return upload
+
+    def _result(self, job: int) -> torch.Tensor:
         if self._ahead is not None:
             with self._ahead:
                 while job not in self._done:

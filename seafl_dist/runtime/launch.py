@@ -220,8 +220,11 @@ def _plan_for_all(cfg, out: Path, target: Target, interrupted: bool) -> tuple[di
     """Rank 0's decision, as the other ranks receive it (and the error to raise here, if any)."""
     if interrupted:
         return {"action": "interrupted"}, None
+    from seafl_dist.runtime.checkpoint import CheckpointError, feedback_unresumable
     try:
         decided = decide(cfg, out, target)
+        if decided.action == "resume" and cfg.compression.error_feedback:  # residuals live on workers (codecs/)
+            raise CheckpointError(feedback_unresumable(decided.checkpoint, "under torchrun"))
     except (ConfigError, FileNotFoundError, RunFileError) as err:  # another config's run, a busy or unwritable dir
         return {"action": "error", "error": str(err)}, err
     return {"action": decided.action, "checkpoint": str(decided.checkpoint) if decided.checkpoint else None}, None

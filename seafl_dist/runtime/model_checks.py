@@ -25,10 +25,12 @@ def physical_memory() -> int | None:
 COPIES = 3  # what any training process holds at least: the weights, their gradients, the flat vector
 
 
-def check_model_size(cfg: Config, num_classes: int, in_channels: int, image_size: int, memory: int | None = None) -> None:
+def check_model_size(cfg: Config, num_classes: int, in_channels: int, image_size: int, memory: int | None = None,
+                     num_devices: int = 0) -> None:
     """Refuse, before anything is allocated, a built-in model whose float32 weights, gradients and flat
-    vector (``COPIES``) alone exceed this machine's memory (a large ``model.width``): counted on
-    torch's meta device, which allocates nothing. A user's model is built as it is (its own code)."""
+    vector (``COPIES``) alone exceed this machine's memory (a large ``model.width``), and, with
+    ``compression.error_feedback``, one whose ``num_devices`` residuals (float32, one per device) do too: counted
+    on torch's meta device, which allocates nothing. A user's model is built as it is (its own code)."""
     m = cfg.model
     if is_import_path(m.name):
         return
@@ -47,6 +49,12 @@ def check_model_size(cfg: Config, num_classes: int, in_channels: int, image_size
                           f"parameters, and its weights, gradients and flat vector alone take {needed / 1e9:.1f} GB as "
                           f"float32, more than this machine's {memory / 1e9:.1f} GB of memory; choose a smaller "
                           f"model.width (1 is the paper's model)")
+    residuals = 4 * params * num_devices if cfg.compression.error_feedback else 0
+    if residuals and needed + residuals > memory:  # every device's residual, on one machine (codecs/feedback.py)
+        raise ConfigError(f"config key 'compression.error_feedback' has value True: {num_devices} devices' residuals "
+                          f"of {m.name}'s {params:,} parameters take {residuals / 1e9:.2f} GB as float32 ("
+                          f"{4 * params / 1e6:.1f} MB a device), with the model's {needed / 1e9:.2f} GB more than this "
+                          f"machine's {memory / 1e9:.1f} GB of memory; turn error feedback off or use fewer devices")
 
 
 def built(cfg: Config, make):

@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 
 from seafl_dist.algo import BufferedUpdate, ServerOptimizer, aggregate
+from seafl_dist.codecs import UpdateCodec
 from seafl_dist.settings import dump_config
 from seafl_dist.report import Progress, RunWriter
 from seafl_dist.report.partition import write_partition
@@ -41,7 +42,7 @@ from seafl_dist.runtime.faults import NO_FAULT
 from seafl_dist.runtime.summary import build_summary, format_summary  # noqa: F401  (format_summary re-exported)
 from seafl_dist.runtime.watch import Watch
 from seafl_dist.report.metric import Metric
-from seafl_dist.train import evaluate
+from seafl_dist.train import FlatLayout, evaluate, load_flat
 from seafl_dist.train.evaluation import evaluate_by_step
 
 
@@ -61,18 +62,15 @@ class Server(Snapshots):
         self.hook = hook  # the runner's test hook (runtime/faults.py); does nothing unless SEAFL_FAULT is set
         self._snap: dict | None = None  # the last consistent state (end of an aggregation)
         self._saved_version: int | None = None
-        self._last_save = time.monotonic()
-        self._t0, self.wall_before = time.monotonic(), 0.0
-        self.callbacks = list(callbacks)
-        lc = self.cfg.logging
+        self._last_save = self._t0 = time.monotonic()
+        self.wall_before = 0.0
+        self.callbacks, lc = list(callbacks), self.cfg.logging
         self.metric = Metric.of(self.cfg.run)  # what targets, stopping, best and final follow
         self.progress = progress or Progress(lc.progress, total=self.cfg.run.max_aggregations,
                                              every_s=lc.progress_every_s, metric=self.metric)
         self.eval_model = exp.new_model()
-        self.parts = exp.flat_parts()  # params / float stats / integer counters of the flat vector
-        self.rows: list[dict] = []
-        self.counts: Counter = Counter()
-        self.staleness: list[int] = []
+        self.parts, self.codec = exp.flat_parts(), UpdateCodec(self.cfg.compression, FlatLayout.of(self.eval_model))
+        self.rows, self.counts, self.staleness = [], Counter(), []  # metric rows, event counts, updates' staleness
         # device churn (docs/devices.md): drop counts in metrics.csv and summary.json only when it is on
         self.churn = self.cfg.devices.profile is not None or self.cfg.devices.dropout is not None
         # a module evaluated by its own test_step: what it logs there, in columns after today's (the names
@@ -115,9 +113,10 @@ class Server(Snapshots):
 
     # ---- one aggregation ----------------------------------------------------------------
     def _aggregate(self, ev: dict, version: int, versions: dict) -> torch.Tensor:
-        updates = [BufferedUpdate(device=u["device"], job=u["job"], flat=self.executor.result(u["job"]),
-                                  n_samples=u["n_samples"], base_version=u["base_version"], epochs=u["epochs"])
-                   for u in ev["updates"]]
+        receive = self.codec.decode  # stage 1: each upload to w_k on its base (codecs/; none: as it came)
+        updates = [BufferedUpdate(device=u["device"], job=u["job"], n_samples=u["n_samples"], epochs=u["epochs"],
+                                  flat=receive(self.executor.result(u["job"]), versions[u["base_version"]]),
+                                  base_version=u["base_version"]) for u in ev["updates"]]
         result = aggregate(self.cfg.algorithm, version, versions[version], updates, versions.__getitem__,
                            self.parts, self.watch.history)
         for u, info in zip(ev["updates"], result.info):

@@ -22,7 +22,9 @@ from seafl_dist.data.natural import natural_partition
 from seafl_dist.data.partition import label_counts
 from seafl_dist.models import build_model
 from seafl_dist.settings.plugins import is_import_path
+from seafl_dist.codecs import UpdateCodec
 from seafl_dist.sim import Lookahead, Scheduler, SpeedModel, stream_seed
+from seafl_dist.sim.clock import scaled_upload
 from seafl_dist.sim.devices import population_settings
 from seafl_dist.sim.profiles import read_profiles
 from seafl_dist.algo import FlatParts
@@ -145,22 +147,31 @@ class Experiment:
                           _n_samples=self.n_samples, writers=self.writers, profile=self.profile,
                           eval_names=self.eval_names, held_out=self.held_out)
 
+    def upload_sizes(self) -> dict:
+        """``{"bytes": an upload's bytes, "model_bytes": the float32 model's}`` with ``compression.codec`` (a
+        function of the codec and the model's layout, known before anything trains); {} without one."""
+        codec = UpdateCodec(self.cfg.compression, FlatLayout.of(self.new_model()))
+        return {"bytes": codec.upload_bytes, "model_bytes": codec.model_bytes} if codec.active else {}
+
     def schedule(self) -> Lookahead:
         cfg = self.cfg
         speed = SpeedModel(cfg.clock, self.n_samples, cfg.run.seed, cfg.train.epochs)
+        sizes = self.upload_sizes()  # a compressed upload is shorter on the clock (docs/compression.md)
+        model_bytes = sizes.get("model_bytes", 4 * FlatLayout.of(self.new_model()).numel)
+        upload_s = scaled_upload(cfg.clock.upload_s, sizes["bytes"], model_bytes) if sizes else cfg.clock.upload_s
         churn = {}  # device profiles, availability, dropouts (docs/devices.md); {} without them: as before
         if self.profile is not None or cfg.devices.dropout is not None:
             churn = population_settings(
                 profile=self.profile, dropout=cfg.devices.dropout, num_devices=self.num_devices,
                 data_seed=cfg.data_seed, n_samples=self.n_samples, epochs=cfg.train.epochs,
-                model_bytes=4 * FlatLayout.of(self.new_model()).numel, availability_scale=cfg.devices.availability_scale,
+                model_bytes=model_bytes, upload_bytes=sizes.get("bytes"), availability_scale=cfg.devices.availability_scale,
                 compute_scale=cfg.clock.compute_scale, download_s=cfg.clock.download_s,
                 idle=None if cfg.clock.idle.distribution == "none" else speed)
             churn.pop("profile_sha256", None)  # the server records it (runtime/server.py)
         sched = Scheduler(num_devices=self.num_devices, concurrency=cfg.devices.concurrency,
                           buffer_size=cfg.algorithm.buffer_size, staleness_limit=cfg.algorithm.staleness_limit,
                           partial=cfg.algorithm.partial_training, plan=churn.pop("plan", speed.plan), seed=cfg.run.seed,
-                          upload_s=cfg.clock.upload_s, n_samples=self.n_samples,
+                          upload_s=upload_s, n_samples=self.n_samples, upload_sizes=sizes,
                           max_aggregations=cfg.run.max_aggregations, max_time=cfg.run.max_time, **churn)
         return Lookahead(sched.events())
 
@@ -217,7 +228,7 @@ def prepare(cfg: Config, *, local_rank: int = 0, need_test: bool = True, fetch=N
     train, test = fetch(load) if fetch is not None and d.download else load(d.download)
     shards, writers = make_shards(cfg, train)
     shards, held = held_out_split(cfg, train, shards)  # data.device_holdout: the shards become the training parts
-    check_model_size(cfg, train.num_classes, train.in_channels, train.image_size)
+    check_model_size(cfg, train.num_classes, train.in_channels, train.image_size, num_devices=len(shards))
     exp = Experiment(cfg=cfg, train=train, test=test, shards=shards, device=pick_device(cfg.runtime.device, local_rank),
                      writers=writers, profile=read_profiles(cfg.devices.profile) if cfg.devices.profile else None,
                      held_out=gather(cfg, train, test, held, writers) if need_test else None)

@@ -28,6 +28,7 @@ class Snapshots:
         self._snap = {"version": version, "time": now, "versions": dict(versions), "refs": dict(refs),
                       "n_rows": len(self.rows), "n_staleness": len(self.staleness), "counts": dict(self.counts),
                       "update_norms": self.watch.history.to_list(), "server_opt": self.server_opt.state,
+                      "feedback": self._feedback().state() if self._feedback() is not None else None,
                       "events_bytes": events_bytes, "metrics_bytes": metrics_bytes,
                       "devices": self.devices.flush()}  # device evaluation's files (runtime/device_eval.py)
         run = self.cfg.run
@@ -51,7 +52,8 @@ class Snapshots:
             "counts": dict(snap["counts"]), "events_bytes": snap["events_bytes"],
             "metrics_bytes": snap["metrics_bytes"], "wall_s": self._wall(), "update_norms": snap["update_norms"],
             **({"profile_sha256": self.profile_sha256} if self.profile_sha256 else {}),
-            **({"server_opt": snap["server_opt"].to_dict()} if self.server_opt.active else {}), **snap["devices"]})
+            **({"server_opt": snap["server_opt"].to_dict()} if self.server_opt.active else {}),
+            **({"feedback": snap["feedback"]} if snap["feedback"] is not None else {}), **snap["devices"]})
         self._saved_version, self._last_save = snap["version"], time.monotonic()
 
     def _checkpoint_last(self, quiet: bool = False) -> None:
@@ -69,7 +71,18 @@ class Snapshots:
         self.watch.restore(state, self.rows)  # the guard's norms; whether (and where) the run diverged
         self.server_opt.load_state_dict(state.get("server_opt"))  # m and v of the server optimizer, if any
         self.devices.restore(state)  # the last device evaluation's summary
+        self._restore_feedback(state)
         return dict(state["versions"]), Counter(state["refs"]), state["version"], state["time"]
+
+    def _feedback(self):
+        """The devices' error-feedback residuals, where they live in this process (codecs/feedback.py), else None."""
+        return getattr(self.executor, "feedback", None)
+
+    def _restore_feedback(self, state: dict) -> None:
+        """Error feedback: the residuals the checkpoint holds (checkpoint.load and runtime/launch.py refused, before
+        anything was written, a checkpoint without them and a resume under torchrun, whose workers hold them)."""
+        if self.cfg.compression.error_feedback:
+            self._feedback().load(state["feedback"])
 
     def _kept(self) -> str:
         if self._saved_version is None:

@@ -70,7 +70,8 @@ def run_worker(exp, rank: int, numel: int, watcher, links=(Channel(), Channel())
                 values = encode_logs(logged)
                 outbox.send(0, Header(LOGS, job=h.job, has_payload=True, payload_numel=values.numel()), values)
             outbox.send(0, Header(RESULT, job=h.job, device=h.device, version=h.version, epochs=h.epochs,
-                                  has_payload=True, finish=h.finish, payload_numel=numel), flat)
+                                  has_payload=True, finish=h.finish, payload_numel=flat.numel(),
+                                  codec=trainer.codec.wire_id), flat)  # the model, or its compressed delta
         trained += len(group)
         inbox.forget_unneeded()
 

@@ -28,11 +28,12 @@ from seafl_dist.settings.sections import (  # noqa: F401  (re-exported: the publ
 )
 from seafl_dist.settings.errors import _fail  # this module's own checks word their errors the same way
 from seafl_dist.settings.keys import key, section
+from seafl_dist.settings.compression import CompressionConfig
 from seafl_dist.settings.server_opt import ServerOptConfig
 
 __all__ = ["ALGORITHMS", "SIMILARITY_MODES", "SIMILARITY_OVER", "AlgorithmConfig", "ClockConfig", "Config", "ConfigError", "DataConfig",
            "DevicesConfig", "IdleConfig", "LoggingConfig", "ModelConfig", "RunConfig", "RuntimeConfig",
-           "ServerOptConfig", "TrainConfig", "WandbConfig", "all_keys", "config_from_dict", "dump_config",
+           "ServerOptConfig", "CompressionConfig", "TrainConfig", "WandbConfig", "all_keys", "config_from_dict", "dump_config",
            "find_config", "is_sweep_file", "load_config", "load_run_yaml", "load_yaml", "parse_override", "set_dotted"]
 
 
@@ -44,6 +45,8 @@ class Config:
     devices: DevicesConfig = section(DevicesConfig, "the simulated devices")
     train: TrainConfig = section(TrainConfig, "each device's local training (SGD)")
     clock: ClockConfig = section(ClockConfig, "the virtual clock: how long a job takes")
+    compression: CompressionConfig = section(CompressionConfig, "what a device uploads: the model, or its "
+                                             "compressed delta")
     data: DataConfig = section(DataConfig, "the dataset and how it is split into devices' shards")
     model: ModelConfig = section(ModelConfig, "the model every device trains")
     run: RunConfig = section(RunConfig, "when the run stops, evaluates and checkpoints")
@@ -63,6 +66,9 @@ class Config:
             _fail("algorithm.buffer_size", self.algorithm.buffer_size,
                   f"at most devices.concurrency ({self.devices.concurrency}), or the buffer never fills")
         _check_device_eval(self)
+        if self.compression.error_feedback and self.runtime.placement != "device":
+            _fail("compression.error_feedback", True, f"false unless runtime.placement=device (not "
+                  f"{self.runtime.placement}): a device's residual lives on the one worker that trains its jobs")
         if self.train.batch_size < 2 and self.model.name in ("resnet18", "vgg16"):
             _fail("train.batch_size", self.train.batch_size,
                   f"at least 2 for model.name={self.model.name} (batch norm cannot train on one sample)")
@@ -269,8 +275,8 @@ OMITTED_AT_DEFAULT = {("devices", "profile"): None, ("devices", "dropout"): None
                       ("run", "device_eval_every"): None, ("run", "device_eval_sample"): None}
 
 
-# Sections left out whole when every key is at its default (the server optimizer, algorithm.server_opt)
-OMITTED_SECTIONS_AT_DEFAULT = {("algorithm", "server_opt"): ServerOptConfig}
+# Sections left out whole when every key is at its default (the server optimizer, algorithm.server_opt; compression)
+OMITTED_SECTIONS_AT_DEFAULT = {("algorithm", "server_opt"): ServerOptConfig, ("compression",): CompressionConfig}
 
 
 def dump_config(cfg: Config) -> str:
@@ -278,7 +284,8 @@ def dump_config(cfg: Config) -> str:
     for (sec, name), default in OMITTED_AT_DEFAULT.items():
         if tree[sec][name] == default:
             del tree[sec][name]
-    for (sec, name), cls in OMITTED_SECTIONS_AT_DEFAULT.items():
-        if tree[sec][name] == dataclasses.asdict(cls()):
-            del tree[sec][name]
+    for path, cls in OMITTED_SECTIONS_AT_DEFAULT.items():
+        parent = tree[path[0]] if len(path) == 2 else tree
+        if parent[path[-1]] == dataclasses.asdict(cls()):
+            del parent[path[-1]]
     return yaml.safe_dump(tree, sort_keys=False)

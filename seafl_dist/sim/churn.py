@@ -172,7 +172,8 @@ class ChurnLoop:
         self._leave(job)
         self.dry = 0
         self.buffer.append(job)
-        yield {"event": "finish", "time": now, "device": job.device, "job": job.job, "epochs": job.epochs}
+        yield {"event": "finish", "time": now, "device": job.device, "job": job.job, "epochs": job.epochs,
+               **self.s.upload_sizes}
         if len(self.buffer) >= self.s.buffer_size:
             blockers = self._blockers()
             if not blockers:

@@ -35,6 +35,12 @@ def draw_idle(rng: np.random.Generator, distribution: str, *, s: float, a: float
     return np.minimum(raw, cap)
 
 
+def scaled_upload(upload_s: float, upload_bytes: int, model_bytes: int) -> float:
+    """``clock.upload_s`` (the full float32 model's upload) for an upload of ``upload_bytes`` instead of the model's
+    ``model_bytes`` (``compression.codec``): the same link, fewer bytes. The trace checker uses this expression too."""
+    return upload_s * (upload_bytes / model_bytes)
+
+
 class SpeedModel:
     """Plans a job's epoch ends from the clock config, the run seed and each device's n_k."""
 
@@ -114,7 +120,7 @@ class ProfiledSpeed:
         prof = pop.device_profiles()
         n = np.asarray(self.n_samples, dtype=np.float64)
         epoch = n * pop.sec_per_sample[prof] * pop.compute_scale + self.min_idle()
-        span = pop.model_bytes / pop.down[prof] + self.epochs * epoch + pop.model_bytes / pop.up[prof]
+        span = pop.model_bytes / pop.down[prof] + self.epochs * epoch + pop.upload_bytes / pop.up[prof]
         longest = pop.longest_windows()[prof]
         if np.any(span <= longest):
             return None

@@ -24,16 +24,17 @@ from seafl_dist.sim.profiles import ProfileTable, read_profiles
 def population_settings(*, profile: Optional[str | ProfileTable], dropout: Optional[float], num_devices: int, data_seed: int,
                         n_samples: Sequence[int], epochs: int, model_bytes: int, availability_scale: float = 1.0,
                         compute_scale: float = 1.0, idle: Optional[SpeedModel] = None,
-                        download_s: float = 0.0) -> dict:
+                        download_s: float = 0.0, upload_bytes: Optional[int] = None) -> dict:
     """Keyword arguments for :class:`~seafl_dist.sim.scheduler.Scheduler`: ``availability``, ``plan``,
     ``comm``, ``stall_reason`` and ``profile_sha256`` (for the run dir; pop it before passing on)
     with a profile (a path, or the table read already); ``dropout`` and ``download_s`` when set. ``idle``:
-    the clock's speed model when its idle times are to be added, else None."""
+    the clock's speed model when its idle times are to be added, else None. ``upload_bytes``: what an upload carries
+    (``compression.codec``), when not the float32 model's ``model_bytes``."""
     out: dict = {}
     if profile:
         table = profile if isinstance(profile, ProfileTable) else read_profiles(profile)
         pop = Population(table, num_devices, data_seed, availability_scale=availability_scale,
-                         compute_scale=compute_scale, model_bytes=model_bytes)
+                         compute_scale=compute_scale, model_bytes=model_bytes, upload_bytes=upload_bytes)
         speed = ProfiledSpeed(pop, n_samples, epochs, idle)
         out.update(availability=pop, plan=speed.plan, comm=speed.comm, stall_reason=speed.stall_reason(),
                    profile_sha256=table.sha256)

@@ -37,12 +37,14 @@ from seafl_dist.sim.rng import stream
 
 class Population:
     def __init__(self, table: ProfileTable, num_devices: int, data_seed: int, *, availability_scale: float = 1.0,
-                 compute_scale: float = 1.0, model_bytes: int = 0):
+                 compute_scale: float = 1.0, model_bytes: int = 0, upload_bytes: Optional[int] = None):
         if not availability_scale > 0 or not compute_scale >= 0 or model_bytes < 0:
             raise ValueError(f"need availability_scale > 0 ({availability_scale}), compute_scale >= 0 "
                              f"({compute_scale}), model_bytes >= 0 ({model_bytes})")
         rows = table.rows
         self.table, self.num_devices, self.model_bytes = table, num_devices, int(model_bytes)
+        # what a download and an upload carry: the float32 model down, the codec's bytes up (compression.codec)
+        self.upload_bytes = self.model_bytes if upload_bytes is None else int(upload_bytes)
         self.compute_scale = compute_scale
         self.perm = stream(data_seed, "profiles").permutation(len(rows)).astype(np.int64)
         self.sec_per_sample = np.array([r.sec_per_sample for r in rows], dtype=np.float64)
@@ -79,7 +81,7 @@ class Population:
         return self.model_bytes / float(self.down[self.profile_of(device)])
 
     def upload_time(self, device: int) -> float:
-        return self.model_bytes / float(self.up[self.profile_of(device)])
+        return self.upload_bytes / float(self.up[self.profile_of(device)])
 
     # ---- one device's availability ------------------------------------------------------
     def _cycles(self, period: float, t: float) -> list:

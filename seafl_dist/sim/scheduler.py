@@ -54,6 +54,8 @@ class Scheduler:
     comm: Optional[Callable[[int], tuple]] = None  # device -> (download_s, upload_s); None: the constants
     download_s: float = 0.0  # what start events record when comm is None (plan includes it)
     stall_reason: Optional[str] = None  # known before the run (e.g. no job can fit any window): stall at 0
+    # compression.codec: {"bytes": upload bytes, "model_bytes": the float32 model's} on every finish event; {}: none
+    upload_sizes: dict = field(default_factory=dict)
     _device_jobs: list = field(default_factory=list, init=False)
 
     def __post_init__(self) -> None:
@@ -116,7 +118,8 @@ class Scheduler:
                 return
             del in_flight[job_id]
             buffer.append(job)
-            yield {"event": "finish", "time": finish, "device": device, "job": job_id, "epochs": job.epochs}
+            yield {"event": "finish", "time": finish, "device": device, "job": job_id, "epochs": job.epochs,
+                   **self.upload_sizes}
             if len(buffer) < self.buffer_size:
                 continue
             blockers = sorted((j for j in in_flight.values() if self._blocks(j, version)), key=lambda j: j.device)

@@ -1,10 +1,14 @@
 """Message headers: a fixed-size int64 tensor, nothing pickled.
 
-A message is a header (``HEADER_LEN`` int64) optionally followed by one flat float32 tensor
-on the payload tag: of the model's size, or (LOGS) the bytes of a JSON object of what a job's
-module logged, one byte a float (a worker sends it right before that job's RESULT). Fields:
+A message is a header (``HEADER_LEN`` int64) optionally followed by one flat tensor on the payload
+tag: a float32 model (JOB; RESULT without a codec), a RESULT's compressed upload as uint8 bytes (its
+header's ``codec`` is not 0: ``compression.codec``, codecs/), or (LOGS) the bytes of a JSON object of
+what a job's module logged, one byte a float32 (a worker sends it right before that job's RESULT). Fields:
 
-    kind, job, device, version, epochs, has_payload, finish (float64 bits), payload_numel
+    kind, job, device, version, epochs, has_payload, finish (float64 bits), payload_numel, codec
+
+``payload_numel`` counts the payload's entries: floats, or bytes of a compressed upload (whose top-k
+indices are int32 bit patterns inside those bytes, never float32 values, which are exact only to 2^24).
 
 ``finish`` is the job's virtual finish time (workers run their queue earliest-finish first).
 """
@@ -15,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-HEADER_LEN = 8
+HEADER_LEN = 9
 HEADER_TAG = 1
 PAYLOAD_TAG = 2
 
@@ -42,11 +46,12 @@ class Header:
     has_payload: bool = False
     finish: float = 0.0
     payload_numel: int = 0
+    codec: int = 0  # a RESULT's codec id (codecs/update.py WIRE_IDS); 0: the float32 model
 
     def encode(self) -> torch.Tensor:
         finish_bits = int(torch.tensor([self.finish], dtype=torch.float64).view(torch.int64)[0])
         return torch.tensor([self.kind, self.job, self.device, self.version, self.epochs, int(self.has_payload),
-                             finish_bits, self.payload_numel], dtype=torch.int64)
+                             finish_bits, self.payload_numel, self.codec], dtype=torch.int64)
 
     @classmethod
     def decode(cls, t: torch.Tensor) -> "Header":
@@ -57,7 +62,7 @@ class Header:
             raise MessageError(f"unknown message kind {v[0]}")
         finish = float(torch.tensor([v[6]], dtype=torch.int64).view(torch.float64)[0])
         return cls(kind=v[0], job=v[1], device=v[2], version=v[3], epochs=v[4], has_payload=bool(v[5]),
-                   finish=finish, payload_numel=v[7])
+                   finish=finish, payload_numel=v[7], codec=v[8])
 
 
 def encode_logs(values: dict) -> torch.Tensor:
@@ -77,10 +82,22 @@ def decode_logs(payload: torch.Tensor) -> dict:
     return {str(k): float(v) for k, v in values.items()}
 
 
-def check_payload(header: Header, payload: torch.Tensor, expected_numel: int) -> None:
-    """Reject a payload whose size disagrees with the header or with the model (LOGS: with the header only)."""
+def payload_dtype(header: Header) -> torch.dtype:
+    """A payload travels as bytes when its header names a codec, else as float32."""
+    return torch.uint8 if header.codec else torch.float32
+
+
+def check_payload(header: Header, payload: torch.Tensor, expected_numel: int, upload: tuple = (0, 0)) -> None:
+    """Reject a payload whose size disagrees with the header or with the model (LOGS: with the header only);
+    ``upload``: (codec id, bytes) of the run's RESULTs when a codec is on, whose codec and length must match."""
+    what = "the model has"
     if header.kind == LOGS:
         expected_numel = header.payload_numel if 0 < header.payload_numel <= MAX_LOG_BYTES else -1
-    if payload.dim() != 1 or payload.numel() != expected_numel or header.payload_numel != expected_numel:
-        raise MessageError(f"{KINDS[header.kind]} message for job {header.job}: payload of {payload.numel()} values "
-                           f"(header says {header.payload_numel}), the model has {expected_numel}")
+    elif header.kind == RESULT and (header.codec or upload[0]):
+        if header.codec != upload[0]:
+            raise MessageError(f"result message for job {header.job}: codec {header.codec}, the run's is {upload[0]}")
+        expected_numel, what = upload[1], f"codec {upload[0]} sends"
+    if payload.dim() != 1 or payload.numel() != expected_numel or header.payload_numel != expected_numel \
+            or payload.dtype != payload_dtype(header):
+        raise MessageError(f"{KINDS[header.kind]} message for job {header.job}: payload of {payload.numel()} "
+                           f"{payload.dtype} values (header says {header.payload_numel}), {what} {expected_numel}")

@@ -31,7 +31,8 @@ from typing import NamedTuple
 import torch
 import torch.distributed as dist
 
-from seafl_dist.transport.messages import BYE, HEADER_LEN, HEADER_TAG, PAYLOAD_TAG, STOP, Header, check_payload
+from seafl_dist.transport.messages import (BYE, HEADER_LEN, HEADER_TAG, PAYLOAD_TAG, STOP, Header, check_payload,
+                                           payload_dtype)
 
 CPU = torch.device("cpu")
 
@@ -86,7 +87,8 @@ class Outbox:
 
     def _stage(self, payload: torch.Tensor):
         """``(tensor to send, CUDA event after which it is ready or None, tensor to keep alive)``."""
-        src = payload.detach().reshape(-1).to(torch.float32)
+        src = payload.detach().reshape(-1)
+        src = src if src.dtype == torch.uint8 else src.to(torch.float32)  # a compressed upload's bytes stay bytes
         dev = self.channel.device
         if dev.type == "cuda":  # NCCL: the copy to the GPU runs on the caller's stream; send after it
             out = src.to(dev).contiguous()
@@ -98,7 +100,7 @@ class Outbox:
         side = _side_stream(src.device, self._streams)
         side.wait_stream(torch.cuda.current_stream(src.device))  # after the kernels that made it
         with torch.cuda.stream(side):
-            host = torch.empty(src.numel(), dtype=torch.float32, pin_memory=True)
+            host = torch.empty(src.numel(), dtype=src.dtype, pin_memory=True)
             host.copy_(src, non_blocking=True)
             ready = torch.cuda.Event()
             ready.record(side)
@@ -144,19 +146,19 @@ class Outbox:
         self._items.put(None)
 
 
-def _receive_payload(rank: int, numel: int, ch: Channel, streams: dict) -> torch.Tensor:
+def _receive_payload(rank: int, numel: int, ch: Channel, streams: dict, dtype=torch.float32) -> torch.Tensor:
     if ch.device.type != "cuda":
-        payload = torch.empty(numel, dtype=torch.float32)
+        payload = torch.empty(numel, dtype=dtype)
         dist.irecv(payload, src=rank, group=ch.data, tag=PAYLOAD_TAG).wait()
         return payload
     with torch.cuda.stream(_side_stream(ch.device, streams)):  # wait() orders this side stream only
-        buf = torch.empty(numel, dtype=torch.float32, device=ch.device)
+        buf = torch.empty(numel, dtype=dtype, device=ch.device)
         dist.irecv(buf, src=rank, group=ch.data, tag=PAYLOAD_TAG).wait()
         return buf.cpu()  # synchronises the side stream, in this thread
 
 
-def _receive_loop(rank: int, numel: int, ch: Channel, out: queue.Queue) -> None:
-    """Receive messages from ``rank`` until its last one (STOP or BYE)."""
+def _receive_loop(rank: int, numel: int, ch: Channel, out: queue.Queue, upload: tuple = (0, 0)) -> None:
+    """Receive messages from ``rank`` until its last one (STOP or BYE); ``upload``: see check_payload."""
     streams: dict = {}
     try:
         if ch.device.type == "cuda":
@@ -167,8 +169,8 @@ def _receive_loop(rank: int, numel: int, ch: Channel, out: queue.Queue) -> None:
             header = Header.decode(buf)
             payload = None
             if header.has_payload:
-                payload = _receive_payload(rank, header.payload_numel, ch, streams)
-                check_payload(header, payload, numel)
+                payload = _receive_payload(rank, header.payload_numel, ch, streams, payload_dtype(header))
+                check_payload(header, payload, numel, upload)
             out.put((rank, header, payload))
             if header.kind in (STOP, BYE):
                 return
@@ -177,13 +179,14 @@ def _receive_loop(rank: int, numel: int, ch: Channel, out: queue.Queue) -> None:
 
 
 class Mailbox:
-    """Messages from a set of peers, as they fully arrive (payloads on the CPU); a peer is closed after STOP or BYE."""
+    """Messages from a set of peers, as they fully arrive (payloads on the CPU); a peer is closed after STOP or BYE.
+    ``upload``: (codec id, bytes) of the RESULTs a compressed run's workers send (0, 0: float32 models)."""
 
-    def __init__(self, peers, numel: int, channel: Channel = Channel()):
+    def __init__(self, peers, numel: int, channel: Channel = Channel(), upload: tuple = (0, 0)):
         self._queue: queue.Queue = queue.Queue()
         self.peers = list(peers)
         self.closed: set[int] = set()
-        self._threads = [threading.Thread(target=_receive_loop, args=(r, numel, channel, self._queue),
+        self._threads = [threading.Thread(target=_receive_loop, args=(r, numel, channel, self._queue, upload),
                                           name=f"seafl-recv-{r}", daemon=True) for r in self.peers]
         for t in self._threads:
             t.start()

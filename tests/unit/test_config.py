@@ -94,6 +94,11 @@ def test_data_seed_defaults_to_run_seed():
     ("algorithm.server_opt.beta2=-0.1", "algorithm.server_opt.beta2", "a number in [0, 1)"),
     ("algorithm.server_opt.tau=0", "algorithm.server_opt.tau", "a finite number > 0"),
     ("algorithm.server_opt.name=sgd", "algorithm.server_opt.name", "one of none, momentum, adam, yogi, adagrad"),
+    ("compression.codec=gzip", "compression.codec", "one of none, fp16, bf16, int8, qsgd, topk"),  # issue 41
+    ("compression.fraction=0", "compression.fraction", "a number in (0, 1]"),  # top-k sends at least one entry
+    ("compression.fraction=1.5", "compression.fraction", "a number in (0, 1]"),
+    ("compression.levels=0", "compression.levels", "an integer in [1, 32767]"),  # QSGD: s >= 1
+    ("compression.bucket=0", "compression.bucket", "an integer >= 1"),
 ])
 def test_bad_values_name_key_value_and_allowed(override, key, allowed):
     with pytest.raises(ConfigError) as err:

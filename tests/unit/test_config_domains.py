@@ -26,7 +26,8 @@ COMPANIONS = {"devices.num": ["devices.concurrency=1", "algorithm.buffer_size=1"
               "data.partition": ["data.name=femnist"],
               "algorithm.server_opt.pseudo_gradient": ["algorithm.server_opt.name=momentum"],  # delta: an optimizer
               "data.device_test": ["data.name=femnist", "data.partition=natural"],  # writers' own test data
-              "run.device_eval_every": ["data.device_holdout=0.2"]}  # evaluation needs held-out data
+              "run.device_eval_every": ["data.device_holdout=0.2"],  # evaluation needs held-out data
+              "compression.error_feedback": ["compression.codec=topk", "runtime.placement=device"]}  # true: both
 TINY = ["run.max_aggregations=1", "logging.progress=none"]  # were a bad value taken, the run would be short
 
 

@@ -71,7 +71,7 @@ def test_header_rejects_unknown_kind_and_wrong_shape():
     with pytest.raises(MessageError):
         Header.decode(good.to(torch.int32))
     with pytest.raises(MessageError):
-        Header.decode(good.view(2, 4))
+        Header.decode(good[:-1].view(2, 4))
 
 
 def test_check_payload_rejects_a_wrong_size():
@@ -83,6 +83,27 @@ def test_check_payload_rejects_a_wrong_size():
         check_payload(Header(RESULT, has_payload=True, payload_numel=12), torch.zeros(12), 10)  # header and model disagree
     with pytest.raises(MessageError):
         check_payload(h, torch.zeros(2, 5), 10)  # not flat
+
+
+def test_check_payload_of_a_compressed_upload_wants_its_codec_bytes_and_length():
+    """A RESULT with a codec (issue 41) carries uint8 bytes of the codec's length, and says which codec."""
+    upload = (5, 40)  # top-k, 40 bytes
+    h = Header(RESULT, job=4, has_payload=True, payload_numel=40, codec=5)
+    assert Header.decode(h.encode()) == h and h.encode().shape == (HEADER_LEN,)
+    check_payload(h, torch.zeros(40, dtype=torch.uint8), 10, upload)
+    with pytest.raises(MessageError, match="float32"):
+        check_payload(h, torch.zeros(40), 10, upload)  # bytes must stay bytes
+    with pytest.raises(MessageError, match="codec 5 sends 40"):
+        check_payload(Header(RESULT, job=4, has_payload=True, payload_numel=39, codec=5),
+                      torch.zeros(39, dtype=torch.uint8), 10, upload)
+    with pytest.raises(MessageError, match="codec 3, the run's is 5"):
+        check_payload(Header(RESULT, job=4, has_payload=True, payload_numel=40, codec=3),
+                      torch.zeros(40, dtype=torch.uint8), 10, upload)
+    with pytest.raises(MessageError, match="codec 0, the run's is 5"):  # a float32 model where bytes were due
+        check_payload(Header(RESULT, job=4, has_payload=True, payload_numel=10), torch.zeros(10), 10, upload)
+    with pytest.raises(MessageError, match="codec 5, the run's is 0"):  # bytes in a run without a codec
+        check_payload(h, torch.zeros(40, dtype=torch.uint8), 10)
+    check_payload(Header(JOB, job=4, has_payload=True, payload_numel=10), torch.zeros(10), 10, upload)  # downloads: full
 
 
 # ---- which transport carries payloads ---------------------------------------------------

@@ -61,3 +61,33 @@ def _exchange(rank, init_file):
 
 def test_job_and_result_travel_over_gloo_and_a_wrong_size_is_rejected(tmp_path):
     mp.spawn(_exchange, args=(str(tmp_path / "init"),), nprocs=2, join=True)
+
+
+BIG_INDEX = (1 << 24) + 1  # a float32 holds it as 2^24: an index that travelled as a float would be off by one
+
+
+def _compressed(rank, init_file):
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=2)
+    idx = torch.tensor([3, BIG_INDEX], dtype=torch.int32).view(torch.uint8)
+    data = torch.cat([idx, torch.tensor([0.5, -2.0]).view(torch.uint8)])  # top-k's bytes: indices, then values
+    mailbox, outbox = Mailbox([1 - rank], NUMEL, upload=(5, 16)), Outbox()
+    if rank == 0:
+        [(src, h, payload)] = poll_until(mailbox, "RESULT")
+        assert (h.kind, h.codec, h.payload_numel, payload.dtype) == (RESULT, 5, 16, torch.uint8)
+        assert torch.equal(payload, data) and payload[:8].clone().view(torch.int32)[1].item() == BIG_INDEX
+        with pytest.raises(TransportError, match="receiving from rank 1") as err:
+            poll_until(mailbox, "the RESULT of another codec")
+        assert isinstance(err.value.__cause__, MessageError) and "codec 3, the run's is 5" in str(err.value.__cause__)
+        outbox.send(1, Header(BYE))  # ends the peer's receiver
+    else:
+        outbox.send(0, Header(RESULT, job=1, has_payload=True, payload_numel=16, codec=5), data)
+        outbox.send(0, Header(RESULT, job=2, has_payload=True, payload_numel=16, codec=3), data)
+        poll_until(mailbox, "BYE")
+    outbox.flush()
+    outbox.close()
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def test_a_compressed_result_travels_as_bytes_and_another_codec_is_refused(tmp_path):
+    mp.spawn(_compressed, args=(str(tmp_path / "init"),), nprocs=2, join=True)
