@@ -78,12 +78,16 @@ def arms(paths: list[str], sets: list[str], tag: str | None, modules: Path | Non
     """arm key -> {"config": resolved config dict without its name, "names": ["file:label", ...]}.
     Two arms with the same resolved config (the sweeps' shared points) are one arm. An arm whose model, rule
     or data is one of ``modules``' files has that file's digest in its key: a module edited is a new arm."""
+    import yaml
+
     from seafl_dist.experiments import load_sweep
+    from seafl_dist.settings import dump_config
     out: dict = {}
     for path in paths:
         sweep = load_sweep(path, seeds=[0], overrides=sets)
         for run in sweep.expand():
-            tree = run.config.to_dict()
+            tree = yaml.safe_load(dump_config(run.config))  # as config.yaml holds it: keys at their defaults
+            # that later code adds are left out, so an arm keeps its key (and its cells) across such changes
             for k in ("name",):
                 tree.pop(k, None)
             tree.get("logging", {}).pop("wandb", None)
@@ -155,10 +159,10 @@ def worker(todo_file: Path, results: Path) -> None:
 
 
 def run_matrix(out: Path, todo: list[dict], jobs: int, chunk: int) -> None:
-    by_isa = defaultdict(list)
+    groups = defaultdict(list)  # one arm's cells of one ISA; arms in order, so each arm's table row is done early
     for c in todo:
-        by_isa[c["isa"]].append(c)
-    batches = [(isa, cs[i:i + chunk]) for isa, cs in by_isa.items() for i in range(0, len(cs), chunk)]
+        groups[(c["arm_hash"], c["isa"])].append(c)
+    batches = [(isa, cs[i:i + chunk]) for (_, isa), cs in groups.items() for i in range(0, len(cs), chunk)]
     running: list = []
     done, t0 = 0, time.perf_counter()
     while batches or running:
@@ -209,14 +213,34 @@ def ends_well(r: dict, slack: float) -> bool:
     return r["final"] >= r["best"] - slack
 
 
-def table(all_arms: dict, cells: list[dict], results: dict, slack: float, cpu: str) -> tuple[str, int]:
+def same_as_default(rows: list[dict]) -> str:
+    """Per ISA setting other than the default: of its cells with a default cell at the same seed and thread
+    count, how many wrote the default's very trace (the setting changed no kernel of this run on this CPU)."""
+    default = {(r["seed"], r["threads"]): r.get("events_sha256") for r in rows if r["isa"] == "default"}
+    out = []
+    for isa in sorted({r["isa"] for r in rows} - {"default"}):
+        pairs = [r.get("events_sha256") == default[(r["seed"], r["threads"])] for r in rows
+                 if r["isa"] == isa and (r["seed"], r["threads"]) in default]
+        if pairs:
+            out.append(f"{isa} {sum(pairs)}/{len(pairs)}")
+    return ", ".join(out) or "–"
+
+
+def table(all_arms: dict, results: dict, slack: float, cpu: str) -> tuple[str, int]:
+    """One row per arm over every cell ``results`` holds of it (cells of several invocations included)."""
     lines = [f"CPU: {cpu}. A cell fails if the run diverged, did not complete, or ended more than {slack} below "
              f"its best accuracy (a loss: more than {slack:.0%} above its best).", "",
              "| arm | cells | failed | final value of the target metric | worst final − best (a loss: relative) | "
-             "time to targets (virtual s) | largest update / median | traces per seed |", "|---|---|---|---|---|---|---|---|"]
+             "time to targets (virtual s) | largest update / median | ISA settings, threads | traces per seed | "
+             "same trace as the default ISA |", "|---|---|---|---|---|---|---|---|---|---|"]
     failures = 0
     for key, arm in all_arms.items():
-        rows = [results[c["id"]] for c in cells if c["arm"] == key and c["id"] in results]
+        arm_hash = hashlib.sha256(key.encode()).hexdigest()[:12]
+        rows = [r for r in results.values() if r["arm_hash"] == arm_hash]
+        names = "<br>".join(arm["names"])
+        if not rows:
+            lines.append(f"| {names} | 0 | – | – | – | – | – | – | – | – |")
+            continue
         bad = [r for r in rows if not ends_well(r, slack)]
         failures += len(bad)
         finals = [r["final"] for r in rows if "final" in r]
@@ -235,9 +259,11 @@ def table(all_arms: dict, cells: list[dict], results: dict, slack: float, cpu: s
         ratios = [r["largest_norm_ratio"] for r in rows if r.get("largest_norm_ratio")]
         norms = [r["largest_norm"] for r in rows if r.get("largest_norm")]
         ratio = f"{max(ratios):.3g} (norm {max(norms):.3g})" if ratios and norms else "–"
-        names = "<br>".join(arm["names"])
-        lines.append(f"| {names} | {len(rows)} | {len(bad)} | {fmt_range(finals)} | "
-                     f"{min(gaps):+.3f} | {ttt} | {ratio} | {traces} |" if rows else f"| {names} | 0 | – | – | – | – | – | – |")
+        isas = [i for i in ISAS if any(r["isa"] == i for r in rows)]
+        threads = sorted({r["threads"] for r in rows})
+        settings = f"{', '.join(isas)} × {', '.join(map(str, threads))}"
+        lines.append(f"| {names} | {len(rows)} | {len(bad)} | {fmt_range(finals)} | {min(gaps):+.3f} | {ttt} | "
+                     f"{ratio} | {settings} | {traces} | {same_as_default(rows)} |")
     return "\n".join(lines) + "\n", failures
 
 
@@ -280,10 +306,10 @@ def main() -> None:
     todo = [c for c in cells if c["id"] not in done]
     print(f"robustness: {len(all_arms)} arms, {len(cells)} cells, {len(todo)} to run; CPU: {cpu}", flush=True)
     run_matrix(args.out, todo, args.jobs, args.chunk)
-    text, failures = table(all_arms, cells, read_results(args.out), args.slack, cpu)
+    text, failures = table(all_arms, read_results(args.out), args.slack, cpu)
     (args.out / "table.md").write_text(text)
     print(text)
-    print(f"robustness: {failures} failed cells of {len(cells)}")
+    print(f"robustness: {failures} failed cells")
 
 
 if __name__ == "__main__":

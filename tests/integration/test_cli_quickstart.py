@@ -1,5 +1,9 @@
-"""The README's quickstart, unchanged, reaches 90% test accuracy on digits (about a minute on 2 cores)."""
+"""The README's quickstart, unchanged, ends well whatever kernels the CPU gives it (about a minute on 2 cores
+each): at this machine's default oneDNN ISA and with ``ONEDNN_MAX_CPU_ISA=AVX2`` (another machine's
+kernels, so other rounding, on this one). The bits differ between the two; the outcome must not: no
+divergence and a final accuracy of at least 0.95 (docs/running.md#the-same-outcome-on-every-machine)."""
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,17 +16,21 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.slow
-def test_quickstart_reaches_90_percent(tmp_path):
+@pytest.mark.parametrize("isa", ["default", "AVX2"])
+def test_quickstart_ends_well_at_every_isa(isa, tmp_path):
     out = tmp_path / "quickstart"
+    env = {k: v for k, v in os.environ.items() if k != "ONEDNN_MAX_CPU_ISA"}
+    if isa != "default":
+        env["ONEDNN_MAX_CPU_ISA"] = isa
     proc = subprocess.run([sys.executable, "-m", "seafl_dist", "run", "configs/quickstart.yaml", "--out", str(out)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=900)
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["status"] == "completed"
-    assert summary["best_accuracy"] >= 0.9, summary
-    assert summary["final_accuracy"] >= 0.9, summary
+    assert summary["status"] == "completed" and summary["diverged_at"] is None, summary
+    assert "diverged" not in proc.stderr
+    assert summary["final_accuracy"] >= 0.95, summary
     ttt = summary["time_to_target"]["0.9"]
     assert ttt is not None and ttt <= summary["virtual_time"]
     assert check_run(out) == []
-    print(f"quickstart: final accuracy {summary['final_accuracy']:.4f}, 90% at {ttt:.1f} virtual s, "
-          f"{summary['aggregations']} aggregations, {summary['wall_time_s']:.1f} s real")
+    print(f"quickstart ({isa}): final accuracy {summary['final_accuracy']:.4f}, best {summary['best_accuracy']:.4f}, "
+          f"90% at {ttt:.1f} virtual s, {summary['wall_time_s']:.1f} s real")
