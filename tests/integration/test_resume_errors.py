@@ -13,6 +13,7 @@ from seafl_dist.settings import load_config
 from seafl_dist.runtime import checkpoint
 
 ARGS = [*SMALL, "run.checkpoint_every=2"]
+LR = load_config(QUICKSTART).train.lr  # as config.yaml and the refusals write it
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +54,7 @@ def test_resume_of_a_dir_without_checkpoint(capsys, killed, tmp_path):
 def test_a_checkpoint_of_another_config_is_refused_naming_the_keys(capsys, killed):
     err = refused(capsys, ["run", str(QUICKSTART), *ARGS, "train.lr=0.2", "run.seed=5", "--out", str(killed)], killed)
     assert err.startswith("seafl: error: checkpoint") and "another config" in err
-    assert "train.lr (0.05 there, 0.2 now)" in err and "run.seed (0 there, 5 now)" in err
+    assert f"train.lr ({LR} there, 0.2 now)" in err and "run.seed (0 there, 5 now)" in err
     err = refused(capsys, ["run", "--resume", str(killed), "algorithm.name=fedbuff"], killed)
     assert "algorithm.name ('seafl' there, 'fedbuff' now)" in err
 
@@ -92,11 +93,11 @@ def test_a_completed_run_is_left_alone_with_exit_0(capsys, dirs):
 
 
 @pytest.mark.parametrize("edit, fragments", [
-    (("lr: 0.05", "lr: -1"), ["config.yaml: config key 'train.lr' has value -1.0; allowed: a finite number > 0"]),
-    (("lr: 0.05", "lrr: 0.05"), ["config.yaml: config key 'train.lrr'", "did you mean 'train.lr'?"]),
-    (("lr: 0.05", "lr: [0.05"), ["config.yaml' is not valid YAML: line ", "expected ',' or ']'"]),
-    (("lr: 0.05", "lr: 0.1"), ["config.yaml was edited after the run's last checkpoint was written: "
-                               "train.lr (0.05 there, 0.1 now) (there: checkpoint-00000002.pt)", "put it back"]),
+    ((f"lr: {LR}", "lr: -1"), ["config.yaml: config key 'train.lr' has value -1.0; allowed: a finite number > 0"]),
+    ((f"lr: {LR}", f"lrr: {LR}"), ["config.yaml: config key 'train.lrr'", "did you mean 'train.lr'?"]),
+    ((f"lr: {LR}", f"lr: [{LR}"), ["config.yaml' is not valid YAML: line ", "expected ',' or ']'"]),
+    ((f"lr: {LR}", "lr: 0.1"), ["config.yaml was edited after the run's last checkpoint was written: "
+                                f"train.lr ({LR} there, 0.1 now) (there: checkpoint-00000002.pt)", "put it back"]),
 ])
 def test_resuming_a_run_dir_whose_config_yaml_was_edited_names_the_file_and_what_is_wrong(capsys, killed, edit,
                                                                                           fragments):

@@ -37,7 +37,8 @@ REFUSED = {f"{section}.{key}" for section, keys in {
     "model": ["name", "width"],
     "run": ["seed", "max_aggregations", "max_time", "target_accuracy", "eval_every", "targets", "stop_on_divergence",
             "target_metric", "target_mode", "device_eval_every", "device_eval_sample"],
-    "runtime": ["precision", "batch_jobs", "deterministic"]}.items() for key in keys}
+    "runtime": ["precision", "batch_jobs", "deterministic"],
+    "compression": ["codec", "levels", "bucket", "fraction", "error_feedback"]}.items() for key in keys}
 
 
 def schema_keys(cls=Config, prefix=""):
@@ -169,7 +170,7 @@ def test_plan_reports_completed_only_for_this_configs_intact_run(tmp_path):
     assert plan(cfg, d, explicit=False) == Plan("completed")
     assert plan(load_config(QUICKSTART, [*SMALL, "runtime.threads=3"]), d, explicit=True) == Plan("completed")
     other = load_config(QUICKSTART, [*SMALL, "train.lr=0.2"])
-    with pytest.raises(CheckpointError, match=r"holds a completed run of another config: train.lr \(0.05 there"):
+    with pytest.raises(CheckpointError, match=rf"holds a completed run of another config: train.lr \({cfg.train.lr} there"):
         plan(other, d, explicit=False)
     assert plan(other, d, explicit=False, overwrite=True) == Plan("fresh")
     write_json(d / "summary.json", {"status": "completed", **versions.stamp()})  # no proof (numerics this code's:
