@@ -161,6 +161,44 @@ class SkipRest(Base):
                                                    "interval": "epoch"}}
 
 
+@_module("introspects")
+class Introspects(Base):
+    """Reads what the loop hands it: the stage ``setup`` and ``teardown`` are given, a (deprecated, still
+    called) ``configure_sharded_model``, the batch ``on_train_batch_start`` and ``on_train_batch_end`` are
+    given, ``self.optimizers()`` and ``self.lr_schedulers()`` inside ``training_step``. Its three schedulers
+    have frequency 3, so a step index off by one or two moves when they step: a step-interval StepLR, an
+    epoch-interval StepLR, and an epoch-interval ReduceLROnPlateau; epoch 1 ends early (-1 at its 3rd batch),
+    where Lightning still steps the first two."""
+
+    def setup(self, stage):  # compared as a module would test it: Lightning's TrainerFn equals any case of "fit"
+        self.calls.append(("setup", stage, stage == "fit"))
+
+    def teardown(self, stage):
+        self.calls.append(("teardown", stage, stage == "fit"))
+
+    def configure_sharded_model(self):
+        self.calls.append(("configure_sharded_model", self.trainer.current_epoch))
+
+    def on_train_batch_start(self, batch, batch_idx):
+        self.calls.append(("on_train_batch_start", batch_idx, int(batch[1][0]), len(batch[1])))
+        return -1 if (self.trainer.current_epoch, batch_idx) == (1, 2) else None
+
+    def on_train_batch_end(self, outputs, batch, batch_idx):
+        self.calls.append(("on_train_batch_end", batch_idx, int(batch[1][-1])))
+
+    def training_step(self, batch, batch_idx):
+        optimizer, schedulers = self.optimizers(), self.lr_schedulers()
+        self.calls.append(("lr", optimizer.param_groups[0]["lr"], [type(s).__name__ for s in schedulers]))
+        return super().training_step(batch, batch_idx)
+
+    def configure_optimizers(self):
+        opt = self.sgd()
+        return [opt], [{"scheduler": StepLR(opt, step_size=1, gamma=0.8), "interval": "step", "frequency": 3},
+                       {"scheduler": StepLR(opt, step_size=1, gamma=0.5), "interval": "epoch", "frequency": 3},
+                       {"scheduler": ReduceLROnPlateau(opt, factor=0.5, patience=0, threshold=10.0),
+                        "interval": "epoch", "frequency": 3, "monitor": "train_loss"}]
+
+
 @_module("zero_grad_to_zeros")
 class ZeroGrad(Base):
     def optimizer_zero_grad(self, epoch, batch_idx, optimizer):
