@@ -22,10 +22,15 @@ SYMBOLS = {"algorithm.name": "algorithm", "algorithm.buffer_size": "K", "algorit
            "devices.availability_scale": "availability scale", "devices.profile": "profile",
            "algorithm.update_norm_factor": "guard", "algorithm.server_opt.name": "server optimizer",
            "algorithm.server_opt.lr": "η_s", "algorithm.server_opt.beta1": "β₁", "algorithm.server_opt.beta2": "β₂",
-           "algorithm.server_opt.tau": "τ", "algorithm.server_opt.pseudo_gradient": "pseudo-gradient"}
+           "algorithm.server_opt.tau": "τ", "algorithm.server_opt.pseudo_gradient": "pseudo-gradient",
+           "compression.codec": "codec", "compression.levels": "QSGD s", "compression.bucket": "bucket",
+           "compression.fraction": "top-k", "compression.error_feedback": "error feedback"}
+CODEC_KEYS = {"compression.levels": ("qsgd",), "compression.bucket": ("qsgd",),  # the codecs that read each key
+              "compression.fraction": ("topk",)}  # (error_feedback: every codec but none)
 INFINITE_WHEN_NULL = ("algorithm.staleness_limit", "run.max_time", "run.max_aggregations")
 ZERO_WHEN_NULL = ("devices.dropout",)  # no dropout
 OFF_WHEN_NULL = ("algorithm.update_norm_factor",)  # no guard
+ON_OFF = ("compression.error_feedback",)  # a switch reads "on" / "off", not "True" / "False"
 _SEAFL = ("buffer_size", "staleness_limit", "alpha", "mu", "theta", "similarity", "similarity_over", "partial",
           "update_norm_factor", "server_opt")
 USES = {  # the algorithm.* keys (or sections) each built-in rule reads and does not fix itself (own rule: all)
@@ -50,6 +55,8 @@ def value_text(key: str, value) -> str:
     if value is None:
         return "∞" if key in INFINITE_WHEN_NULL else "0" if key in ZERO_WHEN_NULL else \
             "off" if key in OFF_WHEN_NULL else "none"
+    if key in ON_OFF:
+        return "on" if value else "off"
     if isinstance(value, float):
         return f"{value:g}"
     if key == "devices.profile":
@@ -65,6 +72,9 @@ def _used(config: dict, key: str) -> bool:
     if key.startswith("algorithm.server_opt.") and key != "algorithm.server_opt.name" and \
             config.get("algorithm.server_opt.name", "none") == "none":
         return False  # no server optimizer: its lr, β and τ are read by nothing
+    if key.startswith("compression.") and key != "compression.codec":
+        codec = config.get("compression.codec") or "none"  # the section is left out of a run's config at its defaults
+        return codec != "none" and codec in CODEC_KEYS.get(key, (codec,))  # QSGD's s is no top-k arm's
     uses = USES.get(str(config.get("algorithm.name")))
     return uses is None or not key.startswith("algorithm.") or key == "algorithm.name" or key.split(".")[1] in uses
 

@@ -91,6 +91,23 @@ def test_a_sweeps_runs_carry_their_grid_points_label_as_w_and_b_job_type(tmp_pat
     assert {r.config.logging.wandb.job_type for r in kept} == {"mine"}
 
 
+def test_a_codecs_keys_label_an_arm_only_when_its_codec_reads_them():
+    base = ("algorithm.name=fedbuff", "runtime.placement=device")
+    arms = [arm(*base), arm(*base, "compression.codec=int8"), arm(*base, "compression.codec=qsgd"),
+            arm(*base, "compression.codec=qsgd", "compression.levels=2", "compression.bucket=64"),
+            arm(*base, "compression.codec=topk", "compression.fraction=0.1", "compression.error_feedback=true"),
+            arm(*base, "compression.codec=topk", "compression.fraction=0.05")]
+    assert reader_labels(arms) == [  # none reads no other key; int8 no s, bucket or k; error feedback off is usual
+        "codec = none", "codec = int8", "codec = qsgd, QSGD s = 4, bucket = 512", "codec = qsgd, QSGD s = 2, bucket = 64",
+        "codec = topk, top-k = 0.1, error feedback = on", "codec = topk, top-k = 0.05"]
+    study = [arm(*base), arm(*base, "compression.codec=int8"),
+             arm(*base, "compression.codec=topk", "compression.fraction=0.1", "compression.error_feedback=true")]
+    assert reader_labels(study) == ["codec = none", "codec = int8, error feedback = off",
+                                    "codec = topk, error feedback = on"]
+    one_each = [arm(*base), arm(*base, "compression.codec=qsgd"), arm(*base, "compression.codec=topk")]
+    assert reader_labels(one_each) == ["codec = none", "codec = qsgd", "codec = topk"]  # one s, one k: not arms' keys
+
+
 def test_a_server_optimizers_keys_label_an_arm_only_when_it_has_one():
     arms = [arm("algorithm.name=fedbuff"), arm("algorithm.name=fedbuff", "algorithm.server_opt.name=momentum"),
             arm("algorithm.name=fedbuff", "algorithm.server_opt.name=adam", "algorithm.server_opt.lr=0.01")]
