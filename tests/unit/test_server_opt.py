@@ -195,6 +195,42 @@ def test_state_round_trips_through_a_checkpoints_plain_dict():
     assert again.state.steps == 1 and ServerOptimizer(cfg()).state_dict() is None
 
 
+def test_a_rejected_update_takes_no_part_in_the_delta_form():
+    nan = BufferedUpdate(2, 2, T([float("nan"), 0.0, 0.0]), 10, 1, 2)  # the value check rejects it
+    c = cfg("fedbuff", name="momentum", lr=1.0, beta1=0.0, pseudo_gradient="delta")
+    alone = aggregate(c, 3, VERSIONS[3], UPDATES[:1], VERSIONS.__getitem__)
+    res = aggregate(c, 3, VERSIONS[3], [UPDATES[0], nan], VERSIONS.__getitem__)
+    assert [bool(d.get("rejected")) for d in res.info] == [False, True]
+    opt = ServerOptimizer(c)
+    opt.apply(VERSIONS[3], res, [UPDATES[0], nan], VERSIONS.__getitem__)
+    assert torch.allclose(opt.state.m, alone.new_global.double() - VERSIONS[3].double(), rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["momentum", "adam"])
+def test_the_state_moves_to_the_pseudo_gradients_device(name):
+    """A checkpoint holds the state on the CPU; a run resumed on a GPU steps on a CUDA Δ. The meta device
+    stands in for the GPU: a CPU m or v added to it raises."""
+    hyper = dict(lr=0.1, beta1=0.9, beta2=0.99, tau=1e-3)
+    _, state = optimizer_step(name, ServerOptState(), T([0.1, -0.2], dtype=torch.float64), **hyper)
+    step, after = optimizer_step(name, state, torch.zeros(2, dtype=torch.float64, device="meta"), **hyper)
+    assert step.device.type == after.m.device.type == "meta"
+    assert after.v is None if name == "momentum" else after.v.device.type == "meta"
+
+
+def test_an_unknown_optimizer_is_named_in_the_error():
+    with pytest.raises(ValueError, match="unknown server optimizer 'sgd'; allowed: momentum, adam, yogi, adagrad"):
+        optimizer_step("sgd", ServerOptState(), T([0.1], dtype=torch.float64), lr=1.0, beta1=0.9, beta2=0.99, tau=1e-3)
+
+
+def test_the_states_plain_dict_before_any_step_and_without_a_step_count():
+    assert ServerOptState().to_dict() == {"m": None, "v": None, "steps": 0}
+    assert ServerOptState.from_dict(None).steps == 0 and ServerOptState.from_dict(None).m is None
+    m = T([0.5], dtype=torch.float64)
+    old = ServerOptState.from_dict({"m": m, "v": None})  # a dict without "steps": none taken
+    assert old.m is m and old.v is None and old.steps == 0
+    assert ServerOptState(m, None, 4).to_dict() == {"m": m, "v": None, "steps": 4}
+
+
 # ---- config ----------------------------------------------------------------------------------
 
 def test_defaults_leave_config_yaml_as_it_was_and_an_optimizer_is_written_whole():
