@@ -7,8 +7,9 @@
     shards = partition(train.labels, 100, method="dirichlet", concentration=5.0, seed=0)
     x, y = train.batch(torch.as_tensor(shards[0][:32]), augment=True, generator=g, device="cuda")
 
-``load_dataset`` knows digits (bundled with scikit-learn), mnist, emnist, cifar10 and cinic10;
-see :mod:`seafl_dist.data.loaders` for where each is looked for (a missing one raises
+``load_dataset`` knows digits (bundled with scikit-learn), mnist, emnist, cifar10, cinic10, and
+LEAF's femnist and shakespeare (token sequences); see :mod:`seafl_dist.data.loaders` for where
+each is looked for (a missing one raises
 :class:`DatasetNotFoundError`, a truncated or corrupt file :class:`DataError`) and
 :mod:`seafl_dist.data.partition` for how shards are drawn.
 """

@@ -15,8 +15,9 @@ the same one-line :class:`~seafl_dist.data.missing.DataError` here as in the run
   are checked as the loader checks them (:func:`~seafl_dist.data.cifar.check_batch`).
 - cinic10: the class folders are listed (the labels are the folders), and the first and last PNG
   of each class are decoded as the loader decodes every one; the decoded cache is not built.
-- femnist: every JSON file is parsed and checked as the run parses it (or its fresh cache read),
-  the writers give the shards of ``data.partition: natural``; the cache is not written.
+- femnist, shakespeare: every JSON file is parsed and checked as the run parses it (or its fresh
+  cache read), the writers (roles) give the shards of ``data.partition: natural``; the cache is not
+  written.
 - digits and datasets named by import path are loaded as the run loads them (digits is bundled;
   a user's loader is the user's code, and calling it is the only way to check it).
 
@@ -42,16 +43,23 @@ from .safepickle import NUMPY_ARRAYS, walk_pickle
 @dataclass
 class DataCheck:
     """What :func:`check_dataset` found. ``labels`` is ``None`` when the run will download the set;
-    ``writers`` and ``offsets`` (FEMNIST) group the training rows by writer, as a WriterDataset does."""
+    ``writers`` and ``offsets`` (FEMNIST, Shakespeare) group the training rows by writer, as a WriterDataset does;
+    ``shape`` is ``(C, H, W)`` for images and ``(L,)`` for token sequences of a ``vocab``-word vocabulary."""
     name: str
     where: str
     labels: np.ndarray | None = None
     num_classes: int = 0
-    shape: tuple = ()  # (C, H, W) of one image
+    shape: tuple = ()  # (C, H, W) of one image, (L,) of one token sequence
     n_test: int | None = None
     note: str = ""
     writers: list[str] | None = None
     offsets: np.ndarray | None = None
+    vocab: int = 0
+
+    @property
+    def inputs(self) -> str:
+        """``"images"`` or ``"tokens"``, as :attr:`~seafl_dist.data.dataset.ArrayDataset.inputs`."""
+        return "tokens" if len(self.shape) == 1 else "images"
 
 
 def check_dataset(d, seed: int) -> DataCheck:
@@ -80,8 +88,8 @@ def _check(d, root: Path, seed: int) -> DataCheck:
         return _cifar(root / "cifar-10-batches-py", d.download)
     if d.name == "cinic10":
         return _cinic(root, d.download)
-    if d.name == "femnist":
-        return _femnist(root, d.download)
+    if d.name in ("femnist", "shakespeare"):
+        return _leaf(d.name, root, d.download)
     from .loaders import DATASETS
     raise ConfigError(f"config key 'data.name' has value {d.name!r}; allowed: {', '.join(DATASETS)}, or an import "
                       f"path pkg.module:fn")
@@ -93,7 +101,8 @@ def _loaded(d, root: Path, seed: int) -> DataCheck:
     train = load_dataset(d.name, root, train=True, **common)
     test = load_dataset(d.name, root, train=False, **common)
     return DataCheck(train.name, "bundled with scikit-learn" if d.name == "digits" else "a user's loader",
-                     train.labels.numpy(), train.num_classes, tuple(train.images.shape[1:]), len(test))
+                     train.labels.numpy(), train.num_classes, tuple(train.images.shape[1:]), len(test),
+                     vocab=train.vocab)
 
 
 def _will_download(name: str, where: Path, missing: list[str], classes: int, shape: tuple) -> DataCheck:
@@ -160,15 +169,18 @@ def _cinic(root: Path, download: bool) -> DataCheck:
     return DataCheck("cinic10", str(found["train"]), labels, 10, (3, 32, 32), sum(counts["test"]), note)
 
 
-def _femnist(root: Path, download: bool) -> DataCheck:
-    """FEMNIST: both splits read as the run reads them (every JSON file parsed, or a fresh cache),
-    without writing the cache."""
+def _leaf(name: str, root: Path, download: bool) -> DataCheck:
+    """FEMNIST or Shakespeare: both splits read as the run reads them (every JSON file parsed, or a fresh
+    cache), without writing the cache."""
     from .femnist import femnist_folder, load_femnist
-    base = femnist_folder(root, download)
-    train = load_femnist(root, True, download, write_cache=False)
-    test = load_femnist(root, False, download, write_cache=False)
+    from .shakespeare import load_shakespeare, shakespeare_folder
+    folder, load = (femnist_folder, load_femnist) if name == "femnist" else (shakespeare_folder, load_shakespeare)
+    base = folder(root, download)
+    train = load(root, True, download, write_cache=False)
+    test = load(root, False, download, write_cache=False)
     cached = (base / ".train.seafl-cache.npz").exists()
-    note = f"{len(train.writers)} writers" + ("" if cached else "; no cache yet: the run's first load parses the "
-                                                                "JSON files and writes it")
-    return DataCheck("femnist", str(base), train.labels.numpy(), train.num_classes, tuple(train.images.shape[1:]),
-                     len(test), note, writers=train.writers, offsets=train.offsets)
+    who = "writers" if name == "femnist" else "roles"
+    note = f"{len(train.writers)} {who}" + ("" if cached else "; no cache yet: the run's first load parses the "
+                                                              "JSON files and writes it")
+    return DataCheck(name, str(base), train.labels.numpy(), train.num_classes, tuple(train.images.shape[1:]),
+                     len(test), note, writers=train.writers, offsets=train.offsets, vocab=train.vocab)

@@ -1,7 +1,15 @@
-"""An image classification dataset held in memory as one uint8 tensor, served in batches by index.
+"""A classification dataset held in memory as one tensor, served in batches by index: images, or
+sequences of token ids (Shakespeare's next-character prediction).
 
     ds = load_dataset("cifar10", root="data")          # an ArrayDataset
     x, y = ds.batch(torch.tensor([0, 5, 9]), augment=True, generator=g, device="cuda")
+
+Token sequences are ``(N, L)`` uint8 or int64 ids (uint8 for a vocabulary of at most 256, as
+Shakespeare's 80 characters: 8x less memory); :meth:`~ArrayDataset.batch` hands them over as int64
+ids, neither scaled nor normalised, and refuses ``augment`` (crop and flip are for images; the
+config refuses ``data.augment`` for such a dataset before it gets here). ``inputs`` says which a
+dataset holds, and a built-in model says which it takes (models/base.py), so a pairing that
+cannot work is refused in one line (settings/core.py, runtime/model_checks.py).
 
 A device's shard is an index array into ``ds`` (see :func:`seafl_dist.data.partition`), never
 a copy: every simulated device in a process reads the same ``images`` tensor. Images stay uint8
@@ -39,11 +47,13 @@ NORMALIZATION: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
 @dataclass(eq=False)
 class ArrayDataset:
     """Images ``(N, C, H, W)`` uint8 (or float32, used as they are) and labels ``(N,)`` int64, with
-    their normalisation.
+    their normalisation; or token sequences ``(N, L)`` uint8 / int64 ids of a ``vocab``-word vocabulary
+    (``mean`` and ``std`` then empty: ids are not normalised).
 
-    Attributes: ``images``, ``labels``, ``num_classes``, ``in_channels``, ``image_size``,
-    ``name`` (e.g. ``"cifar10"``, ``"emnist-balanced"``), ``mean`` / ``std`` (per channel, for
-    images scaled to [0, 1]), ``classes`` (class names, where the format has them).
+    Attributes: ``images`` (the samples, images or token ids), ``labels``, ``num_classes``,
+    ``in_channels``, ``image_size``, ``name`` (e.g. ``"cifar10"``, ``"emnist-balanced"``), ``mean`` /
+    ``std`` (per channel, for images scaled to [0, 1]), ``classes`` (class names, where the format has
+    them), ``vocab`` (token sequences only), ``inputs`` (``"images"`` or ``"tokens"``).
     """
 
     images: torch.Tensor
@@ -53,11 +63,17 @@ class ArrayDataset:
     mean: tuple[float, ...]
     std: tuple[float, ...]
     classes: list[str] = field(default_factory=list)
+    vocab: int = 0  # token sequences: ids are 0..vocab-1; 0 for images
 
     def __post_init__(self) -> None:
+        self._on_device: dict[str, ArrayDataset] = {}
+        self._norm_on: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+        if self.images.dim() == 2 and self.images.dtype in (torch.uint8, torch.int64):
+            self._tokens()
+            return
         if self.images.dtype not in (torch.uint8, torch.float32) or self.images.dim() != 4:
-            raise ValueError(f"images must be a uint8 or float32 (N, C, H, W) tensor, got {self.images.dtype} "
-                             f"{tuple(self.images.shape)}")
+            raise ValueError(f"images must be a uint8 or float32 (N, C, H, W) tensor (or token ids: a uint8 or "
+                             f"int64 (N, L) one), got {self.images.dtype} {tuple(self.images.shape)}")
         if self.labels.shape != (self.images.shape[0],):
             raise ValueError(f"labels must have shape ({self.images.shape[0]},), got {tuple(self.labels.shape)}")
         self.labels = self.labels.to(torch.int64)
@@ -66,16 +82,31 @@ class ArrayDataset:
             raise ValueError(f"mean/std need {c} channel values, got {self.mean} / {self.std}")
         self._mean = torch.tensor(self.mean, dtype=torch.float32).view(1, c, 1, 1)
         self._std = torch.tensor(self.std, dtype=torch.float32).view(1, c, 1, 1)
-        self._on_device: dict[str, ArrayDataset] = {}
-        self._norm_on: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def _tokens(self) -> None:
+        """The checks of a token-sequence dataset (the ids' range is its loader's to check, row by row)."""
+        if self.labels.shape != (self.images.shape[0],):
+            raise ValueError(f"labels must have shape ({self.images.shape[0]},), got {tuple(self.labels.shape)}")
+        self.labels = self.labels.to(torch.int64)
+        if self.vocab < 1 or self.mean or self.std:
+            raise ValueError(f"token sequences need vocab >= 1 and no mean/std, got vocab={self.vocab}, "
+                             f"mean={self.mean}, std={self.std}")
+
+    @property
+    def inputs(self) -> str:
+        """``"images"`` (``(N, C, H, W)``) or ``"tokens"`` (``(N, L)`` ids): what a model must take."""
+        return "tokens" if self.images.dim() == 2 else "images"
 
     @property
     def in_channels(self) -> int:
-        return int(self.images.shape[1])
+        """Images: the channels. Token sequences: the vocabulary (the channels of a one-hot token), what a
+        model's embedding needs; both are what ``build_model`` takes as ``in_channels``."""
+        return self.vocab if self.inputs == "tokens" else int(self.images.shape[1])
 
     @property
     def image_size(self) -> int:
-        return int(self.images.shape[2])
+        """Images: the side. Token sequences: the sequence length L (``build_model``'s ``image_size``)."""
+        return int(self.images.shape[1] if self.inputs == "tokens" else self.images.shape[2])
 
     @property
     def device(self) -> torch.device:
@@ -96,10 +127,14 @@ class ArrayDataset:
             return self
         key = str(device)
         if key not in self._on_device:
-            self._on_device[key] = ArrayDataset(
-                self.images.to(device), self.labels.to(device), self.num_classes, self.name,
-                self.mean, self.std, list(self.classes))
+            self._on_device[key] = self.like(self.images.to(device), self.labels.to(device))
         return self._on_device[key]
+
+    def like(self, images: torch.Tensor, labels: torch.Tensor) -> "ArrayDataset":
+        """A plain ArrayDataset of these samples and labels with this one's classes, normalisation and
+        vocabulary (some of its rows, say; writers are not kept)."""
+        return ArrayDataset(images, labels, self.num_classes, self.name, self.mean, self.std, list(self.classes),
+                            self.vocab)
 
     def _norm(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         key = str(device)  # one copy of mean/std per device, not a host-to-device copy per batch
@@ -122,9 +157,14 @@ class ArrayDataset:
         """``(images, labels)`` for the rows ``idx``: float32 normalised images and int64 labels on
         ``device``. With ``augment``, random crop (4-pixel zero padding) and horizontal flip, drawn
         from ``generator`` (``None``: torch's global generator), or given as ``draws`` (from
-        :meth:`augment_draws`)."""
+        :meth:`augment_draws`). Token sequences: ``(int64 ids, labels)``; ``augment`` is refused."""
         device = torch.device(device)
         idx = torch.as_tensor(idx, dtype=torch.int64)
+        if self.inputs == "tokens":
+            if augment:
+                raise ValueError(f"{self.name} holds token sequences: augmentation (crop and flip) is for images")
+            x = self.images.index_select(0, idx.to(self.device)).to(device, non_blocking=True).to(torch.int64)
+            return x, self.labels.index_select(0, idx.to(self.device)).to(device, non_blocking=True)
         if augment:
             dy, dx, flip = draws if draws is not None else self.augment_draws(idx.numel(), generator)
         src = self.images.index_select(0, idx.to(self.device)).to(device, non_blocking=True)

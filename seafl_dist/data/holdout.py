@@ -132,8 +132,7 @@ class HeldOut:
         rows = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
         offsets = np.concatenate([[0], np.cumsum([len(p) for p in parts], dtype=np.int64)]).astype(np.int64)
         where = torch.as_tensor(rows)
-        data = ArrayDataset(source.images.index_select(0, where), source.labels.index_select(0, where),
-                            source.num_classes, source.name, source.mean, source.std, list(source.classes))
+        data = source.like(source.images.index_select(0, where), source.labels.index_select(0, where))
         return cls(data, devices, offsets)
 
     @property

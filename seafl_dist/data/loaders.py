@@ -6,18 +6,20 @@
 
 Where each dataset is looked for (``root`` is ``data.root``):
 
-=========  ==================================================================  =================
-name       files                                                               via
-=========  ==================================================================  =================
-digits     bundled with scikit-learn (1,797 8x8 digits), nothing on disk        sklearn
-mnist      root/MNIST/raw/{train,t10k}-{images-idx3,labels-idx1}-ubyte          own IDX reader
-emnist     root/EMNIST/raw/emnist-<split>-{train,test}-{images-idx3,labels-     own IDX reader
-           idx1}-ubyte
-cifar10    root/cifar-10-batches-py/{data_batch_1..5, test_batch, batches.meta} own safe unpickler
-cinic10    root/{cinic10,CINIC-10,.}/{train,test}/<class>/*.png (``valid/``     own PNG reader
-           is not used); the first of the three that holds the split
-femnist    root/{femnist,femnist/data}/{train,test}/*.json (LEAF's format)     own JSON reader
-=========  ==================================================================  =================
+===========  ==================================================================  =================
+name         files                                                               via
+===========  ==================================================================  =================
+digits       bundled with scikit-learn (1,797 8x8 digits), nothing on disk        sklearn
+mnist        root/MNIST/raw/{train,t10k}-{images-idx3,labels-idx1}-ubyte          own IDX reader
+emnist       root/EMNIST/raw/emnist-<split>-{train,test}-{images-idx3,labels-     own IDX reader
+             idx1}-ubyte
+cifar10      root/cifar-10-batches-py/{data_batch_1..5, test_batch, batches.meta} own safe unpickler
+cinic10      root/{cinic10,CINIC-10,.}/{train,test}/<class>/*.png (``valid/``     own PNG reader
+             is not used); the first of the three that holds the split
+femnist      root/{femnist,femnist/data}/{train,test}/*.json (LEAF's format)     own JSON reader
+shakespeare  root/{shakespeare,shakespeare/data}/{train,test}/*.json (LEAF's     own JSON reader
+             format); samples: 80 character ids, the label the next one's id
+===========  ==================================================================  =================
 
 Choices, so that they are written down:
 
@@ -62,10 +64,11 @@ from .cifar import load_cifar10
 from .cinic import CINIC_CLASSES, load_cinic10  # noqa: F401  (CINIC_CLASSES: re-exported)
 from .dataset import NORMALIZATION, ArrayDataset
 from .femnist import load_femnist
+from .shakespeare import load_shakespeare
 from .idx import gunzip_missing, read_pair
 from .missing import DataError, DatasetNotFoundError, not_found as _not_found  # noqa: F401  (re-exported)
 
-DATASETS = ("digits", "mnist", "emnist", "cifar10", "cinic10", "femnist")
+DATASETS = ("digits", "mnist", "emnist", "cifar10", "cinic10", "femnist", "shakespeare")
 _CACHE: dict[tuple, ArrayDataset] = {}
 
 
@@ -99,6 +102,8 @@ def load_dataset(name: str, root: str | Path = "data", train: bool = True, *, do
             _CACHE[key] = load_cifar10(root, train, download)
         elif name == "femnist":  # LEAF's JSON files, by writer (data/femnist.py)
             _CACHE[key] = load_femnist(root, train, download)
+        elif name == "shakespeare":  # LEAF's JSON files, by role; token sequences (data/shakespeare.py)
+            _CACHE[key] = load_shakespeare(root, train, download)
         else:
             _CACHE[key] = load_cinic10(root, train, download)
     return _CACHE[key]

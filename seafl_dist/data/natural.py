@@ -1,4 +1,4 @@
-"""``data.partition: natural``: each writer of a dataset that knows its writers (FEMNIST) is a device.
+"""``data.partition: natural``: each writer of a dataset that knows its writers (FEMNIST, Shakespeare) is a device.
 
     shards, names = natural_partition(train, num_devices=None, seed=stream_seed(data_seed, "partition"))
 
@@ -25,7 +25,7 @@ def natural_partition(dataset, num_devices: int | None, seed: int) -> tuple[list
     if not has_writers(dataset):
         raise ConfigError(f"config key 'data.partition' has value 'natural'; allowed: dirichlet, iid or an import "
                           f"path for data.name={dataset.name}: natural makes each writer a device and {dataset.name} "
-                          "has no writers (femnist has)")
+                          "has no writers (femnist and shakespeare have)")
     total = len(dataset.writers)
     if num_devices is not None and num_devices > total:
         raise ConfigError(f"config key 'devices.num' has value {num_devices}; allowed: at most the {total} writers "

@@ -39,9 +39,13 @@ class FLNet(nn.Module):
     1.3-2.3x faster; docs/performance.md). The layout changes the convolutions' rounding, so turning it on or off
     changes a run's bits (numerics version 2 is the built-in models channels-last on the CPU). A
     model whose ``forward`` calls ``view`` on its input could not take such a tensor, so the base
-    leaves it off."""
+    leaves it off.
+
+    ``inputs``: what ``forward`` takes, ``"images"`` (``(N, C, H, W)`` float) or ``"tokens"`` (``(N, L)``
+    int64 ids); a built-in model and a dataset of the other kind are refused in one line before a run."""
 
     channels_last = False
+    inputs = "images"
 
     def __init__(self, *, num_classes: int, in_channels: int, width: float, image_size: int,
                  optim: TrainConfig | None = None) -> None:

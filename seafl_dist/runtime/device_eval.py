@@ -56,7 +56,7 @@ def gather(cfg, train, test, held: list | None, writers: list | None) -> HeldOut
     if cfg.data.device_test == "writers":
         if not isinstance(test, WriterDataset):
             raise ConfigError(f"config key 'data.device_test' has value 'writers'; allowed: split for data.name="
-                              f"{cfg.data.name}, whose test set has no writers (femnist has)")
+                              f"{cfg.data.name}, whose test set has no writers (femnist and shakespeare have)")
         held = writer_holdout(writers, test)
         found = HeldOut.of(test, held, devices)
         if not found.sizes.any():

@@ -5,9 +5,9 @@
 
 In order, each step a one-line error (exit 2) when it fails: the config (loaded by the CLI, its
 plugins imported), the dataset (formats and sizes only, :mod:`seafl_dist.data.check`: nothing
-downloaded, no cache built), the model (built for the dataset's images and given a batch of
-zeros), the partition (the run's own, from the same seed), the compute device, and the run dir
-(can it be made, and would the run start fresh, resume from a checkpoint, or find it completed).
+downloaded, no cache built), the model (built for the dataset's samples and given a batch of
+zeros: images, or token ids 0), the partition (the run's own, from the same seed), the compute
+device, and the run dir (can it be made, and would the run start fresh, resume from a checkpoint, or find it completed).
 A device profile (``devices.profile``) is read and checked like the run reads it. Then one report
 on stdout: the non-default config keys, the dataset, the model, the devices and their shard sizes,
 the device population (profile rows, who is online at t = 0, a stall known before the run), the rank layout (``WORLD_SIZE`` ranks under torchrun, else one process) and the
@@ -38,7 +38,7 @@ def dry_run(cfg: Config, out: Path, *, explicit: bool, overwrite: bool = False, 
     found = check_dataset(cfg.data, cfg.data_seed)
     lines = [f"config: {cfg.name} ({cfg.algorithm.name}); keys not at their default:", *non_default(cfg)]
     lines.append(f"data: {found.name} ({found.where}): " + (
-        f"{len(found.labels)} training and {found.n_test} test images of {'x'.join(map(str, found.shape))}, "
+        f"{len(found.labels)} training and {found.n_test} test {_samples(found)}, "
         f"{found.num_classes} classes" if found.labels is not None else "") + (f"; {found.note}" if found.note else ""))
     model_line, numel = check_model(cfg, found)
     lines.append(f"model: {model_line}")
@@ -91,15 +91,27 @@ def summarise(sizes: list, total: bool = True) -> str:
             + (f" (total {sum(sizes)} over {len(sizes)} devices)" if total else f" over {len(sizes)} devices"))
 
 
+def _samples(found) -> str:
+    """What one sample of the checked dataset is, for the report's data line."""
+    if found.inputs == "tokens":
+        return f"sequences of {found.shape[0]} token ids (vocabulary {found.vocab})"
+    return f"images of {'x'.join(map(str, found.shape))}"
+
+
 def check_model(cfg: Config, found) -> str:
-    """Build the model for the dataset's images and run a batch of two zeros through it (a user's model:
-    and a probe job on four zeros, runtime/setup.py ``check_user_model``)."""
+    """Build the model for the dataset's samples and run a batch of two zeros through it (images of zeros, or
+    sequences of token 0; a user's model: and a probe job on four, runtime/setup.py ``check_user_model``)."""
     import torch
 
     from seafl_dist.models import build_model
-    c, h, w = found.shape
+    tokens = found.inputs == "tokens"
+    c, h = (found.vocab, found.shape[0]) if tokens else found.shape[:2]  # build_model's in_channels, image_size
+
+    def zeros(n: int):
+        return torch.zeros(n, *found.shape, dtype=torch.int64 if tokens else torch.float32)
     name = cfg.model.name
-    from seafl_dist.runtime.model_checks import built, check_model_size
+    from seafl_dist.runtime.model_checks import built, check_inputs, check_model_size
+    check_inputs(cfg, found.inputs)
     check_model_size(cfg, found.num_classes, c, h)
     with torch.random.fork_rng(devices=[]):  # like the run: building a model must not move torch's generator
         try:
@@ -107,7 +119,7 @@ def check_model(cfg: Config, found) -> str:
                                                    optim=cfg.train, lightning=False))
         except ValueError as err:
             raise ConfigError(f"config key 'model.name' has value {name!r}: {err}") from None
-        x = torch.zeros(2, c, h, w)
+        x = zeros(2)
         if is_import_path(name):  # its logits, then a probe job on zeros (the data is not loaded here)
             from seafl_dist.runtime.model_checks import say_unused_optimizer_keys
             from seafl_dist.runtime.setup import check_target_metric, check_user_model, pick_device
@@ -115,7 +127,7 @@ def check_model(cfg: Config, found) -> str:
                 device = pick_device(cfg.runtime.device, 0)
             except RuntimeError as err:
                 raise ConfigError(str(err)) from None
-            names = check_user_model(cfg, model, torch.zeros(4, c, h, w), torch.arange(4) % found.num_classes,
+            names = check_user_model(cfg, model, zeros(4), torch.arange(4) % found.num_classes,
                                      found.num_classes, device)
             check_target_metric(cfg, names)
             say_unused_optimizer_keys(cfg, model)
@@ -126,7 +138,7 @@ def check_model(cfg: Config, found) -> str:
                 try:
                     model.eval()(x)
                 except RuntimeError as err:
-                    raise ConfigError(f"model.name={name} cannot take {found.name}'s {c}x{h}x{w} images: "
+                    raise ConfigError(f"model.name={name} cannot take {found.name}'s {_samples(found)}: "
                                       f"{str(err).splitlines()[0]}") from None
     params = sum(p.numel() for p in model.parameters())
     numel = sum(t.numel() for t in model.state_dict().values())  # the flat vector a transfer moves

@@ -1,4 +1,5 @@
-"""Checks of the model a run builds, made before anything is trained: a built-in model too large for
+"""Checks of the model a run builds, made before anything is trained: a built-in model given data of
+the other kind (images for a model of token ids, or the reverse), a built-in model too large for
 this machine (counted on torch's meta device), a user's model the allocator refuses to build, and the
 ``train.*`` optimizer keys a module with its own ``configure_optimizers`` leaves unused (a warning).
 """
@@ -20,6 +21,21 @@ def physical_memory() -> int | None:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (AttributeError, ValueError, OSError):
         return None
+
+
+def check_inputs(cfg: Config, inputs: str) -> None:
+    """Refuse a built-in model whose input (``inputs`` of its class: images or token ids) is not what the dataset
+    holds (``inputs``, of an ArrayDataset or the dry run's DataCheck). The config refuses the pairings of built-in
+    names already (settings/core.py); this catches a dataset named by import path. A user's model takes what it
+    takes (its own check is a probe on the data, runtime/setup.py)."""
+    from seafl_dist.models import MODELS
+    name = cfg.model.name
+    if name not in MODELS or MODELS[name].inputs == inputs:
+        return
+    fits = ", ".join(m for m, cls in MODELS.items() if cls.inputs == inputs)
+    raise ConfigError(f"config key 'model.name' has value {name!r}; allowed: {fits} or an import path for data.name="
+                      f"{cfg.data.name}, whose samples are {'token ids' if inputs == 'tokens' else 'images'}; {name} "
+                      f"takes {MODELS[name].inputs.replace('tokens', 'token ids')}")
 
 
 COPIES = 3  # what any training process holds at least: the weights, their gradients, the flat vector

@@ -15,7 +15,7 @@ import torch
 from seafl_dist.settings import Config, ConfigError
 from seafl_dist.runtime import determinism
 from seafl_dist.runtime.device_eval import gather, held_out_split
-from seafl_dist.runtime.model_checks import built, check_model_size, say_unused_optimizer_keys
+from seafl_dist.runtime.model_checks import built, check_inputs, check_model_size, say_unused_optimizer_keys
 from seafl_dist.data import clear_cache, load_dataset, partition
 from seafl_dist.data.custom import custom_partition
 from seafl_dist.data.natural import natural_partition
@@ -130,7 +130,6 @@ class Experiment:
 
     def restrict(self, devices) -> "Experiment":
         """This experiment with only the training rows ``devices`` use (a worker's own shards)."""
-        from seafl_dist.data import ArrayDataset
         keep = {d: np.asarray(self.shards[d], dtype=np.int64) for d in devices}
         # each row once, even where shards overlap (data.shards_overlap); shards become positions in it
         rows = np.unique(np.concatenate(list(keep.values()))) if keep else np.zeros(0, dtype=np.int64)
@@ -138,8 +137,7 @@ class Experiment:
         if len(rows) == len(t):  # every row (balanced placement, shards covering the set): no copy
             sub = t
         else:
-            sub = ArrayDataset(t.images.index_select(0, where), t.labels.index_select(0, where), t.num_classes,
-                               t.name, t.mean, t.std, list(t.classes))
+            sub = t.like(t.images.index_select(0, where), t.labels.index_select(0, where))
         shards = [np.zeros(0, dtype=np.int64)] * len(self.shards)
         for d, idx in keep.items():
             shards[d] = np.searchsorted(rows, idx).astype(np.int64)
@@ -228,6 +226,7 @@ def prepare(cfg: Config, *, local_rank: int = 0, need_test: bool = True, fetch=N
     train, test = fetch(load) if fetch is not None and d.download else load(d.download)
     shards, writers = make_shards(cfg, train)
     shards, held = held_out_split(cfg, train, shards)  # data.device_holdout: the shards become the training parts
+    check_inputs(cfg, train.inputs)
     check_model_size(cfg, train.num_classes, train.in_channels, train.image_size, num_devices=len(shards))
     exp = Experiment(cfg=cfg, train=train, test=test, shards=shards, device=pick_device(cfg.runtime.device, local_rank),
                      writers=writers, profile=read_profiles(cfg.devices.profile) if cfg.devices.profile else None,

@@ -26,6 +26,7 @@ from seafl_dist.settings.sections import (  # noqa: F401  (re-exported: the publ
     ALGORITHMS, SIMILARITY_MODES, SIMILARITY_OVER, AlgorithmConfig, ClockConfig, ConfigError, DataConfig, DevicesConfig,
     IdleConfig, ModelConfig, RunConfig, TrainConfig,
 )
+from seafl_dist.settings.sections import MODEL_NAMES, TOKEN_DATASETS, TOKEN_MODELS, WITH_WRITERS, WITHOUT_WRITERS
 from seafl_dist.settings.errors import _fail  # this module's own checks word their errors the same way
 from seafl_dist.settings.keys import key, section
 from seafl_dist.settings.compression import CompressionConfig
@@ -66,6 +67,7 @@ class Config:
             _fail("algorithm.buffer_size", self.algorithm.buffer_size,
                   f"at most devices.concurrency ({self.devices.concurrency}), or the buffer never fills")
         _check_device_eval(self)
+        _check_inputs(self.model.name, self.data.name)
         if self.compression.error_feedback and self.runtime.placement != "device":
             _fail("compression.error_feedback", True, f"false unless runtime.placement=device (not "
                   f"{self.runtime.placement}): a device's residual lives on the one worker that trains its jobs")
@@ -80,6 +82,19 @@ class Config:
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+
+def _check_inputs(model: str, data: str) -> None:
+    """A built-in model takes images or token ids, and a built-in dataset holds one of them: a pairing that
+    cannot work (lenet5 on shakespeare, lstm on mnist) is refused before anything is loaded. A model or dataset
+    named by import path is checked on the loaded data instead (runtime/model_checks.py ``check_inputs``)."""
+    if model not in MODEL_NAMES or data not in WITHOUT_WRITERS + WITH_WRITERS:
+        return
+    if (model in TOKEN_MODELS) != (data in TOKEN_DATASETS):
+        kind = "character ids" if data in TOKEN_DATASETS else "images"
+        fits = TOKEN_MODELS if data in TOKEN_DATASETS else tuple(m for m in MODEL_NAMES if m not in TOKEN_MODELS)
+        _fail("model.name", model, f"{', '.join(fits)} or an import path for data.name={data}, whose samples are "
+              f"{kind}; {model} takes {'character ids' if model in TOKEN_MODELS else 'images'}")
 
 
 def _check_device_eval(cfg: "Config") -> None:

@@ -23,6 +23,10 @@ SIMILARITY_OVER = ("parameters", "parameters_and_stats")
 TRAIN_LOOPS = ("plain", "lightning")
 METRIC_BOUNDS = {"accuracy": (0.0, 1.0), "loss": (0.0, float("inf"))}  # (low, high]: targets must lie inside
 WITHOUT_WRITERS = ("digits", "mnist", "emnist", "cifar10", "cinic10")  # built-in datasets natural cannot split
+WITH_WRITERS = ("femnist", "shakespeare")  # LEAF's: one writer (a FEMNIST writer, a Shakespeare role) a device
+TOKEN_DATASETS = ("shakespeare",)  # built-in datasets of token sequences; every other built-in one holds images
+TOKEN_MODELS = ("lstm",)  # built-in models that take token ids; every other built-in one takes images
+MODEL_NAMES = ("lenet5", "resnet18", "vgg16") + TOKEN_MODELS
 EMNIST_SPLITS = ("byclass", "bymerge", "balanced", "letters", "digits", "mnist")  # torchvision's EMNIST.splits
 SEEDS = "[0, 4294967295]"  # numpy's legacy seeding and scikit-learn's random_state take seeds below 2**32
 
@@ -194,11 +198,12 @@ class ClockConfig:
 @dataclass(kw_only=True)
 class DataConfig:
     name: str = key("digits", "the dataset: `digits` (bundled), `mnist`, `emnist`, `cifar10`, `cinic10`, `femnist` "
-                    "(LEAF's JSON files, by writer), or `pkg.module:loader`", plugin_or(WITHOUT_WRITERS + ("femnist",)))
+                    "(LEAF's JSON files, by writer), `shakespeare` (LEAF's, by role: next-character prediction), "
+                    "or `pkg.module:loader`", plugin_or(WITHOUT_WRITERS + WITH_WRITERS))
     root: str = key("data", "directory the on-disk datasets live in")
     download: bool = key(False, "fetch a missing MNIST, EMNIST or CIFAR-10 through torchvision (needs internet)")
     partition: str = key("dirichlet", "how samples are split into shards: `dirichlet` (label skew), `iid`, "
-                         "`natural` (one device per writer: femnist), or `pkg.module:split`",
+                         "`natural` (one device per writer: femnist, shakespeare), or `pkg.module:split`",
                          plugin_or(("dirichlet", "iid", "natural")),
                          note="`natural`: device k is the k-th writer of an order seeded by `data.seed`, with all "
                               "of that writer's training samples; `devices.num: null` takes every writer, N the "
@@ -221,14 +226,18 @@ class DataConfig:
              "it c_k = n_k × `clock.sec_per_sample` and SEAFL's and FedAvg's weights, so a run with a holdout is not "
              "the paper's schedule (docs/device_eval.md). Left out of config.yaml at 0.")
     device_test: str = key("split", "device k's held-out data: `split` (its shard, by `data.device_holdout`) or "
-                           "`writers` (femnist, `data.partition: natural`: its writer's own LEAF test samples)",
+                           "`writers` (femnist, shakespeare, `data.partition: natural`: its writer's own LEAF test "
+                           "samples)",
                            ("split", "writers"))
 
     def __post_init__(self) -> None:
         check_fields(self, "data")
         if self.partition == "natural" and self.name in WITHOUT_WRITERS:
             _fail("data.partition", self.partition, f"dirichlet, iid or an import path for data.name={self.name}: "
-                  f"natural makes each writer a device and {self.name} has no writers (femnist has)")
+                  f"natural makes each writer a device and {self.name} has no writers (femnist and shakespeare have)")
+        if self.augment and self.name in TOKEN_DATASETS:
+            _fail("data.augment", True, f"false for data.name={self.name}: its samples are character ids, and crop and "
+                  "flip are for images")
         if self.partition == "natural" and self.samples_per_device is not None:
             _fail("data.samples_per_device", self.samples_per_device, "null with data.partition=natural (a "
                   "writer's shard is all of its samples)")
@@ -239,8 +248,8 @@ class DataConfig:
 
 @dataclass(kw_only=True)
 class ModelConfig:
-    name: str = key("lenet5", "the model: `lenet5`, `resnet18`, `vgg16`, or `pkg.module:builder`",
-                    plugin_or(("lenet5", "resnet18", "vgg16")))
+    name: str = key("lenet5", "the model: `lenet5`, `resnet18`, `vgg16` (images), `lstm` (LEAF's character LSTM, "
+                    "for shakespeare), or `pkg.module:builder`", plugin_or(MODEL_NAMES))
     width: float = key(1.0, "channel multiplier (small widths make small test models)", "(0, inf)")
 
     def __post_init__(self) -> None:

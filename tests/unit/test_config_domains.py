@@ -28,6 +28,8 @@ COMPANIONS = {"devices.num": ["devices.concurrency=1", "algorithm.buffer_size=1"
               "data.device_test": ["data.name=femnist", "data.partition=natural"],  # writers' own test data
               "run.device_eval_every": ["data.device_holdout=0.2"],  # evaluation needs held-out data
               "compression.error_feedback": ["compression.codec=topk", "runtime.placement=device"]}  # true: both
+# a value that only pairs with another key's (a model and a dataset of one kind of input: settings/core.py)
+VALUE_COMPANIONS = {("data.name", "shakespeare"): ["model.name=lstm"], ("model.name", "lstm"): ["data.name=shakespeare"]}
 TINY = ["run.max_aggregations=1", "logging.progress=none"]  # were a bad value taken, the run would be short
 
 
@@ -134,7 +136,8 @@ def test_values_outside_a_keys_domain_are_refused_in_one_line_before_anything_is
 @pytest.mark.parametrize("key, tp, domain", KEYS, ids=[k for k, _, _ in KEYS])
 def test_a_keys_declared_edge_values_are_accepted(key, tp, domain):
     for text in edge_values(tp, domain):
-        cfg = load_config(QUICKSTART, [*COMPANIONS.get(key, []), f"{key}={text}"]).to_dict()
+        cfg = load_config(QUICKSTART, [*COMPANIONS.get(key, []), *VALUE_COMPANIONS.get((key, text), []),
+                                       f"{key}={text}"]).to_dict()
         for part in key.split("."):
             cfg = cfg[part]
         value, kind = yaml.safe_load(text), base_type(tp)

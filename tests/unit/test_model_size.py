@@ -8,7 +8,8 @@ from seafl_dist.models import MODELS, build_model
 from seafl_dist.runtime.model_checks import COPIES, check_model_size, physical_memory
 from seafl_dist.settings import ConfigError, config_from_dict
 
-SHAPES = {"lenet5": (10, 1, 28), "resnet18": (10, 3, 32), "vgg16": (10, 3, 32)}
+SHAPES = {"lenet5": (10, 1, 28), "resnet18": (10, 3, 32), "vgg16": (10, 3, 32), "lstm": (80, 80, 80)}  # lstm: vocab, length
+DATA = {"lstm": ["data.name=shakespeare"]}  # a model of character ids is refused on the default digits
 
 
 def test_every_built_in_model_has_a_shape_here():
@@ -18,7 +19,7 @@ def test_every_built_in_model_has_a_shape_here():
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_refused_exactly_above_the_memory(name):
     classes, channels, size = SHAPES[name]
-    cfg = config_from_dict({}, [f"model.name={name}", "model.width=0.25"])
+    cfg = config_from_dict({}, [f"model.name={name}", "model.width=0.25", *DATA.get(name, [])])
     real = sum(p.numel() for p in build_model(name, classes, channels, width=0.25, image_size=size,
                                               lightning=False).parameters())
     needed = COPIES * 4 * real

@@ -134,7 +134,7 @@ def test_a_bad_import_path_is_refused_when_the_config_loads(mods, key, attr, fra
 
 
 def test_a_built_in_name_that_is_neither_lists_both_forms():
-    with pytest.raises(ConfigError, match=r"one of lenet5, resnet18, vgg16, or package.module:callable"):
+    with pytest.raises(ConfigError, match=r"one of lenet5, resnet18, vgg16, lstm, or package.module:callable"):
         config("model.name=lenet")
 
 
