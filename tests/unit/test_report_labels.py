@@ -50,6 +50,8 @@ def test_values_as_a_reader_writes_them():
         assert value_text(key, None) == "∞", key
     assert value_text("devices.dropout", None) == "0" and value_text("data.concentration", 0.30000) == "0.3"
     assert value_text("devices.profile", "configs/mnist/churn_profile.csv") == "churn_profile.csv"
+    assert value_text("devices.profile", "C:\\runs\\slow.csv") == "slow.csv"  # a Windows path: its file name too
+    assert value_text("devices.profile", "slow.csv") == "slow.csv"
     assert value_text("algorithm.similarity", None) == "none"
 
 
@@ -106,6 +108,23 @@ def test_a_codecs_keys_label_an_arm_only_when_its_codec_reads_them():
                                     "codec = topk, error feedback = on"]
     one_each = [arm(*base), arm(*base, "compression.codec=qsgd"), arm(*base, "compression.codec=topk")]
     assert reader_labels(one_each) == ["codec = none", "codec = qsgd", "codec = topk"]  # one s, one k: not arms' keys
+
+
+def without(config: dict, section: str) -> dict:
+    """A run's config as its config.yaml gives it: a section at its defaults is left out of the file."""
+    return {k: v for k, v in config.items() if not k.startswith(section + ".")}
+
+
+def test_a_section_left_out_of_a_runs_config_reads_as_its_defaults():
+    base = ("algorithm.name=fedbuff", "runtime.placement=device")
+    arms = [without(arm(*base), "compression"), arm(*base, "compression.codec=int8"),
+            arm(*base, "compression.codec=topk", "compression.error_feedback=true")]
+    assert reader_labels(arms) == ["codec = none", "codec = int8, error feedback = off",
+                                   "codec = topk, error feedback = on"]  # not "codec = none, error feedback = off"
+    opts = [without(arm("algorithm.name=fedbuff"), "algorithm.server_opt")] + [
+        arm("algorithm.name=fedbuff", "algorithm.server_opt.name=adam", f"algorithm.server_opt.lr={lr}") for lr in (0.01, 0.03)]
+    assert reader_labels(opts) == ["server optimizer = none", "η_s = 0.01",  # adam: the usual value, left out
+                                   "η_s = 0.03"]  # and not "server optimizer = none, η_s = none"
 
 
 def test_a_server_optimizers_keys_label_an_arm_only_when_it_has_one():
