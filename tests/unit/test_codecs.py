@@ -13,7 +13,7 @@ import torch
 
 from seafl_dist.codecs import UpdateCodec
 from seafl_dist.codecs.bits import pack, packed_bytes, unpack
-from seafl_dist.codecs.formats import QSGD, TopK
+from seafl_dist.codecs.formats import QSGD, Half, Int8, TopK, make_format
 from seafl_dist.models import build_model
 from seafl_dist.settings import CompressionConfig
 from seafl_dist.train import FlatLayout
@@ -181,3 +181,158 @@ def test_qsgd_variance_is_within_the_papers_bound():
     p = x - x.floor()
     exact = float(((float(v.norm()) / S) ** 2 * p * (1 - p)).sum())
     assert abs(float(sq.mean()) - exact) <= hoeffding_t(DRAWS, width, 1)
+
+
+# ---- edges: exact layouts, refusals, sizes (the mutation run's survivors, docs/testing.md) -----------------
+
+def test_unpack_refuses_a_wrong_byte_count_naming_the_right_one():
+    with pytest.raises(ValueError, match=r"^3 bytes hold 9 codes of 3 bits only as 4$"):  # ⌈27 / 8⌉ = 4
+        unpack(torch.zeros(3, dtype=torch.uint8), 3, 9)
+
+
+def test_packed_bits_are_least_significant_first_across_byte_boundaries():
+    # codes 5 = 101b, 3 = 011b, 6 = 110b at bits [0, 3), [3, 6), [6, 9): byte 0 holds bits 0, 2, 3, 4, 7 and
+    # byte 1 bit 8: 1 + 4 + 8 + 16 + 128 = 157, then 1
+    data = pack(torch.tensor([5, 3, 6]), 3)
+    assert data.dtype == torch.uint8 and data.tolist() == [157, 1]
+    assert unpack(torch.tensor([157, 1], dtype=torch.uint8), 3, 3).tolist() == [5, 3, 6]
+
+
+def test_32_bit_codes_keep_their_top_bit():
+    top = (1 << 32) - 1
+    assert pack(torch.tensor([top, 1 << 31]), 32).tolist() == [255, 255, 255, 255, 0, 0, 0, 128]
+    out = unpack(torch.tensor([255, 255, 255, 255, 0, 0, 0, 128], dtype=torch.uint8), 32, 2)
+    assert out.dtype == torch.int64 and out.tolist() == [top, 1 << 31]
+
+
+def test_qsgd_bytes_with_a_short_last_bucket_and_a_norm_below_one():
+    # P = 5, d = 3: buckets [0, 0.5, 0] (norm 0.5) and [0, −0.25] (norm 0.25). s = 2: an entry alone in its bucket
+    # has x = s exactly, so every code is certain: c + s = [2, 4, 2, 2, 0], 3 bits each (⌈log2 5⌉)
+    q = QSGD(5, 2, 3)
+    v = torch.tensor([0.0, 0.5, 0.0, 0.0, -0.25])
+    data = q.encode(v, 0)
+    assert q.nbytes == 4 * 2 + 2 and data.numel() == q.nbytes
+    assert data[:8].tolist() == [0, 0, 0, 0x3F, 0, 0, 0x80, 0x3E]  # 0.5 and 0.25 as little-endian float32
+    # codes at bits [0,3) 2, [3,6) 4, [6,9) 2, [9,12) 2, [12,15) 0: bits 1, 5, 7 | 10
+    assert data[8:].tolist() == [2 + 32 + 128, 4]
+    out = q.decode(data)
+    assert out.dtype == torch.float32 and out.tolist() == [0.0, 0.5, 0.0, 0.0, -0.25]
+
+
+def test_qsgd_bucket_whose_norm_is_zero_sends_level_zero_for_every_entry():
+    # 1e−30² = 1e−60 underflows float32 (its smallest subnormal is 1.4e−45): the bucket's float32 norm is 0
+    q = QSGD(4, 1, 2)
+    data = q.encode(torch.tensor([1e-30, 0.0, 0.0, 0.0]), 0)
+    assert data[:8].tolist() == [0] * 8
+    assert data[8:].tolist() == [1 + 4 + 16 + 64]  # four codes c + s = 0 + 1, 2 bits each
+    assert torch.equal(q.decode(data), torch.zeros(4))
+
+
+def test_qsgd_with_buckets_of_one_entry_is_exact_whatever_the_draws():
+    # x = s·|u|/‖u‖ = s exactly: no fractional part, never rounded up, even by a draw of exactly 0.0 (seed 146
+    # draws one at entry 18,555)
+    n = 18_556
+    assert torch.rand(n, generator=torch.Generator().manual_seed(146))[-1] == 0.0
+    q = QSGD(n, 1, 1)
+    v = torch.ones(n)
+    v[::2] = -1.0
+    assert torch.equal(q.decode(q.encode(v, 146)), v)
+
+
+def test_int8_codes_stay_within_127_when_the_scale_is_subnormal():
+    # m = 128·2^−149: m / 127 rounds to 2^−149, so m / scale = 128, clamped to 127 (and −128 to −127)
+    m = float(torch.tensor(128, dtype=torch.int32).view(torch.float32))
+    f = Int8([2])
+    data = f.encode(torch.tensor([m, -m]), 0)
+    assert data.tolist() == [1, 0, 0, 0, 127, 129]  # scale 2^−149 (bits 0x00000001), codes 127 and −127
+    smallest = float(torch.tensor(1, dtype=torch.int32).view(torch.float32))
+    assert f.decode(data).tolist() == [127 * smallest, -127 * smallest]
+
+
+def test_int8_with_a_parameter_tensor_of_no_entries():
+    f = Int8([2, 0, 1])
+    assert f.nbytes == 4 * 3 + 3
+    data = f.encode(torch.tensor([2.0, -2.0, 0.5]), 0)
+    assert data.numel() == 15 and data[4:8].tolist() == [0, 0, 0, 0]  # the empty tensor's scale: 0
+    assert data[12:].tolist() == [127, 129, 127]
+    assert torch.allclose(f.decode(data), torch.tensor([2.0, -2.0, 0.5]))
+
+
+@pytest.mark.parametrize("f, sent", [
+    (Half(torch.float16, 4), [0.5, -1.125, 2.0, 0.25]), (Half(torch.bfloat16, 4), [0.5, -1.125, 2.0, 0.25]),
+    (QSGD(4, 2, 1), [0.5, -1.125, 2.0, 0.25]),  # one entry a bucket: exact
+    (TopK(4, 0.5), [0.0, -1.125, 2.0, 0.0]),  # k = 2: the two largest magnitudes
+    (Int8([4]), [c * 2 / 127 for c in (32, -71, 127, 16)]),  # scale 2/127: 31.75, −71.4375, 127, 15.875 rounded
+], ids=["fp16", "bf16", "qsgd", "topk", "int8"])
+def test_formats_send_float32_and_decode_to_float32_whatever_the_deltas_dtype(f, sent):
+    v = torch.tensor([0.5, -1.125, 2.0, 0.25])
+    for x in (v, v.double()):
+        data = f.encode(x, 0)
+        assert data.dtype == torch.uint8 and data.numel() == f.nbytes
+        out = f.decode(data)
+        assert out.dtype == torch.float32 and torch.allclose(out, torch.tensor(sent), rtol=0, atol=1e-6)
+
+
+def test_an_unknown_codec_is_refused_by_name():
+    with pytest.raises(ValueError, match=r"^unknown codec 'zip'$"):
+        make_format(SimpleNamespace(codec="zip"), [3])
+
+
+def test_top_k_refuses_2_to_the_31_parameters():
+    with pytest.raises(ValueError, match=r"^top-k indexes at most 2\^31 − 1 parameters with int32 indices, "
+                                         r"not 2147483648$"):
+        TopK(2 ** 31, 0.5)
+    with pytest.raises(ValueError, match="not 3000000000$"):
+        TopK(3_000_000_000, 0.5)
+    assert TopK(2 ** 31 - 1, 1e-12).nbytes == 8  # k = ⌈0.002⌉ = 1
+
+
+@pytest.mark.parametrize("name, wire_id", [("fp16", 1), ("bf16", 2), ("int8", 3), ("qsgd", 4), ("topk", 5)])
+def test_a_results_header_says_the_codec_and_the_upload_bytes(name, wire_id):
+    c = codec(name)
+    assert c.name == name and c.wire == (wire_id, c.upload_bytes)
+    assert codec("none").wire == (0, 0)
+
+
+def test_an_upload_of_the_wrong_size_dtype_or_shape_is_refused_in_words():
+    trained, base = models()
+    c = codec("int8")
+    n = c.upload_bytes  # 4·2 + 1012 + 4·5 = 1040
+    assert n == 1040
+    with pytest.raises(ValueError, match=r"^an upload of 1039 torch.uint8 values; int8 sends 1040 torch.uint8 values "
+                                         r"for this model$"):
+        c.decode(torch.zeros(n - 1, dtype=torch.uint8), base)
+    with pytest.raises(ValueError, match=r"^an upload of 1040 torch.float32 values; int8 sends 1040 torch.uint8"):
+        c.decode(torch.zeros(n), base)
+    with pytest.raises(ValueError, match=r"^an upload of 1040 torch.uint8 values"):
+        c.decode(torch.zeros((2, n // 2), dtype=torch.uint8), base)
+    with pytest.raises(ValueError, match=r"^an upload of 1016 torch.float32 values; none sends 1017 torch.float32"):
+        codec("none").decode(trained[1:], base)
+
+
+def test_a_model_of_parameters_only_is_its_base_plus_the_decoded_delta():
+    layout = SimpleNamespace(kinds=("param", "param"), shapes=((3,), (2, 2)))
+    c = UpdateCodec(CompressionConfig(codec="fp16"), layout)
+    base = torch.tensor([1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0])
+    trained = base + torch.tensor([0.5, -0.25, 0.0, 1.0, -2.0, 0.125, 4.0])
+    upload = c.encode(trained, base, 0)
+    assert c.upload_bytes == upload.numel() == 14
+    assert torch.equal(c.decode(upload, base), trained)
+
+
+def test_a_float64_model_uploads_the_same_number_of_bytes():
+    trained, base = models()
+    c = codec("topk")
+    upload = c.encode(trained.double(), base.double(), 0)
+    assert upload.numel() == c.upload_bytes  # the statistics and counters as float32 too
+    w = c.decode(upload, base)  # the server's base: float32
+    assert torch.equal(w[~c.params], trained[~c.params])
+
+
+@pytest.mark.parametrize("name", ["none", "fp16"])
+def test_a_model_with_no_entries(name):
+    c = UpdateCodec(CompressionConfig(codec=name), SimpleNamespace(kinds=(), shapes=()))
+    assert c.numel == 0 and c.model_bytes == 0 and c.upload_bytes == 0 and c.params.dtype == torch.bool
+    empty = torch.zeros(0)
+    upload = c.encode(empty, empty, 0)
+    assert upload.numel() == 0 and c.decode(upload, empty).numel() == 0

@@ -111,3 +111,58 @@ def test_residuals_that_do_not_fit_are_refused_before_anything_is_allocated():
     plain = config_from_dict({}, ["model.name=resnet18"])
     check_model_size(plain, 10, 3, 32, memory=COPIES * 4 * params, num_devices=100)  # no feedback: no residuals
     assert math.isclose(fits / 1e9, 4.6, abs_tol=0.05)
+
+
+# ---- edges (the mutation run's survivors, docs/testing.md) -----------------------------------------------------
+
+def test_residuals_are_float32_on_the_host_whatever_they_are_computed_in():
+    fb = ErrorFeedback()
+    corrected = torch.tensor([1.5, -2.0, 0.25], dtype=torch.float64)
+    fb.keep(0, 1, 0.0, corrected, torch.tensor([1.0, -2.0, 0.0], dtype=torch.float64))
+    fb.taken(1)
+    r = fb.state()[0]
+    assert r.dtype == torch.float32 and r.device.type == "cpu" and r.tolist() == [0.5, 0.0, 0.25]
+    assert fb.nbytes() == 12
+    fb.load({"3": torch.tensor([0.5, 1.0], dtype=torch.float64)})  # a checkpoint's keys may come back as text
+    assert set(fb.residual) == {3} and fb.residual[3].dtype == torch.float32 and fb.residual[3].tolist() == [0.5, 1.0]
+
+
+def test_a_job_the_server_takes_that_kept_nothing_here_is_ignored():
+    fb = ErrorFeedback()
+    fb.taken(42)  # no residual kept for it (or a resume cleared it): nothing to forget, no error
+    fb.keep(0, 1, 0.0, torch.ones(2), torch.zeros(2))
+    fb.taken(1)
+    fb.taken(1)  # taken twice
+    assert torch.equal(fb.state()[0], torch.ones(2))
+
+
+def test_a_checkpoint_orders_a_devices_jobs_by_finish_time_not_by_job_number():
+    c, fb = codec("topk", fraction=0.1), ErrorFeedback()
+    base = torch.zeros(254)
+    c.encode(trained_from(base, 0), base, 0, fb, device=2, job=0, finish=0.5)
+    fb.taken(0)
+    after_0 = fb.residual[2]
+    c.encode(trained_from(base, 1), base, 1, fb, device=2, job=9, finish=1.0)  # job 9 finished first
+    c.encode(trained_from(base, 2), base, 2, fb, device=2, job=5, finish=2.0)
+    assert fb.state()[2] is after_0  # the residual before job 9, the earliest not taken
+    fb.taken(9)
+    assert torch.equal(fb.state()[2], fb._before[5][2]) and fb.state()[2] is not after_0
+
+
+def test_jobs_of_one_device_that_finish_together_are_ordered_by_job_number():
+    fb = ErrorFeedback()
+    fb.keep(1, 0, 0.0, torch.tensor([1.0, 2.0]), torch.zeros(2))
+    fb.taken(0)
+    fb.keep(1, 3, 1.0, torch.tensor([3.0, 4.0]), torch.zeros(2))
+    fb.keep(1, 4, 1.0, torch.tensor([5.0, 6.0]), torch.zeros(2))
+    assert fb.state()[1].tolist() == [1.0, 2.0]  # before job 3
+    fb.taken(3)
+    assert fb.state()[1].tolist() == [3.0, 4.0]  # before job 4
+
+
+def test_an_encode_without_a_finish_time_counts_as_finished_at_zero():
+    c, fb = codec("topk", fraction=0.1), ErrorFeedback()
+    base = torch.zeros(254)
+    c.encode(trained_from(base, 0), base, 0, fb, device=6, job=1)  # finish 0.0
+    c.encode(trained_from(base, 1), base, 1, fb, device=6, job=0, finish=0.5)
+    assert 6 not in fb.state()  # job 1 came first, and the device had no residual before it
