@@ -40,6 +40,7 @@ import argparse
 import gc
 import os
 import sys
+import time
 import traceback
 from pathlib import Path
 
@@ -225,6 +226,19 @@ def cmd_configs(args) -> int:
     return 0
 
 
+WORKER_GRACE_S = 5.0  # how long a torchrun worker leaves rank 0 to report a mistake both found
+
+
+def _say_mistake(err: Exception) -> None:
+    """One line for a mistake found before the run starts. Under torchrun every rank finds the same one, and
+    the first rank to exit makes torchrun stop the others: a worker that got there first would take rank 0's
+    line with it. So rank 0 says it at once, and a worker only after WORKER_GRACE_S, by which time torchrun has
+    stopped it if rank 0 spoke; if rank 0 did not (a dataset missing on this node only), the worker says it."""
+    if os.environ.get("RANK", "0") != "0":
+        time.sleep(WORKER_GRACE_S)
+    print(f"seafl: error: {err}", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
@@ -240,13 +254,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return {"run": cmd_run, "sweep": cmd_sweep, "report": cmd_report, "devices": cmd_devices,
                 "configs": cmd_configs}[args.command](args)
-    except ConfigError as err:
-        if os.environ.get("RANK", "0") == "0":  # under torchrun every rank finds the same mistake
-            print(f"seafl: error: {err}", file=sys.stderr)
-        return 2
-    except FileNotFoundError as err:  # e.g. a dataset that is not on disk
-        if os.environ.get("RANK", "0") == "0":
-            print(f"seafl: error: {err}", file=sys.stderr)
+    except (ConfigError, FileNotFoundError) as err:  # FileNotFoundError: e.g. a dataset that is not on disk
+        _say_mistake(err)
         return 2
     except RunFileError as err:  # a full disk before the run started (the run's own: RunFailed below)
         print(f"seafl: error: {err}", file=sys.stderr)
