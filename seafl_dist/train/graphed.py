@@ -50,6 +50,10 @@ def graph_blocker(module) -> str | None:
     why = shared_blocker(module, "a cumulative average, read on the host")
     if why is not None:
         return why
+    for name, layer in module.named_modules():
+        if isinstance(layer, torch.nn.RNNBase):  # cuDNN's RNN kernels under capture: never run on a GPU here
+            return f"its layer {name} ({type(layer).__name__}) is recurrent, and a recurrent layer's graph has not " \
+                   "been run on a GPU yet"
     group = module.configure_optimizers().param_groups[0]
     if group["dampening"] != 0 or group["nesterov"]:
         return "its SGD has dampening or Nesterov momentum (a job's first step would differ)"

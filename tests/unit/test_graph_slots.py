@@ -76,6 +76,12 @@ def test_what_a_graph_cannot_hold_is_named(layers, why):
     assert "own training_step or configure_optimizers" in graph_blocker(Nesterov())
 
 
+def test_a_recurrent_model_is_not_captured_until_one_has_run_on_a_gpu():
+    lstm = build_model("lstm", 80, 80, image_size=80, lightning=False)  # LEAF's Shakespeare LSTM
+    assert graph_blocker(lstm) == ("its layer lstm (LSTM) is recurrent, and a recurrent layer's graph has not been "
+                                   "run on a GPU yet")
+
+
 def test_out_of_memory_is_found_through_a_capture_error():
     try:
         try:
