@@ -30,11 +30,13 @@ from seafl_dist.settings.sections import MODEL_NAMES, TOKEN_DATASETS, TOKEN_MODE
 from seafl_dist.settings.errors import _fail  # this module's own checks word their errors the same way
 from seafl_dist.settings.keys import key, section
 from seafl_dist.settings.compression import CompressionConfig
+from seafl_dist.settings.privacy import PrivacyConfig
 from seafl_dist.settings.server_opt import ServerOptConfig
 
 __all__ = ["ALGORITHMS", "SIMILARITY_MODES", "SIMILARITY_OVER", "AlgorithmConfig", "ClockConfig", "Config", "ConfigError", "DataConfig",
            "DevicesConfig", "IdleConfig", "LoggingConfig", "ModelConfig", "RunConfig", "RuntimeConfig",
-           "ServerOptConfig", "CompressionConfig", "TrainConfig", "WandbConfig", "all_keys", "config_from_dict", "dump_config",
+           "ServerOptConfig", "CompressionConfig", "PrivacyConfig", "TrainConfig", "WandbConfig", "all_keys",
+           "config_from_dict", "dump_config",
            "find_config", "is_sweep_file", "load_config", "load_run_yaml", "load_yaml", "parse_override", "set_dotted"]
 
 
@@ -48,6 +50,7 @@ class Config:
     clock: ClockConfig = section(ClockConfig, "the virtual clock: how long a job takes")
     compression: CompressionConfig = section(CompressionConfig, "what a device uploads: the model, or its "
                                              "compressed delta")
+    privacy: PrivacyConfig = section(PrivacyConfig, "user-level differential privacy: clipping, noise, ε")
     data: DataConfig = section(DataConfig, "the dataset and how it is split into devices' shards")
     model: ModelConfig = section(ModelConfig, "the model every device trains")
     run: RunConfig = section(RunConfig, "when the run stops, evaluates and checkpoints")
@@ -67,6 +70,7 @@ class Config:
             _fail("algorithm.buffer_size", self.algorithm.buffer_size,
                   f"at most devices.concurrency ({self.devices.concurrency}), or the buffer never fills")
         _check_device_eval(self)
+        self.privacy.check_with_algorithm(self.algorithm.name, self.algorithm.update_norm_factor)
         _check_inputs(self.model.name, self.data.name)
         if self.compression.error_feedback and self.runtime.placement != "device":
             _fail("compression.error_feedback", True, f"false unless runtime.placement=device (not "
@@ -290,8 +294,10 @@ OMITTED_AT_DEFAULT = {("devices", "profile"): None, ("devices", "dropout"): None
                       ("run", "device_eval_every"): None, ("run", "device_eval_sample"): None}
 
 
-# Sections left out whole when every key is at its default (the server optimizer, algorithm.server_opt; compression)
-OMITTED_SECTIONS_AT_DEFAULT = {("algorithm", "server_opt"): ServerOptConfig, ("compression",): CompressionConfig}
+# Sections left out whole when every key is at its default (the server optimizer, algorithm.server_opt; compression;
+# privacy)
+OMITTED_SECTIONS_AT_DEFAULT = {("algorithm", "server_opt"): ServerOptConfig, ("compression",): CompressionConfig,
+                               ("privacy",): PrivacyConfig}
 
 
 def dump_config(cfg: Config) -> str:

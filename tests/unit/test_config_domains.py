@@ -27,7 +27,8 @@ COMPANIONS = {"devices.num": ["devices.concurrency=1", "algorithm.buffer_size=1"
               "algorithm.server_opt.pseudo_gradient": ["algorithm.server_opt.name=momentum"],  # delta: an optimizer
               "data.device_test": ["data.name=femnist", "data.partition=natural"],  # writers' own test data
               "run.device_eval_every": ["data.device_holdout=0.2"],  # evaluation needs held-out data
-              "compression.error_feedback": ["compression.codec=topk", "runtime.placement=device"]}  # true: both
+              "compression.error_feedback": ["compression.codec=topk", "runtime.placement=device"],  # true: both
+              "privacy.enabled": ["algorithm.name=fedbuff", "privacy.noise_multiplier=1"]}  # true: a rule and a z
 # a value that only pairs with another key's (a model and a dataset of one kind of input: settings/core.py)
 VALUE_COMPANIONS = {("data.name", "shakespeare"): ["model.name=lstm"], ("model.name", "lstm"): ["data.name=shakespeare"]}
 TINY = ["run.max_aggregations=1", "logging.progress=none"]  # were a bad value taken, the run would be short

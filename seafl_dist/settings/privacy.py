@@ -1,0 +1,78 @@
+"""The ``privacy`` section: central, user-level differential privacy (seafl_dist/privacy/ clips, adds the noise
+and accounts; docs/privacy.md derives each rule's sensitivity and states every assumption).
+
+``enabled: false``, the default, is no mechanism at all: the server never calls seafl_dist/privacy/, and every
+byte of a run is what it was before the section existed. Enabled, each update's delta Δ_k = w_k − w_{t_k} is
+clipped to L2 norm ``clipping_bound`` (C) over the trainable parameters and batch norm's float statistics (integer
+counters exact), the rule runs with |B| fixed, and N(0, (z·S)² I) is added to its result, z = ``noise_multiplier``
+and S the rule's sensitivity under replace-one adjacency at the user level (every update of one device replaced).
+ε at ``delta`` is a device's composition of its m inclusions, each a Gaussian mechanism with multiplier z
+(``dp-accounting``; no amplification by sampling is claimed: a device takes part because it is fast and online,
+not because a random sample drew it). The names follow pfl-research's (``clipping_bound``, ``noise_multiplier``,
+``epsilon``, ``delta``). The section is left out of config.yaml when every key is at its default.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from seafl_dist.settings.domains import check_fields
+from seafl_dist.settings.errors import _fail
+from seafl_dist.settings.keys import key
+
+ACCOUNTANTS = ("pld", "rdp")
+DP_RULES = ("fedbuff", "fedasync", "fedavg")  # the rules whose sensitivity docs/privacy.md derives
+
+
+@dataclass(kw_only=True)
+class PrivacyConfig:
+    """User-level DP: clip each update's delta, run the rule with |B| fixed, add Gaussian noise, account ε."""
+
+    enabled: bool = key(False, "central user-level differential privacy: clip every delta to `clipping_bound`, add "
+                        "Gaussian noise to the rule's result, account ε at `delta` (docs/privacy.md)",
+                        note="For fedbuff, fedasync and fedavg (SEAFL's sensitivity is not derived yet), without "
+                             "`algorithm.update_norm_factor` (a rejection that depends on the data would change "
+                             "|B|). A non-finite update counts as a zero delta. The noise is drawn from the run's "
+                             "named stream `privacy` (seeded, for studies: a deployment needs a cryptographic "
+                             "source). Left out of config.yaml (the whole section) at its defaults.")
+    clipping_bound: float = key(1.0, "C: each update's delta Δ_k = w_k − w_{t_k} is scaled to L2 norm at most C, "
+                                "over the trainable parameters and batch norm's float statistics", "(0, inf)")
+    noise_multiplier: Optional[float] = key(
+        None, "z: the noise's standard deviation is z·S, S the rule's sensitivity; `null`: calibrated from "
+              "`epsilon`", "[0, inf)",
+        note="z = 0 adds no noise: ε is then ∞ (clipping alone is no guarantee). Give `noise_multiplier` or "
+             "`epsilon`, not both.")
+    epsilon: Optional[float] = key(None, "the target ε: z is calibrated before the first job so that a device "
+                                   "included `max_participation` times has ε ≤ this; `null`: give "
+                                   "`noise_multiplier`", "(0, inf)")
+    delta: float = key(1e-5, "δ: ε is reported (or calibrated) at this δ, e.g. 1/N^1.1 for N devices", "(0, 1)")
+    accountant: str = key("pld", "how ε composes over a device's inclusions: `pld` (privacy loss distributions, "
+                          "tight) or `rdp` (Rényi DP, an upper bound), both from `dp-accounting`", ACCOUNTANTS)
+    max_participation: Optional[int] = key(None, "the cap m: a device included this many times retires and is no "
+                                           "longer started; `null`: no cap (ε grows as the run goes)", "[1, inf)")
+
+    def __post_init__(self) -> None:
+        check_fields(self, "privacy")
+        if not self.enabled:
+            return
+        if self.noise_multiplier is not None and self.epsilon is not None:
+            _fail("privacy.epsilon", self.epsilon, f"null with privacy.noise_multiplier={self.noise_multiplier} "
+                  f"(give z, or the target ε to calibrate z from, not both)")
+        if self.noise_multiplier is None and self.epsilon is None:
+            _fail("privacy.noise_multiplier", None, "a number >= 0, or null with privacy.epsilon set (the target "
+                  "ε that z is calibrated from)")
+        if self.epsilon is not None and self.max_participation is None:
+            _fail("privacy.epsilon", self.epsilon, "null without privacy.max_participation (ε is known before "
+                  "training only when every device's inclusions are capped)")
+
+    def check_with_algorithm(self, name: str, update_norm_factor: Optional[float]) -> None:
+        """What DP asks of the rule: a derived sensitivity, and no rejection that depends on the data."""
+        if not self.enabled:
+            return
+        if update_norm_factor is not None:
+            _fail("algorithm.update_norm_factor", update_norm_factor, "null with privacy.enabled=true (the guard "
+                  "rejects by the data, which would change |B|; clipping bounds every update instead)")
+        if name not in DP_RULES:
+            why = ("its weights depend on the updates and its sensitivity is not derived yet"
+                   if name in ("seafl", "seafl2") else "a rule of your own declares no sensitivity")
+            _fail("algorithm.name", name, f"fedbuff, fedasync or fedavg with privacy.enabled=true ({why})")
