@@ -107,6 +107,7 @@ class ChurnLoop:
         s = self.s
         index = s._device_jobs[device]
         s._device_jobs[device] += 1
+        s.count(device, +1)
         down, up = self._comm(device)
         job = Job(job=self.next_id, device=device, version=self.version, start=now,
                   epoch_ends=list(s.plan(device, index, now)), upload_s=up, download_s=down)
@@ -128,7 +129,8 @@ class ChurnLoop:
         """Start jobs in owed slots: a refill draws when devices outnumber slots; a wait takes the lowest ids."""
         if self.owed <= 0:
             return []
-        idle = Idle(self.avail.residue_online(now), self.s.num_devices, [j.device for j in self.in_flight.values()])
+        idle = Idle(self.avail.residue_online(now), self.s.num_devices,
+                    self.s.unavailable([j.device for j in self.in_flight.values()]))
         if idle.count <= self.owed:
             chosen = idle.take(np.arange(idle.count))
         elif draw:  # choice(pool, k) is pool[choice(len(pool), k)]: the pool itself is never listed
@@ -186,6 +188,7 @@ class ChurnLoop:
     def _on_drop(self, job: Job) -> Iterator[dict]:
         now = job.drop_at
         self._leave(job)
+        self.s.count(job.device, -1)
         self.dry += 1
         self.owed += 1
         yield {"event": "drop", "time": now, "device": job.device, "job": job.job, "cause": job.drop_cause}
@@ -199,7 +202,8 @@ class ChurnLoop:
         nxt = self.avail.residue_next_online(t)
         P, n = len(nxt), self.s.num_devices
         size = n // P + (np.arange(P) < n % P)  # devices per residue
-        busy = np.bincount(np.asarray([j.device for j in self.in_flight.values()], dtype=np.int64) % P, minlength=P)
+        out = self.s.unavailable([j.device for j in self.in_flight.values()])  # busy, or retired by the cap
+        busy = np.bincount(np.asarray(out, dtype=np.int64) % P, minlength=P)
         free = nxt[size > busy]
         return float(free.min()) if len(free) else math.inf
 
@@ -229,7 +233,7 @@ class ChurnLoop:
             if math.isinf(t_job) and math.isinf(wake):
                 yield {"event": "stall", "time": now, "reason": (
                     f"no device can come online again after t={now:g}s: nothing in flight, {len(self.buffer)} "
-                    f"update(s) in the buffer (K = {s.buffer_size}), {self.owed} slot(s) waiting")}
+                    f"update(s) in the buffer (K = {s.buffer_size}), {self.owed} slot(s) waiting{s.cap_note()}")}
                 return
             now = min(t_job, wake)
             if s.max_time is not None and now > s.max_time:

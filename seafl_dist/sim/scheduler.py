@@ -16,6 +16,12 @@ Choices the SPEC leaves to us (written down here):
   in its last epoch or during its upload keeps its finish time; the notify event is still
   emitted (a notification was sent).
 - An aggregation takes the whole buffer.
+- ``max_participation`` m (privacy's cap, docs/privacy.md): a device's *scheduled inclusions* are its
+  jobs started minus its jobs dropped (each will be aggregated unless the run ends first). A device
+  with m of them retires: it is never started again (a drop gives one back). The cap reads the
+  schedule only, so it never depends on the models. Starts take the devices left; when they
+  cannot fill a buffer any more, the stream ends with a ``stall`` event saying so (the run's
+  status is then ``stalled``, its last aggregation the last full buffer).
 
 With a device population (``availability``) or ``dropout`` set, starts also happen between
 aggregations and jobs can drop: that loop lives in sim/churn.py and is documented there;
@@ -56,7 +62,10 @@ class Scheduler:
     stall_reason: Optional[str] = None  # known before the run (e.g. no job can fit any window): stall at 0
     # compression.codec: {"bytes": upload bytes, "model_bytes": the float32 model's} on every finish event; {}: none
     upload_sizes: dict = field(default_factory=dict)
+    max_participation: Optional[int] = None  # privacy's cap m (see above); None: no cap
     _device_jobs: list = field(default_factory=list, init=False)
+    _scheduled: dict = field(default_factory=dict, init=False)  # device -> scheduled inclusions (cap only)
+    retired: set = field(default_factory=set, init=False)  # devices at the cap
 
     def __post_init__(self) -> None:
         if not 1 <= self.buffer_size <= self.concurrency <= self.num_devices:
@@ -66,6 +75,30 @@ class Scheduler:
         self._device_jobs = [0] * self.num_devices
         if not self.n_samples:
             self.n_samples = [0] * self.num_devices
+        if self.max_participation is not None and self.max_participation < 1:
+            raise ValueError(f"max_participation must be >= 1, got {self.max_participation}")
+
+    def count(self, device: int, step: int) -> None:
+        """A job of ``device`` started (+1) or dropped (-1): its scheduled inclusions, and whether it is retired."""
+        if self.max_participation is None:
+            return
+        n = self._scheduled.get(device, 0) + step
+        self._scheduled[device] = n
+        if n >= self.max_participation:
+            self.retired.add(device)
+        else:
+            self.retired.discard(device)
+
+    def unavailable(self, busy: list) -> list:
+        """The devices no start may take: ``busy`` (those in flight), and those retired by the cap."""
+        return sorted(self.retired.union(busy)) if self.retired else busy
+
+    def cap_note(self) -> str:
+        """Why the cap leaves too few devices, for a stall's reason ('' without retired devices)."""
+        if not self.retired:
+            return ""
+        return (f"; {len(self.retired)} of {self.num_devices} devices reached privacy.max_participation = "
+                f"{self.max_participation} and retired")
 
     def _blocks(self, job: Job, version: int) -> bool:
         beta = self.staleness_limit
@@ -73,8 +106,8 @@ class Scheduler:
 
     def _start_jobs(self, version: int, now: float, in_flight: dict, heap: list, next_id: int) -> list[Job]:
         # the free devices by rank, never listed: O(M log M), not O(N)
-        free = Idle(np.ones(1, dtype=bool), self.num_devices, [j.device for j in in_flight.values()])
-        need = self.concurrency - len(in_flight)
+        free = Idle(np.ones(1, dtype=bool), self.num_devices, self.unavailable([j.device for j in in_flight.values()]))
+        need = min(self.concurrency - len(in_flight), free.count)  # fewer only when the cap retired devices
         # choice(free ids, k) is free[choice(len, k)]: the same draws as when the list of free ids was built
         picked = free.take(stream(self.seed, "select", version).choice(free.count, size=need, replace=False))
         chosen = sorted(int(d) for d in picked)
@@ -82,6 +115,7 @@ class Scheduler:
         for i, device in enumerate(chosen):
             ends = self.plan(device, self._device_jobs[device], now)
             self._device_jobs[device] += 1
+            self.count(device, +1)
             job = Job(job=next_id + i, device=device, version=version, start=now, epoch_ends=list(ends),
                       upload_s=self.upload_s)
             in_flight[job.job] = job
@@ -105,7 +139,7 @@ class Scheduler:
         if self.churn:
             yield from ChurnLoop(self).events()
             return
-        version, in_flight, heap, buffer = 0, {}, [], []
+        version, in_flight, heap, buffer, now = 0, {}, [], [], 0.0
         started = self._start_jobs(0, 0.0, in_flight, heap, 0)
         next_id = len(started)
         yield from map(self.start_event, started)
@@ -118,6 +152,7 @@ class Scheduler:
                 return
             del in_flight[job_id]
             buffer.append(job)
+            now = finish
             yield {"event": "finish", "time": finish, "device": device, "job": job_id, "epochs": job.epochs,
                    **self.upload_sizes}
             if len(buffer) < self.buffer_size:
@@ -141,6 +176,10 @@ class Scheduler:
             started = self._start_jobs(version, finish, in_flight, heap, next_id)
             next_id += len(started)
             yield from map(self.start_event, started)
+        if not in_flight and (self.max_aggregations is None or version < self.max_aggregations):  # the cap's end
+            yield {"event": "stall", "time": now, "reason": (
+                f"too few devices left to fill a buffer: nothing in flight, {len(buffer)} update(s) in the buffer "
+                f"(K = {self.buffer_size}){self.cap_note()}")}
 
 
 class Lookahead:
