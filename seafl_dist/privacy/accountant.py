@@ -52,3 +52,33 @@ def run_epsilon(noise_multiplier: float, inclusions: Iterable[int], delta: float
     """The run's ε: the largest over devices of each one's ε for its number of inclusions m_k (one computation
     per distinct m)."""
     return max((epsilon(noise_multiplier, int(m), delta, accountant) for m in set(inclusions)), default=0.0)
+
+
+def calibrate(target_epsilon: float, count: int, delta: float, accountant: str = "pld") -> float:
+    """The smallest z (within 1e-6 relative) whose ``count`` compositions have ε ≤ ``target_epsilon`` at ``delta``:
+    ``dp_accounting.calibrate_dp_mechanism`` over the same event :func:`epsilon` accounts. The search is bracketed
+    by RDP's z (an upper bound on the PLD's, found in milliseconds), because PLD accounting at small z is slow."""
+    if not target_epsilon > 0 or count < 1 or not 0 < delta < 1:
+        raise ValueError(f"calibration needs target ε > 0, count >= 1, delta in (0, 1): got {target_epsilon}, "
+                         f"{count}, {delta}")
+    import dp_accounting
+    from dp_accounting import mechanism_calibration as mc
+
+    def event(z):
+        return dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(z), count)
+
+    upper = dp_accounting.calibrate_dp_mechanism(lambda: _accountant("rdp"), event, target_epsilon, delta,
+                                                 bracket_interval=mc.LowerEndpointAndGuess(1e-3, 1.0), tol=1e-9)
+    z = upper
+    if accountant != "rdp":
+        try:  # PLD's z is RDP's times ~0.9 in practice: start from half of it
+            bracket = mc.ExplicitBracketInterval(upper / 2, upper * 1.01)
+            z = dp_accounting.calibrate_dp_mechanism(lambda: _accountant(accountant), event, target_epsilon, delta,
+                                                     bracket_interval=bracket, tol=1e-6 * upper)
+        except ValueError:  # no sign change within it: search from near 0 (slow, never seen)
+            z = dp_accounting.calibrate_dp_mechanism(lambda: _accountant(accountant), event, target_epsilon, delta,
+                                                     bracket_interval=mc.LowerEndpointAndGuess(1e-3, upper),
+                                                     tol=1e-6 * upper)
+    while epsilon(z, count, delta, accountant) > target_epsilon:  # Brent's answer is within tol, on either side
+        z *= 1 + 1e-6
+    return float(z)

@@ -27,8 +27,9 @@ from pathlib import Path
 
 import torch
 
-from seafl_dist.algo import BufferedUpdate, ServerOptimizer, aggregate
+from seafl_dist.algo import BufferedUpdate, ServerOptimizer
 from seafl_dist.codecs import UpdateCodec
+from seafl_dist.privacy.mechanism import mechanism_of
 from seafl_dist.settings import dump_config
 from seafl_dist.report import Progress, RunWriter
 from seafl_dist.report.partition import write_partition
@@ -39,7 +40,7 @@ from seafl_dist.runtime.device_eval import DeviceEvaluation
 from seafl_dist.runtime.snapshots import Snapshots
 from seafl_dist.runtime.executor import JobSpec
 from seafl_dist.runtime.faults import NO_FAULT
-from seafl_dist.runtime.summary import build_summary, format_summary  # noqa: F401  (format_summary re-exported)
+from seafl_dist.runtime.summary import format_summary  # noqa: F401  (re-exported)
 from seafl_dist.runtime.watch import Watch
 from seafl_dist.report.metric import Metric
 from seafl_dist.train import FlatLayout, evaluate, load_flat
@@ -70,6 +71,7 @@ class Server(Snapshots):
                                              every_s=lc.progress_every_s, metric=self.metric)
         self.eval_model = exp.new_model()
         self.parts, self.codec = exp.flat_parts(), UpdateCodec(self.cfg.compression, FlatLayout.of(self.eval_model))
+        self.privacy = mechanism_of(exp, FlatLayout.of(self.eval_model))  # stages 3-5 under DP (privacy/)
         self.rows, self.counts, self.staleness = [], Counter(), []  # metric rows, event counts, updates' staleness
         # device churn (docs/devices.md): drop counts in metrics.csv and summary.json only when it is on
         self.churn = self.cfg.devices.profile is not None or self.cfg.devices.dropout is not None
@@ -105,7 +107,8 @@ class Server(Snapshots):
         row.update((name, metrics.get(name)) for name in self.eval_names or ())
         self.writer.metrics(row)
         self.rows.append(row)
-        self.progress.update(version, now, row.get(self.metric.name), note=self.devices.at(version, now, flat))
+        note = self.privacy.note(self.devices.at(version, now, flat))  # device evaluation's; ε so far under DP
+        self.progress.update(version, now, row.get(self.metric.name), note=note)
         for cb in self.callbacks:
             cb.on_eval(row)
         self.diverged_stop = self.watch.evaluated(row)
@@ -117,8 +120,8 @@ class Server(Snapshots):
         updates = [BufferedUpdate(device=u["device"], job=u["job"], n_samples=u["n_samples"], epochs=u["epochs"],
                                   flat=receive(self.executor.result(u["job"]), versions[u["base_version"]]),
                                   base_version=u["base_version"]) for u in ev["updates"]]
-        result = aggregate(self.cfg.algorithm, version, versions[version], updates, versions.__getitem__,
-                           self.parts, self.watch.history)
+        result = self.privacy.aggregate(ev, self.cfg.algorithm, version, versions[version], updates,  # the rule,
+                                        versions.__getitem__, self.parts, self.watch.history)  # under DP clipped+noised
         for u, info in zip(ev["updates"], result.info):
             u.update(info)
             self.counts["rejected"] += bool(info.get("rejected"))
@@ -272,9 +275,3 @@ class Server(Snapshots):
             self._record(stall)
             self.stalled = stall["reason"]
         return versions[version]
-
-    # ---- summary ------------------------------------------------------------------------
-    def summary(self, status: str, error: str | None, wall: float) -> dict:
-        return {**build_summary(self.cfg, self.rows, self.counts, self.staleness, status=status, error=error, wall=wall,
-                                churn=self.churn, profile_sha256=self.profile_sha256, stalled=self.stalled,
-                                diverged_at=self.watch.diverged_at()), **self.devices.summary()}

@@ -170,7 +170,8 @@ class Experiment:
                           buffer_size=cfg.algorithm.buffer_size, staleness_limit=cfg.algorithm.staleness_limit,
                           partial=cfg.algorithm.partial_training, plan=churn.pop("plan", speed.plan), seed=cfg.run.seed,
                           upload_s=upload_s, n_samples=self.n_samples, upload_sizes=sizes,
-                          max_aggregations=cfg.run.max_aggregations, max_time=cfg.run.max_time, **churn)
+                          max_aggregations=cfg.run.max_aggregations, max_time=cfg.run.max_time,
+                          max_participation=cfg.privacy.max_participation if cfg.privacy.enabled else None, **churn)
         return Lookahead(sched.events())
 
 
@@ -190,9 +191,6 @@ def make_shards(cfg: Config, train) -> tuple[list[np.ndarray], list[str] | None]
     device k's writer (else ``None``): the partition of the training set ``train`` (a dataset, or the
     dry run's :class:`~seafl_dist.data.check.DataCheck`: its ``name``, ``labels`` and writers) by
     ``data.partition`` (natural, built-in or a user's, by import path), from the ``data.seed`` stream."""
-    if cfg.privacy.enabled:  # issue 42 A: goes when the server loop calls seafl_dist/privacy/; no silent no-op
-        raise ConfigError("config key 'privacy.enabled' has value True; allowed: false until the server loop "
-                          "applies the mechanism (issue 42, part A, in progress: docs/privacy.md)")
     d, labels = cfg.data, np.asarray(train.labels)
     seed = stream_seed(cfg.data_seed, "partition")
     writers = None

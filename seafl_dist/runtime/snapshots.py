@@ -15,6 +15,7 @@ import torch
 from seafl_dist.report import write_json
 from seafl_dist.report.sinks import RunFileError
 from seafl_dist.runtime import checkpoint
+from seafl_dist.runtime.summary import build_summary
 from seafl_dist.settings import dump_config
 from seafl_dist.train import load_flat
 
@@ -29,7 +30,7 @@ class Snapshots:
                       "n_rows": len(self.rows), "n_staleness": len(self.staleness), "counts": dict(self.counts),
                       "update_norms": self.watch.history.to_list(), "server_opt": self.server_opt.state,
                       "feedback": self._feedback().state() if self._feedback() is not None else None,
-                      "events_bytes": events_bytes, "metrics_bytes": metrics_bytes,
+                      "events_bytes": events_bytes, "metrics_bytes": metrics_bytes, "privacy": self.privacy.state(),
                       "devices": self.devices.flush()}  # device evaluation's files (runtime/device_eval.py)
         run = self.cfg.run
         due = (run.checkpoint_every is not None and version > 0 and version % run.checkpoint_every == 0) or \
@@ -53,7 +54,8 @@ class Snapshots:
             "metrics_bytes": snap["metrics_bytes"], "wall_s": self._wall(), "update_norms": snap["update_norms"],
             **({"profile_sha256": self.profile_sha256} if self.profile_sha256 else {}),
             **({"server_opt": snap["server_opt"].to_dict()} if self.server_opt.active else {}),
-            **({"feedback": snap["feedback"]} if snap["feedback"] is not None else {}), **snap["devices"]})
+            **({"feedback": snap["feedback"]} if snap["feedback"] is not None else {}), **snap["devices"],
+            **({"privacy": snap["privacy"]} if snap["privacy"] is not None else {})})  # m_k under DP
         self._saved_version, self._last_save = snap["version"], time.monotonic()
 
     def _checkpoint_last(self, quiet: bool = False) -> None:
@@ -72,6 +74,8 @@ class Snapshots:
         self.server_opt.load_state_dict(state.get("server_opt"))  # m and v of the server optimizer, if any
         self.devices.restore(state)  # the last device evaluation's summary
         self._restore_feedback(state)
+        if self.privacy.active:  # the inclusion counts m_k (privacy/mechanism.py)
+            self.privacy.load(state.get("privacy"))
         return dict(state["versions"]), Counter(state["refs"]), state["version"], state["time"]
 
     def _feedback(self):
@@ -91,6 +95,13 @@ class Snapshots:
                 f"same command to resume from aggregation {self._saved_version}")
 
     # ---- the files written last -----------------------------------------------------------
+    def summary(self, status: str, error: str | None, wall: float) -> dict:
+        """summary.json's content: the run's figures (runtime/summary.py), device evaluation's, privacy's."""
+        return {**build_summary(self.cfg, self.rows, self.counts, self.staleness, status=status, error=error, wall=wall,
+                                churn=self.churn, profile_sha256=self.profile_sha256, stalled=self.stalled,
+                                diverged_at=self.watch.diverged_at()), **self.devices.summary(),
+                **self.privacy.summary()}  # under DP: ε, δ, z, C, the largest m (privacy/mechanism.py)
+
     def _save_model(self, flat: torch.Tensor) -> None:
         """model.pt: the LightningModule's state_dict (load it into build_model(...) of the same config)."""
         model = self.exp.new_model()

@@ -65,10 +65,16 @@ class PrivacyConfig:
             _fail("privacy.epsilon", self.epsilon, "null without privacy.max_participation (ε is known before "
                   "training only when every device's inclusions are capped)")
 
-    def check_with_algorithm(self, name: str, update_norm_factor: Optional[float]) -> None:
-        """What DP asks of the rule: a derived sensitivity, and no rejection that depends on the data."""
+    def check_with_algorithm(self, alg) -> None:
+        """What DP asks of the rule: a derived sensitivity, no rejection that depends on the data, and a server
+        optimizer that reads only the released (noised) model."""
         if not self.enabled:
             return
+        name, update_norm_factor, opt = alg.name, alg.update_norm_factor, alg.server_opt
+        if opt.name != "none" and opt.pseudo_gradient == "delta":
+            _fail("algorithm.server_opt.pseudo_gradient", "delta", "model with privacy.enabled=true (the delta form "
+                  "reads the clipped updates themselves, without the noise; the model form reads w′ + noise only, "
+                  "which is post-processing)")
         if update_norm_factor is not None:
             _fail("algorithm.update_norm_factor", update_norm_factor, "null with privacy.enabled=true (the guard "
                   "rejects by the data, which would change |B|; clipping bounds every update instead)")

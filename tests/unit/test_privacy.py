@@ -14,8 +14,8 @@ from seafl_dist.algo.fedasync import fedasync
 from seafl_dist.algo.fedavg import fedavg
 from seafl_dist.algo.fedbuff import fedbuff
 from seafl_dist.algo.types import BufferedUpdate, FlatParts
-from seafl_dist.privacy import (add_noise, clamp_variance, clip_updates, coefficients, epsilon, noise_seed,
-                                run_epsilon, sensitivity, variance_mask)
+from seafl_dist.privacy import (add_noise, calibrate, clamp_variance, clip_updates, coefficients, epsilon,
+                                noise_seed, run_epsilon, sensitivity, variance_mask)
 from seafl_dist.settings import ConfigError, config_from_dict, dump_config
 
 RULES = {"fedbuff": fedbuff, "fedasync": fedasync, "fedavg": fedavg}
@@ -237,6 +237,19 @@ def test_pld_is_the_gaussian_mechanisms_exact_epsilon_and_rdp_bounds_it():
         assert epsilon(z, m, 1e-5, "rdp") >= exact
 
 
+@pytest.mark.parametrize("target, m, kind", [(1.0, 1, "pld"), (4.0, 20, "pld"), (2.0, 10, "rdp"), (0.5, 3, "pld")])
+def test_calibration_gives_the_smallest_z_whose_epsilon_is_within_the_target(target, m, kind):
+    z = calibrate(target, m, 1e-5, kind)
+    assert 0.99 * target <= epsilon(z, m, 1e-5, kind) <= target
+    assert epsilon(z * 0.99, m, 1e-5, kind) > target  # a 1% smaller z spends more than the target
+
+
+@pytest.mark.parametrize("args", [(0.0, 5, 1e-5), (-1.0, 5, 1e-5), (1.0, 0, 1e-5), (1.0, 5, 0.0), (1.0, 5, 1.0)])
+def test_calibration_refuses_what_it_cannot_calibrate(args):
+    with pytest.raises(ValueError, match="calibration needs"):
+        calibrate(*args)
+
+
 def test_importing_the_package_or_privacy_does_not_import_dp_accounting():
     code = "import sys, seafl_dist.privacy, seafl_dist.settings; sys.exit('dp_accounting' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
@@ -261,6 +274,8 @@ ON = ["privacy.enabled=true", "algorithm.name=fedbuff"]
     (ON + ["privacy.epsilon=2"], "privacy.epsilon", "null without privacy.max_participation"),
     (ON + ["privacy.noise_multiplier=1", "algorithm.update_norm_factor=3"], "algorithm.update_norm_factor",
      "null with privacy.enabled=true"),
+    (ON + ["privacy.noise_multiplier=1", "algorithm.server_opt.name=adam", "algorithm.server_opt.pseudo_gradient=delta"],
+     "algorithm.server_opt.pseudo_gradient", "model with privacy.enabled=true"),
     (["privacy.enabled=true", "privacy.noise_multiplier=1"], "algorithm.name", "fedbuff, fedasync or fedavg"),
     (["privacy.enabled=true", "privacy.noise_multiplier=1", "algorithm.name=seafl2"], "algorithm.name",
      "sensitivity is not derived yet"),
@@ -283,11 +298,3 @@ def test_the_section_is_left_out_of_config_yaml_at_its_defaults_and_kept_when_se
     for rule in ("fedasync", "fedavg"):
         assert config_from_dict({}, ["privacy.enabled=true", f"algorithm.name={rule}",
                                      "privacy.epsilon=4", "privacy.max_participation=5"]).privacy.enabled
-
-
-def test_a_run_with_privacy_is_refused_in_one_line_until_the_server_loop_applies_it():
-    """Temporary (issue 42 A, step 4 not built): a run must not take privacy.enabled and silently add no noise."""
-    from seafl_dist.runtime.setup import make_shards
-    with pytest.raises(ConfigError) as err:
-        make_shards(config_from_dict({}, ON + ["privacy.noise_multiplier=1"]), None)
-    one_line_message(str(err.value), "config key 'privacy.enabled'", "until the server loop applies the mechanism")

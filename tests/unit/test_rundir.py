@@ -38,7 +38,9 @@ REFUSED = {f"{section}.{key}" for section, keys in {
     "run": ["seed", "max_aggregations", "max_time", "target_accuracy", "eval_every", "targets", "stop_on_divergence",
             "target_metric", "target_mode", "device_eval_every", "device_eval_sample"],
     "runtime": ["precision", "batch_jobs", "deterministic"],
-    "compression": ["codec", "levels", "bucket", "fraction", "error_feedback"]}.items() for key in keys}
+    "compression": ["codec", "levels", "bucket", "fraction", "error_feedback"],
+    "privacy": ["enabled", "clipping_bound", "noise_multiplier", "epsilon", "delta", "accountant",
+                "max_participation"]}.items() for key in keys}
 
 
 def schema_keys(cls=Config, prefix=""):

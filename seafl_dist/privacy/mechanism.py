@@ -1,0 +1,143 @@
+"""The mechanism of one run: what the server loop calls at one place (runtime/server.py ``_aggregate``) in place
+of algo's ``aggregate``, and the ledger that ε is accounted from.
+
+:func:`mechanism_of` gives :class:`NoPrivacy` with ``privacy.enabled: false`` (the rule itself: nothing is
+clipped, drawn, counted or reported, and every byte of a run is what it was before this room existed) or
+:class:`Mechanism`, which, for each aggregation t (stages 3 to 5 of SPEC's "One aggregation, end to end"; stage 1,
+decompression, comes before it, stage 6, the server optimizer, after it, as post-processing):
+
+1. clips every update's delta to C (privacy/clip.py; a non-finite update is a zero delta, so |B| is fixed),
+2. runs the rule on the clipped buffer,
+3. adds N(0, (z·S)² I) from the run's stream ``privacy`` keyed by t, S the rule's sensitivity for this buffer
+   (privacy/sensitivity.py), and clamps batch norm's running variance at 0,
+4. counts one inclusion m_k for each distinct device of the buffer, and writes into the aggregate event (so into
+   events.jsonl and W&B's ``privacy/epsilon``) S, the noise's std, the run's ε so far and the largest m_k.
+
+ε is that of the device with the largest m_k (privacy/accountant.py): each inclusion is one Gaussian mechanism
+with multiplier z for it, whatever the rule's weights (S covers them). The counts m_k are a function of the
+schedule, so a resumed run restores them from its checkpoint and goes on with the same numbers.
+What the guarantee covers is the sequence of global models. The run's diagnostics are computed from the clipped,
+un-noised updates and are outside it: the update-norm statistics (runtime/watch.py), the count of updates that
+were clipped, and device evaluation's metrics (runtime/device_eval.py).
+"""
+from __future__ import annotations
+
+import math
+import sys
+from collections import Counter
+
+from ..algo import AggregationResult, aggregate
+from .accountant import calibrate, epsilon
+from .clip import clip_updates
+from .noise import add_noise, clamp_variance, noise_seed, variance_mask
+from .sensitivity import sensitivity
+
+
+class NoPrivacy:
+    """``privacy.enabled: false``: the rule itself, and nothing to record, report or checkpoint."""
+
+    active = False
+
+    @staticmethod
+    def aggregate(ev: dict, *args):
+        return aggregate(*args)
+
+    @staticmethod
+    def note(note: str | None) -> str | None:
+        return note
+
+    @staticmethod
+    def summary() -> dict:
+        return {}
+
+    @staticmethod
+    def state() -> None:
+        return None
+
+    @staticmethod
+    def load(state: dict | None) -> None:
+        return None
+
+
+class Mechanism:
+    """Clipping, the rule, noise and the inclusion ledger of a run with ``privacy.enabled: true``."""
+
+    active = True
+
+    def __init__(self, cfg, parts, layout, *, say=True):
+        p = self.p = cfg.privacy
+        self.seed, self.mask = cfg.run.seed, parts.params | parts.stats
+        self.variance = variance_mask(layout.names, [math.prod(s) for s in layout.shapes])
+        self.calibrated = p.noise_multiplier is None
+        self.z = calibrate(p.epsilon, p.max_participation, p.delta, p.accountant) if self.calibrated else \
+            float(p.noise_multiplier)
+        self.inclusions: Counter = Counter()  # device -> m_k, the aggregations that included it
+        self.clipped = self.zeroed = 0  # updates scaled down to C, non-finite updates taken as zero deltas
+        if say:
+            print(self.announcement(), file=sys.stderr)
+
+    def announcement(self) -> str:
+        """The run's first line on privacy: z (and where it came from), C, δ, the cap and what it bounds ε by."""
+        p = self.p
+        z = f"z {self.z:.6g}" + (f" (calibrated to ε {p.epsilon:g})" if self.calibrated else "")
+        if p.max_participation is None:
+            bound = "no cap: ε grows with the most-included device's m, reported as the run goes"
+        else:
+            bound = (f"m <= {p.max_participation} per device, so ε <= "
+                     f"{epsilon(self.z, p.max_participation, p.delta, p.accountant):.4g}")
+        return f"seafl: privacy: {z}, C {p.clipping_bound:g}, δ {p.delta:g}, {p.accountant}; {bound}"
+
+    # ---- one aggregation --------------------------------------------------------------------
+    def aggregate(self, ev: dict, alg, version, global_flat, updates, base_model, parts=None, history=None
+                  ) -> AggregationResult:
+        """Stages 3-5 for the buffer of aggregate event ``ev`` (t = ``version`` + 1); ``ev`` gets a ``privacy``
+        entry. The arguments after ``ev`` are algo's ``aggregate``'s."""
+        bound = self.p.clipping_bound
+        clipped, norms = clip_updates(updates, base_model, parts, bound)
+        result = aggregate(alg, version, global_flat, clipped, base_model, parts, history)
+        kept = [(u, info) for u, info in zip(updates, result.info) if not info["rejected"]]  # a broken upload only
+        s = sensitivity(alg, bound, [u.device for u, _ in kept], [info["staleness"] for _, info in kept],
+                        [u.n_samples for u, _ in kept])
+        std = self.z * s
+        new = clamp_variance(add_noise(result.new_global, std, self.mask, noise_seed(self.seed, version + 1)),
+                             self.variance)
+        self.inclusions.update({u.device for u, _ in kept})
+        clipped_here = sum(1 for n in norms if n is not None and n > bound)
+        self.clipped += clipped_here
+        self.zeroed += sum(1 for n in norms if n is not None and math.isnan(n))
+        ev["privacy"] = {"sensitivity": s, "noise_std": std, "clipped": clipped_here, **self._spent()}
+        return AggregationResult(new, result.info, result.norms)
+
+    def _spent(self) -> dict:
+        m = max(self.inclusions.values(), default=0)
+        return {"epsilon": epsilon(self.z, m, self.p.delta, self.p.accountant), "max_inclusions": m}
+
+    # ---- reporting and checkpoints ----------------------------------------------------------
+    def note(self, note: str | None) -> str:
+        """The progress line's note: ``note`` (device evaluation's, if any), then ε so far."""
+        spent = self._spent()
+        mine = f"ε {spent['epsilon']:.3g} (m {spent['max_inclusions']})"
+        return f"{note} · {mine}" if note else mine
+
+    def summary(self) -> dict:
+        """summary.json's ``privacy``: ε at δ (the largest over devices), z, C, the cap and the largest m_k."""
+        p = self.p
+        return {"privacy": {**self._spent(), "delta": p.delta, "noise_multiplier": self.z,
+                            "clipping_bound": p.clipping_bound, "accountant": p.accountant,
+                            "max_participation": p.max_participation, "target_epsilon": p.epsilon,
+                            "devices_included": len(self.inclusions), "updates_clipped": self.clipped,
+                            "updates_zeroed": self.zeroed}}
+
+    def state(self) -> dict:
+        return {"inclusions": dict(self.inclusions), "clipped": self.clipped, "zeroed": self.zeroed}
+
+    def load(self, state: dict | None) -> None:
+        if state is None:
+            raise ValueError("the checkpoint has no privacy ledger, and this run has privacy.enabled: true")
+        self.inclusions = Counter({int(k): int(v) for k, v in state["inclusions"].items()})
+        self.clipped, self.zeroed = int(state["clipped"]), int(state["zeroed"])
+
+
+def mechanism_of(exp, layout) -> NoPrivacy | Mechanism:
+    """What a run's server aggregates with: :class:`Mechanism` under ``privacy.enabled``, else :class:`NoPrivacy`."""
+    return Mechanism(exp.cfg, exp.flat_parts(), layout) if exp.cfg.privacy.enabled else NoPrivacy()
