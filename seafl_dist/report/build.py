@@ -131,6 +131,11 @@ def markdown(grows: list[dict], rrows: list[dict], targets: list[float], baselin
         body = [row + [f"{g['diverged']}/{g['runs']}"] for row, g in zip(body, grows)]
         rhead.append("diverged at")
         rbody = [row + [fmt_diverged(r)] for row, r in zip(rbody, rrows)]
+    if any("epsilon" in r for r in rrows):  # a column only where a run had privacy.enabled (docs/privacy.md)
+        head.append("ε")
+        body = [row + [_fmt(g.get("epsilon", math.nan), 3)] for row, g in zip(body, grows)]
+        rhead.append("ε")
+        rbody = [row + [_fmt(r.get("epsilon", math.nan), 3)] for row, r in zip(rbody, rrows)]
     reach = ("each test accuracy" if metric.is_accuracy else
               f"each value of {metric.label} ({metric.direction}: at or {'above' if metric.mode == 'max' else 'below'} it)")
     notes = (f"Times are virtual seconds to reach {reach}: mean ± sample std over seeds; "
@@ -139,6 +144,9 @@ def markdown(grows: list[dict], rrows: list[dict], targets: list[float], baselin
     if any(r["diverged_version"] is not None for r in rrows):
         notes += (" \"diverged\": the runs that diverged (summary.json's diverged_at: a non-finite loss, a loss "
                   "above 10 × the first one, or an accuracy collapsed to near chance for 3 evaluations).")
+    if any("epsilon" in r for r in rrows):
+        notes += (" \"ε\": the run's ε at its privacy.delta, the largest over devices (summary.json's privacy; "
+                  "docs/privacy.md); \"—\": a run without privacy.")
     if ratio_cols:
         notes += (f" \"vs {baseline}\" = mean time / the baseline's mean time (0.78× = 22% faster), given only "
                   "where every seed of both reached the target.")
@@ -163,6 +171,8 @@ def write_csvs(out: Path, grows: list[dict], rrows: list[dict], targets: list[fl
         for name, _, _ in figure_columns(metric) + [("wall_time_s", "", 0)]:
             row[f"{name}_mean"], row[f"{name}_std"] = g[name]
         row["diverged"] = g["diverged"]
+        if "epsilon" in g:  # privacy.enabled runs
+            row["epsilon_mean"], row["epsilon_std"] = g["epsilon"]
         flat_g.append(row)
     flat_r = [{k: v for k, v in {**r, **r["settings"]}.items() if k != "settings"} for r in rrows]
     for name, rows in (("report.csv", flat_g), ("runs.csv", flat_r)):

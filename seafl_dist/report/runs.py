@@ -75,6 +75,8 @@ class RunResult:
             "notifications": s.get("notifications", rows[-1]["notifications"] if rows else 0),
             "drops": (s.get("drops") or {}).get("total", 0),  # jobs lost to churn (docs/devices.md)
             "wall_time_s": s.get("wall_time_s", math.nan),
+            **({"epsilon": math.inf if priv.get("epsilon") is None else priv["epsilon"]}  # DP runs only (∞: z = 0)
+               if (priv := s.get("privacy")) else {}),
         }
 
 

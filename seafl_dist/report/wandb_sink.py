@@ -68,6 +68,7 @@ def make_callbacks(cfg, out_dir, resume=None) -> list:
 
 
 ROW_KEYS = set(METRIC_COLUMNS) | {"drops"}  # a metric row's own columns; any other is a module's metric
+PRIVACY_KEYS = ("epsilon", "noise_std", "max_inclusions")  # what W&B logs of an aggregate event's privacy (docs/privacy.md)
 
 
 def _warn(msg: str) -> None:
@@ -184,7 +185,8 @@ class WandbSink:
                 "agg/mean_staleness": sum(st) / len(st) if st else 0.0, "agg/max_staleness": max(st, default=0),
                 "agg/partial_updates": sum(1 for u in ups if u.get("epochs", epochs) < epochs),
                 "agg/max_weight": max((u.get("weight") or 0.0 for u in ups), default=0.0),
-                **{f"train/{name}": value for name, value in aggregation_values(event).items()}}
+                **{f"train/{name}": value for name, value in aggregation_values(event).items()},
+                **{f"privacy/{k}": event["privacy"][k] for k in PRIVACY_KEYS if k in event.get("privacy", {})}}
 
     def _device_values(self, time: float, stats: dict, distribution) -> dict:
         out = {"virtual_time": time}

@@ -288,3 +288,22 @@ def test_device_evaluation_is_logged_with_its_version_and_the_final_one_at_the_e
     globs = {r.metric.glob_name: r.metric.step_metric for r in records(files[0]) if r.WhichOneof("record_type") ==
              "metric" and r.metric.glob_name}
     assert globs.get("device_eval/*") == "virtual_time"
+
+
+def test_privacy_epsilon_reaches_w_and_b_at_each_aggregation_and_in_the_summary(tmp_path):
+    """privacy.enabled: each aggregation's ε so far, the noise's std and the largest m as privacy/*, and the
+    summary's privacy figures (docs/privacy.md)."""
+    out = tmp_path / "run"
+    proc = seafl_offline(tmp_path, out, "algorithm.name=fedbuff", "algorithm.staleness_limit=null",
+                         "privacy.enabled=true", "privacy.noise_multiplier=2", "privacy.max_participation=3")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    wb = read_offline_run(next(out.glob("wandb/offline-run-*/run-*.wandb")))
+    events = [json.loads(x) for x in (out / "events.jsonl").read_text().splitlines()]
+    aggs = [e for e in events if e["event"] == "aggregate"]
+    logged = [h for h in wb["history"] if "privacy/epsilon" in h]
+    assert [(h["version"], h["privacy/epsilon"], h["privacy/noise_std"], h["privacy/max_inclusions"]) for h in logged] \
+        == [(e["version"], e["privacy"]["epsilon"], e["privacy"]["noise_std"], e["privacy"]["max_inclusions"])
+            for e in aggs]
+    summary = json.loads((out / "summary.json").read_text())
+    assert wb["summary"]["privacy/epsilon"] == summary["privacy"]["epsilon"] > 0
+    assert wb["summary"]["privacy/noise_multiplier"] == 2.0
