@@ -16,6 +16,10 @@ class _Sched:  # what ChurnLoop._next_wake reads of its scheduler
     def __init__(self, n, availability):
         self.num_devices, self.availability, self.concurrency = n, availability, 1
 
+    @staticmethod
+    def unavailable(busy):  # no participation cap: only the devices in flight
+        return busy
+
 
 @pytest.mark.parametrize("trial", range(20))
 def test_idle_index_equals_the_full_scan(tmp_path, trial):
