@@ -283,14 +283,19 @@ def main(argv: list[str] | None = None) -> int:
 def entry() -> None:
     """The ``seafl`` command and ``python -m seafl_dist``: :func:`main`, then exit."""
     code = main()
-    if code != 0 and os.environ.get("WORLD_SIZE", "1") != "1":
-        # a torchrun rank that failed: its peers may be gone, and threads still blocked on them
-        # must not hold up (or abort) the interpreter's exit; everything is written by now
+    if os.environ.get("WORLD_SIZE", "1") != "1":
+        # A torchrun rank, whichever way it ended: every file is written and closed by now. Its
+        # peers may be gone and threads still blocked on them; and gloo's own worker threads may
+        # still hold work objects whose tensors, freed while Python finalizes, abort the process
+        # ("terminate called without an active exception", SIGABRT, seen on a rank whose run had
+        # completed). So the rank leaves without finalizing: stdio flushed, logging shut down.
+        import logging
         sys.stdout.flush()
         sys.stderr.flush()
+        logging.shutdown()
         os._exit(code)
     # Python's exit ends with a full garbage collection over every object torch and Lightning
-    # made at import: ~1.3 s per process here, paid by every rank of a torchrun job. The
-    # process is ending, so take them all out of the collector's reach first.
+    # made at import: ~1.3 s per process here. The process is ending, so take them all out of
+    # the collector's reach first.
     gc.freeze()
     sys.exit(code)
