@@ -1,0 +1,123 @@
+"""privacy/mechanism.py, the object the server calls in place of the rule under DP (issue 42 A): S over the updates
+the rule kept, one inclusion per device per aggregation, a non-finite update a zero delta that still counts, the
+noise's std z·S on the model the rule made, the variance clamped, the ledger through a checkpoint, and
+privacy.enabled: false the rule itself."""
+import math
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from seafl_dist.algo import aggregate
+from seafl_dist.algo.types import BufferedUpdate, FlatParts
+from seafl_dist.privacy import Mechanism, NoPrivacy, epsilon, sensitivity
+from seafl_dist.settings import config_from_dict
+
+N_PARAMS, N_STATS = 20_000, 4  # the statistics: one batch norm's running mean (2) and running variance (2)
+LAYOUT = SimpleNamespace(names=("fc.weight", "bn.running_mean", "bn.running_var", "bn.num_batches_tracked"),
+                         shapes=((N_PARAMS,), (2,), (2,), ()))
+N = N_PARAMS + N_STATS + 1
+KIND = torch.tensor([0] * N_PARAMS + [1] * N_STATS + [2])
+PARTS = FlatParts(KIND == 0, KIND == 1, KIND == 2)
+Z, C = 1.5, 0.5
+
+
+def config(*extra):
+    return config_from_dict({}, ["algorithm.name=fedbuff", "algorithm.buffer_size=3", "devices.concurrency=4",
+                                 "privacy.enabled=true", f"privacy.noise_multiplier={Z}",
+                                 f"privacy.clipping_bound={C}", *extra])
+
+
+def global_model():
+    w = torch.zeros(N)
+    w[N_PARAMS + 2:N_PARAMS + 4] = 1e-6  # running variances just above 0: the noise drives one below
+    w[-1] = 7.0
+    return w
+
+
+def update(device, flat, base=0, job=0):
+    return BufferedUpdate(device=device, job=job, flat=flat, n_samples=10, base_version=base, epochs=1)
+
+
+def run(mech, ups, version=0, w=None):
+    w = global_model() if w is None else w
+    ev = {"updates": [{"device": u.device} for u in ups]}
+    cfg = config()
+    result = mech.aggregate(ev, cfg.algorithm, version, w, ups, {0: w}.__getitem__, PARTS, None)
+    return ev, result, w
+
+
+def test_s_runs_over_the_updates_the_rule_kept_and_a_device_counts_once_per_aggregation():
+    mech = Mechanism(config(), PARTS, LAYOUT, say=False)
+    w = global_model()
+    ups = [update(1, w + 0.01), update(1, w - 0.01, job=1), update(2, torch.zeros(N - 3), job=2)]  # the last: broken
+    ev, result, _ = run(mech, ups, w=w)
+    assert [i["rejected"] for i in result.info] == [False, False, True]
+    s = sensitivity(config().algorithm, C, [1, 1], [0, 0], [10, 10])
+    assert ev["privacy"]["sensitivity"] == s == pytest.approx(2 * C * (0.5 + 0.5))  # device 1's two updates
+    assert ev["privacy"]["noise_std"] == Z * s
+    assert dict(mech.inclusions) == {1: 1}  # device 2's broken upload is no inclusion; device 1 once
+    assert ev["privacy"]["max_inclusions"] == 1 and ev["privacy"]["epsilon"] == epsilon(Z, 1, 1e-5)
+    run(mech, [update(1, w), update(3, w, job=3), update(4, w, job=4)], version=1)
+    assert dict(mech.inclusions) == {1: 2, 3: 1, 4: 1}
+    assert mech.summary()["privacy"]["max_inclusions"] == 2 and mech.summary()["privacy"]["devices_included"] == 3
+
+
+def test_a_non_finite_update_is_a_zero_delta_and_still_an_inclusion():
+    mech = Mechanism(config(), PARTS, LAYOUT, say=False)
+    w = global_model()
+    bad = w.clone()
+    bad[5] = math.nan
+    ev, result, _ = run(mech, [update(1, bad), update(2, w + 1.0, job=1), update(3, w, job=2)], w=w)
+    assert not any(i["rejected"] for i in result.info)
+    assert dict(mech.inclusions) == {1: 1, 2: 1, 3: 1}
+    assert (mech.zeroed, mech.clipped, ev["privacy"]["clipped"]) == (1, 1, 1)  # w + 1 has norm 141 > C
+
+
+def test_the_noise_on_the_rules_model_has_std_z_s_and_the_variance_is_clamped():
+    mech = Mechanism(config(), PARTS, LAYOUT, say=False)
+    w = global_model()
+    ev, result, _ = run(mech, [update(d, w.clone(), job=d) for d in range(3)], w=w)  # all-zero deltas
+    rule = aggregate(config().algorithm, 0, w, [update(d, w.clone(), job=d) for d in range(3)], {0: w}.__getitem__,
+                     PARTS)
+    e = (result.new_global - rule.new_global)[PARTS.params].to(torch.float64)
+    sigma = ev["privacy"]["noise_std"]
+    assert sigma == pytest.approx(Z * 2 * C / 3)
+    k = e.numel()  # |Z| > 5.327: probability 1e-7 for each of the two checks
+    assert abs(float(e.mean())) / (sigma / math.sqrt(k)) < 5.327
+    assert abs(float(e.var()) / sigma ** 2 - 1) / math.sqrt(2 / (k - 1)) < 5.327
+    var = result.new_global[N_PARAMS + 2:N_PARAMS + 4]
+    assert bool((var >= 0).all()) and bool((var == 0).any())  # σ = 0.5 ≫ 1e-6: at least one was clamped
+    assert result.new_global[-1] == 7.0  # the counter takes no noise
+
+
+def test_the_ledger_goes_through_a_checkpoint_and_a_missing_one_is_refused():
+    mech = Mechanism(config(), PARTS, LAYOUT, say=False)
+    w = global_model()
+    run(mech, [update(1, w), update(2, w + 1.0, job=1), update(3, w, job=2)], w=w)
+    again = Mechanism(config(), PARTS, LAYOUT, say=False)
+    again.load(mech.state())
+    assert (again.inclusions, again.clipped, again.zeroed) == (mech.inclusions, mech.clipped, mech.zeroed)
+    assert again.summary() == mech.summary()
+    with pytest.raises(ValueError, match="no privacy ledger"):
+        again.load(None)
+
+
+def test_the_announcement_says_z_c_delta_and_the_bound_or_that_there_is_none(capsys):
+    Mechanism(config("privacy.max_participation=4"), PARTS, LAYOUT)
+    line = capsys.readouterr().err.strip()
+    assert line == (f"seafl: privacy: z 1.5, C 0.5, δ 1e-05, pld; m <= 4 per device, so ε <= "
+                    f"{epsilon(Z, 4, 1e-5):.4g}")
+    Mechanism(config(), PARTS, LAYOUT)
+    assert "no cap: ε grows" in capsys.readouterr().err
+
+
+def test_without_privacy_the_rule_itself_and_nothing_reported():
+    w = global_model()
+    ups = [update(d, w + 0.1 * d, job=d) for d in range(3)]
+    ev = {"updates": []}
+    cfg = config_from_dict({}, ["algorithm.name=fedbuff", "algorithm.buffer_size=3", "devices.concurrency=4"])
+    got = NoPrivacy().aggregate(ev, cfg.algorithm, 0, w, ups, {0: w}.__getitem__, PARTS)
+    assert torch.equal(got.new_global, aggregate(cfg.algorithm, 0, w, ups, {0: w}.__getitem__, PARTS).new_global)
+    assert ev == {"updates": []} and NoPrivacy.summary() == {} and NoPrivacy.state() is None
+    assert NoPrivacy.note("devices p10 0.5") == "devices p10 0.5"
