@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+import re
 import typing
 from dataclasses import dataclass
 from pathlib import Path
@@ -130,6 +131,9 @@ def _no_limit(value: Any, domain: Any) -> bool:
     return inf and isinstance(domain, Interval) and domain.no_limit
 
 
+_SCIENTIFIC = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)[eE][+-]?\d+")  # 1e-6: YAML 1.1 reads it as a string (no dot)
+
+
 def _coerce(key: str, tp: Any, value: Any, domain: Any = None) -> Any:
     """``value`` as the key's type; the domain itself is checked by the section (domains.check_fields)."""
     if dataclasses.is_dataclass(tp):
@@ -140,6 +144,8 @@ def _coerce(key: str, tp: Any, value: Any, domain: Any = None) -> Any:
                          or _no_limit(value, domain)):
         return None
     kind = base_type(tp)
+    if kind in (int, float) and isinstance(value, str) and _SCIENTIFIC.fullmatch(value):
+        value = float(value)  # then as any number written with a dot (an int key takes it only when whole)
     if kind is int and isinstance(value, float) and value.is_integer():
         return int(value)
     if kind is float and isinstance(value, int) and not isinstance(value, bool):

@@ -270,3 +270,27 @@ def test_a_section_given_a_value_is_refused_and_the_domains_no_key_uses_yet_hold
     with pytest.raises(ConfigError, match="^config key 'model.name' has value 'no_such_module_zz:f'"):
         check_value("model.name", ["no_such_module_zz:f"], ListOf(plugin_or(("lenet5",))), list)
 
+
+
+@pytest.mark.parametrize("text, key, want", [
+    ("1e-3", "train.lr", 0.001), ("1E-3", "train.lr", 0.001), ("+2.5e-2", "train.lr", 0.025), (".5e1", "train.lr", 5.0),
+    ("1e-6", "privacy.delta", 1e-6), ("1e2", "devices.num", 100), ("3E1", "run.max_aggregations", 30)])
+def test_a_number_in_scientific_notation_without_a_dot_is_a_number(text, key, want):
+    """YAML 1.1 (PyYAML) reads ``1e-3`` as a string: only ``1.0e-3`` is a float there. Both forms are numbers here,
+    on the command line and in a config file alike."""
+    got = config_from_dict({}, [f"{key}={text}"])
+    section, leaf = key.split(".")
+    value = getattr(getattr(got, section), leaf)
+    assert value == want and type(value) is type(want)
+    from_file = config_from_dict(yaml.safe_load(f"{section}: {{{leaf}: {text}}}"))
+    assert getattr(getattr(from_file, section), leaf) == want
+
+
+@pytest.mark.parametrize("text, key", [("1e", "train.lr"), ("e5", "train.lr"), ("1e-3x", "train.lr"),
+                                       ("1.5e0", "devices.num"), ("1e-3", "name")])
+def test_what_only_looks_like_scientific_notation_is_not_taken_for_a_number(text, key):
+    if key == "name":  # a string key keeps the text as written
+        assert config_from_dict({}, [f"{key}={text}"]).name == text
+        return
+    with pytest.raises(ConfigError, match=f"config key '{key}' has value"):
+        config_from_dict({}, [f"{key}={text}"])

@@ -82,3 +82,16 @@ def test_with_dropouts_a_dropped_job_gives_its_slot_back():
 def test_a_cap_below_one_is_refused(cap):
     with pytest.raises(ValueError, match="max_participation must be >= 1"):
         events(max_participation=cap)
+
+
+def test_a_drop_below_the_cap_brings_a_retired_device_back_and_no_retirement_says_nothing():
+    s = Scheduler(num_devices=N, concurrency=4, buffer_size=2, staleness_limit=None, partial=False, plan=plan,
+                  max_participation=2)
+    assert s.cap_note() == "" and s.unavailable([3, 1]) == [3, 1]
+    s.count(5, +1)
+    assert s.retired == set()
+    s.count(5, +1)
+    assert s.retired == {5} and s.unavailable([7, 1]) == [1, 5, 7]
+    assert s.cap_note() == f"; 1 of {N} devices reached privacy.max_participation = 2 and retired"
+    s.count(5, -1)
+    assert s.retired == set()

@@ -10,7 +10,8 @@ import torch
 
 from seafl_dist.algo import aggregate
 from seafl_dist.algo.types import BufferedUpdate, FlatParts
-from seafl_dist.privacy import Mechanism, NoPrivacy, epsilon, sensitivity
+from seafl_dist.privacy import (Mechanism, NoPrivacy, add_noise, calibrate, clamp_variance, epsilon, mechanism_of,
+                                noise_seed, sensitivity, variance_mask)
 from seafl_dist.settings import config_from_dict
 
 N_PARAMS, N_STATS = 20_000, 4  # the statistics: one batch norm's running mean (2) and running variance (2)
@@ -99,7 +100,7 @@ def test_the_ledger_goes_through_a_checkpoint_and_a_missing_one_is_refused():
     again.load(mech.state())
     assert (again.inclusions, again.clipped, again.zeroed) == (mech.inclusions, mech.clipped, mech.zeroed)
     assert again.summary() == mech.summary()
-    with pytest.raises(ValueError, match="no privacy ledger"):
+    with pytest.raises(ValueError, match="^the checkpoint has no privacy ledger, and this run has privacy.enabled: true$"):
         again.load(None)
 
 
@@ -121,3 +122,60 @@ def test_without_privacy_the_rule_itself_and_nothing_reported():
     assert torch.equal(got.new_global, aggregate(cfg.algorithm, 0, w, ups, {0: w}.__getitem__, PARTS).new_global)
     assert ev == {"updates": []} and NoPrivacy.summary() == {} and NoPrivacy.state() is None
     assert NoPrivacy.note("devices p10 0.5") == "devices p10 0.5"
+
+
+def test_counters_are_carried_and_the_noise_is_aggregation_ts_draw_of_the_stream():
+    """The rule gets the parts (counters: the largest, not averaged) and the noise of aggregation t = version + 1
+    is the stream 'privacy' keyed by t; the result's norms are the clipped deltas' the guard history sees."""
+    mech = Mechanism(config(), PARTS, LAYOUT, say=False)
+    w = global_model()
+    ups = []
+    for d, steps in ((1, 2.0), (2, 4.0), (3, 3.0)):
+        u = w.clone()
+        u[:N_PARAMS] += 0.001 * d
+        u[-1] = 7.0 + steps
+        ups.append(update(d, u, job=d))
+    from seafl_dist.algo.guard import NormHistory
+    ev = {"updates": [{"device": u.device} for u in ups]}
+    result = mech.aggregate(ev, config().algorithm, 4, w, ups, {0: w}.__getitem__, PARTS, NormHistory())
+    assert result.new_global[-1] == 11.0  # the largest counter, not 7 + the mean of the steps
+    rule = aggregate(config().algorithm, 4, w, ups, {0: w}.__getitem__, PARTS)
+    mask = PARTS.params | PARTS.stats
+    want = clamp_variance(add_noise(rule.new_global, ev["privacy"]["noise_std"], mask, noise_seed(0, 5)),
+                          variance_mask(LAYOUT.names, [N_PARAMS, 2, 2, 1]))
+    assert torch.equal(result.new_global, want)
+    assert result.norms == pytest.approx([0.001 * d * math.sqrt(N_PARAMS) for d in (1, 2, 3)], rel=1e-5)
+
+
+def test_the_summary_and_the_progress_note_say_what_was_spent():
+    mech = Mechanism(config("privacy.accountant=rdp", "privacy.delta=1e-6", "privacy.max_participation=9"), PARTS,
+                     LAYOUT, say=False)
+    assert mech.note(None) == "ε 0 (m 0)" and mech.note("devices p10 0.5") == "devices p10 0.5 · ε 0 (m 0)"
+    w = global_model()
+    bad = w.clone()
+    bad[0] = math.inf
+    run(mech, [update(1, w + 1.0), update(2, bad, job=1), update(3, w, job=2)], w=w)
+    run(mech, [update(1, w), update(4, w, job=3), update(5, w, job=4)], version=1)
+    eps = epsilon(Z, 2, 1e-6, "rdp")
+    assert mech.note(None) == f"ε {eps:.3g} (m 2)"
+    assert mech.summary() == {"privacy": {
+        "epsilon": eps, "max_inclusions": 2, "delta": 1e-6, "noise_multiplier": Z, "clipping_bound": C,
+        "accountant": "rdp", "max_participation": 9, "target_epsilon": None, "devices_included": 5,
+        "updates_clipped": 1, "updates_zeroed": 1}}
+
+
+def test_a_target_epsilon_is_calibrated_at_construction_and_announced(capsys):
+    mech = Mechanism(config_from_dict({}, ["algorithm.name=fedbuff", "privacy.enabled=true", "privacy.epsilon=3",
+                                           "privacy.max_participation=4"]), PARTS, LAYOUT)
+    assert mech.calibrated and mech.z == calibrate(3.0, 4, 1e-5)
+    assert f"z {mech.z:.6g} (calibrated to ε 3), C 1," in capsys.readouterr().err
+    assert mech.summary()["privacy"]["target_epsilon"] == 3.0 and not Mechanism(config(), PARTS, LAYOUT,
+                                                                                  say=False).calibrated
+
+
+def test_mechanism_of_follows_privacy_enabled():
+    def exp(*extra):
+        return SimpleNamespace(cfg=config_from_dict({}, ["algorithm.name=fedbuff", *extra]), flat_parts=lambda: PARTS)
+    assert isinstance(mechanism_of(exp(), LAYOUT), NoPrivacy)
+    got = mechanism_of(exp("privacy.enabled=true", "privacy.noise_multiplier=0.7"), LAYOUT)
+    assert isinstance(got, Mechanism) and got.z == 0.7 and got.active and not NoPrivacy.active
