@@ -115,3 +115,23 @@ def seafl(cfg: AlgorithmConfig, version: int, global_flat: torch.Tensor,
         w_new.add_(w_k, alpha=p / total)  # Eq. 7
     out = w_new.mul_(cfg.theta).add_(global_flat, alpha=1.0 - cfg.theta)  # Eq. 8
     return AggregationResult(carry_counters(out, global_flat, models, parts), info)
+
+
+@torch.no_grad()
+def seafl_on_deltas(cfg: AlgorithmConfig, global_flat: torch.Tensor, updates: list[BufferedUpdate],
+                    result: AggregationResult, base_model: Callable[[int], torch.Tensor],
+                    parts: Optional[FlatParts] = None) -> AggregationResult:
+    """Eq. 7 on the deltas, with the weights :func:`seafl` gave (``result``): w_{t+1} = w_t + ϑ Σ_k p_k Δ_k,
+    Δ_k = w_k − w_{t_k} (counters carried as in every rule). The paper's Eq. 7 averages the models w_k themselves,
+    so its w_{t+1} also mixes the bases w_{t_k}; this form adds every update's change to the current model, as
+    FedBuff does, and is what user-level DP runs by default (docs/privacy.md, "SEAFL")."""
+    parts = flat_parts(parts, global_flat)
+    bases = BaseModels(base_model, global_flat)
+    out, models = global_flat.clone(), []
+    for u, entry in zip(updates, result.info):
+        if entry["rejected"] or not entry["weight"]:
+            continue
+        w_k = as_global(u.flat, global_flat)
+        models.append(w_k)
+        out.add_(w_k - bases(u.base_version), alpha=cfg.theta * entry["weight"])
+    return AggregationResult(carry_counters(out, global_flat, models, parts), result.info, result.norms)

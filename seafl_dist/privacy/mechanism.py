@@ -26,11 +26,14 @@ import math
 import sys
 from collections import Counter
 
+import torch
+
 from ..algo import AggregationResult, aggregate
+from ..algo.seafl import seafl_on_deltas
 from .accountant import calibrate, epsilon
 from .clip import clip_updates
 from .noise import add_noise, clamp_variance, noise_seed, variance_mask
-from .sensitivity import sensitivity
+from .sensitivity import seafl_sensitivity, sensitivity
 
 
 class NoPrivacy:
@@ -95,9 +98,10 @@ class Mechanism:
         bound = self.p.clipping_bound
         clipped, norms = clip_updates(updates, base_model, parts, bound)
         result = aggregate(alg, version, global_flat, clipped, base_model, parts, history)
+        if alg.rule == "seafl" and self.p.seafl_form == "delta":  # Eq. 7 on the deltas (docs/privacy.md, "SEAFL")
+            result = seafl_on_deltas(alg, global_flat, clipped, result, base_model, parts)
         kept = [(u, info) for u, info in zip(updates, result.info) if not info["rejected"]]  # a broken upload only
-        s = sensitivity(alg, bound, [u.device for u, _ in kept], [info["staleness"] for _, info in kept],
-                        [u.n_samples for u, _ in kept])
+        s = self._sensitivity(alg, [u for u, _ in kept], [info["staleness"] for _, info in kept], base_model)
         std = self.z * s
         new = clamp_variance(add_noise(result.new_global, std, self.mask, noise_seed(self.seed, version + 1)),
                              self.variance)
@@ -107,6 +111,22 @@ class Mechanism:
         self.zeroed += sum(1 for n in norms if n is not None and math.isnan(n))
         ev["privacy"] = {"sensitivity": s, "noise_std": std, "clipped": clipped_here, **self._spent()}
         return AggregationResult(new, result.info, result.norms)
+
+    def _sensitivity(self, alg, kept, staleness, base_model) -> float:
+        """S for the buffer's kept updates: privacy/sensitivity.py's, per rule (SEAFL's per ``seafl_form``)."""
+        devices, n = [u.device for u in kept], [u.n_samples for u in kept]
+        if alg.rule != "seafl":
+            return sensitivity(alg, self.p.clipping_bound, devices, staleness, n)
+        distances: dict = {}
+
+        def base_distance(i: int, j: int) -> float:  # ‖w_{t_i} − w_{t_j}‖ over what clipping covers, float64
+            a, b = sorted((kept[i].base_version, kept[j].base_version))
+            if (a, b) not in distances:
+                m = self.mask.to(base_model(a).device)
+                distances[(a, b)] = 0.0 if a == b else float(torch.linalg.vector_norm(
+                    base_model(a)[m].to(torch.float64) - base_model(b)[m].to(torch.float64)))
+            return distances[(a, b)]
+        return seafl_sensitivity(alg, self.p.clipping_bound, devices, staleness, n, self.p.seafl_form, base_distance)
 
     def _spent(self) -> dict:
         m = max(self.inclusions.values(), default=0)

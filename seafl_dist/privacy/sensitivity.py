@@ -16,6 +16,7 @@ for it, whatever its number of updates there.
 """
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from typing import Sequence
 
@@ -57,3 +58,81 @@ def sensitivity(alg: AlgorithmConfig, bound: float, devices: Sequence[int], stal
     for d, c in zip(devices, coefficients(alg, staleness, n_samples), strict=True):
         per_device[d] += abs(c)
     return 2.0 * bound * max(per_device.values(), default=0.0)
+
+
+# ---- SEAFL and SEAFL² (issue 42 B; docs/privacy.md, "SEAFL") ----------------------------------------------------
+
+SEAFL_FORMS = ("delta", "model")
+
+
+def seafl_weight_bounds(alg: AlgorithmConfig, staleness: Sequence[int], n_samples: Sequence[int]
+                        ) -> list[tuple[float, float]]:
+    """(lo_k, hi_k) of each update's raw weight r_k = d_k (γ_k + s_k) before normalisation (Eq. 6): γ_k and d_k are
+    functions of the schedule, s_k = μ(Θ + 1)/2 lies in [0, μ] whatever the data (Lemma 1, with γ_k known)."""
+    from ..algo.seafl import seafl_gamma
+    total = sum(n_samples)
+    out = []
+    for s, n in zip(staleness, n_samples, strict=True):
+        d = n / total if total > 0 else 0.0
+        gamma = seafl_gamma(s, alg.alpha, alg.staleness_limit)
+        out.append((d * gamma, d * (gamma + alg.mu)))
+    return out
+
+
+def _share(mine: float, others: float) -> float:
+    return mine / (mine + others) if mine + others > 0 else 0.0
+
+
+def _model_form_shift(hi_d: float, lo_d: float, lo_o: float, hi_o: float, cross: float, own: float,
+                      bound: float) -> float:
+    """max over R ∈ [lo_o, hi_o] of (λ − λ′)(B_D + C) + (λ + λ′) C + λ B_DD, λ = H/(H + R), λ′ = L/(L + R).
+
+    The sum is a1·H/(H + R) − a2·L/(L + R) with a1 = B_D + 2C + B_DD and a2 = B_D, whose derivative vanishes at
+    one R at most: √(a1 H)(L + R) = √(a2 L)(H + R). So the maximum is at an end of the range or there."""
+    a1, a2 = cross + 2.0 * bound + own, cross
+
+    def shift(r: float) -> float:
+        return a1 * _share(hi_d, r) - a2 * _share(lo_d, r)
+
+    candidates = [lo_o, hi_o]
+    u, v = math.sqrt(a1 * hi_d), math.sqrt(a2 * lo_d)
+    if v != u:
+        r = (u * lo_d - v * hi_d) / (v - u)
+        if lo_o <= r <= hi_o:
+            candidates.append(r)
+    return max(shift(r) for r in candidates)
+
+
+def seafl_sensitivity(alg: AlgorithmConfig, bound: float, devices: Sequence[int], staleness: Sequence[int],
+                      n_samples: Sequence[int], form: str = "delta", base_distance=None) -> float:
+    """S of SEAFL's Eq. 4-8 for one buffer under replace-one (docs/privacy.md, "SEAFL", derives both forms).
+
+    Device D's updates hold a share λ = R_D / (R_D + R_−D) of the weights; replacing D's data moves R_D within
+    [L_D, H_D] (:func:`seafl_weight_bounds`) and leaves R_−D, the others' sum, where it is (their cosines read only
+    their own updates and public models), somewhere in [L_−D, H_−D].
+
+    - ``delta`` (Eq. 7 on the deltas, w' = w_t + ϑ Σ p_k Δ̃_k): S = 2Cϑ · max_D H_D / (H_D + L_−D).
+    - ``model`` (the paper's Eq. 7, w' = (1−ϑ) w_t + ϑ Σ p_k w̃_k: the bases w_{t_k} enter too):
+      S = ϑ · max_D max_{R ∈ [L_−D, H_−D]} [(λ − λ′)(B_D + C) + (λ + λ′) C + λ B_DD], λ = H_D/(H_D + R),
+      λ′ = L_D/(L_D + R), B_D the largest distance between a base of D's updates and one of the others', B_DD
+      the largest between two of D's own (0 for one update). ``base_distance(i, j)`` gives ‖w_{t_i} − w_{t_j}‖
+      for updates i and j (over the entries clipping covers)."""
+    if form not in SEAFL_FORMS:
+        raise ValueError(f"unknown SEAFL form {form!r}; allowed: {', '.join(SEAFL_FORMS)}")
+    wb = seafl_weight_bounds(alg, staleness, n_samples)
+    groups: dict[int, list[int]] = defaultdict(list)
+    for i, d in enumerate(devices):
+        groups[d].append(i)
+    lo_all, hi_all = sum(lo for lo, _ in wb), sum(hi for _, hi in wb)
+    best = 0.0
+    for members in groups.values():
+        lo_d, hi_d = sum(wb[i][0] for i in members), sum(wb[i][1] for i in members)
+        lo_o, hi_o = lo_all - lo_d, hi_all - hi_d
+        if form == "delta":
+            best = max(best, 2.0 * bound * _share(hi_d, lo_o))
+            continue
+        others = [k for k in range(len(devices)) if devices[k] != devices[members[0]]]
+        cross = max((base_distance(i, k) for i in members for k in others), default=0.0)
+        own = max((base_distance(i, j) for i in members for j in members if i < j), default=0.0)
+        best = max(best, _model_form_shift(hi_d, lo_d, lo_o, hi_o, cross, own, bound))
+    return alg.theta * best

@@ -21,7 +21,8 @@ from seafl_dist.settings.errors import _fail
 from seafl_dist.settings.keys import key
 
 ACCOUNTANTS = ("pld", "rdp")
-DP_RULES = ("fedbuff", "fedasync", "fedavg")  # the rules whose sensitivity docs/privacy.md derives
+DP_RULES = ("fedbuff", "fedasync", "fedavg", "seafl", "seafl2")  # the rules whose sensitivity docs/privacy.md derives
+SEAFL_FORMS = ("delta", "model")
 
 
 @dataclass(kw_only=True)
@@ -30,7 +31,7 @@ class PrivacyConfig:
 
     enabled: bool = key(False, "central user-level differential privacy: clip every delta to `clipping_bound`, add "
                         "Gaussian noise to the rule's result, account ε at `delta` (docs/privacy.md)",
-                        note="For fedbuff, fedasync and fedavg (SEAFL's sensitivity is not derived yet), without "
+                        note="For the built-in rules (a rule of your own declares no sensitivity), without "
                              "`algorithm.update_norm_factor` (a rejection that depends on the data would change "
                              "|B|). A non-finite update counts as a zero delta. The noise is drawn from the run's "
                              "named stream `privacy` (seeded, for studies: a deployment needs a cryptographic "
@@ -48,6 +49,10 @@ class PrivacyConfig:
     delta: float = key(1e-5, "δ: ε is reported (or calibrated) at this δ, e.g. 1/N^1.1 for N devices", "(0, 1)")
     accountant: str = key("pld", "how ε composes over a device's inclusions: `pld` (privacy loss distributions, "
                           "tight) or `rdp` (Rényi DP, an upper bound), both from `dp-accounting`", ACCOUNTANTS)
+    seafl_form: str = key("delta", "SEAFL and SEAFL² under DP: `delta` applies Eq. 7 to the deltas on the current "
+                          "model (w_t + ϑ Σ p_k Δ_k); `model` is the paper's Eq. 7 (Σ p_k w_k, the bases mixed in), "
+                          "whose sensitivity grows with the distance between the bases", SEAFL_FORMS,
+                          note="docs/privacy.md, \"SEAFL\", derives both and says how the default was chosen.")
     max_participation: Optional[int] = key(None, "the cap m: a device included this many times retires and is no "
                                            "longer started; `null`: no cap (ε grows as the run goes)", "[1, inf)")
 
@@ -79,6 +84,5 @@ class PrivacyConfig:
             _fail("algorithm.update_norm_factor", update_norm_factor, "null with privacy.enabled=true (the guard "
                   "rejects by the data, which would change |B|; clipping bounds every update instead)")
         if name not in DP_RULES:
-            why = ("its weights depend on the updates and its sensitivity is not derived yet"
-                   if name in ("seafl", "seafl2") else "a rule of your own declares no sensitivity")
-            _fail("algorithm.name", name, f"fedbuff, fedasync or fedavg with privacy.enabled=true ({why})")
+            _fail("algorithm.name", name, "a built-in rule (seafl, seafl2, fedbuff, fedasync, fedavg) with "
+                  "privacy.enabled=true (a rule of your own declares no sensitivity)")
