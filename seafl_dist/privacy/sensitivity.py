@@ -10,6 +10,9 @@ everything else in w′ (w_t, the bases w_{t_i}) is an earlier release. Replacin
 
     S = 2C · max_d Σ_{i of d} c_i.
 
+SEAFL and SEAFL² (:func:`seafl_sensitivity`) weigh updates by their own cosines, so their S is derived apart, from
+the bounds Lemma 1 puts on the weights, for Eq. 7 on the deltas and for the paper's Eq. 7 on the models.
+
 A device that appears twice in one buffer (possible under churn: sim/churn.py counts only devices in flight as
 busy) is covered by its sum; each aggregation that includes it is then one Gaussian mechanism with multiplier z
 for it, whatever its number of updates there.
@@ -22,7 +25,9 @@ from typing import Sequence
 
 from ..algo.fedasync import staleness_factor_fedasync
 from ..algo.fedbuff import fedbuff_scale
+from ..algo.seafl import seafl_gamma
 from ..settings import AlgorithmConfig
+from ..settings.privacy import SEAFL_FORMS
 
 RULES = ("fedbuff", "fedasync", "fedavg")
 
@@ -62,14 +67,10 @@ def sensitivity(alg: AlgorithmConfig, bound: float, devices: Sequence[int], stal
 
 # ---- SEAFL and SEAFL² (issue 42 B; docs/privacy.md, "SEAFL") ----------------------------------------------------
 
-SEAFL_FORMS = ("delta", "model")
-
-
 def seafl_weight_bounds(alg: AlgorithmConfig, staleness: Sequence[int], n_samples: Sequence[int]
                         ) -> list[tuple[float, float]]:
     """(lo_k, hi_k) of each update's raw weight r_k = d_k (γ_k + s_k) before normalisation (Eq. 6): γ_k and d_k are
     functions of the schedule, s_k = μ(Θ + 1)/2 lies in [0, μ] whatever the data (Lemma 1, with γ_k known)."""
-    from ..algo.seafl import seafl_gamma
     total = sum(n_samples)
     out = []
     for s, n in zip(staleness, n_samples, strict=True):
