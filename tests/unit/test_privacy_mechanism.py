@@ -110,7 +110,12 @@ def test_the_announcement_says_z_c_delta_and_the_bound_or_that_there_is_none(cap
     assert line == (f"seafl: privacy: z 1.5, C 0.5, δ 1e-05, pld; m <= 4 per device, so ε <= "
                     f"{epsilon(Z, 4, 1e-5):.4g}")
     Mechanism(config(), PARTS, LAYOUT)
-    assert "no cap: ε grows" in capsys.readouterr().err
+    assert capsys.readouterr().err == ("seafl: privacy: z 1.5, C 0.5, δ 1e-05, pld; no cap: ε grows with the "
+                                       "most-included device's m, reported as the run goes\n")
+    rdp = Mechanism(config_from_dict({}, ["algorithm.name=fedbuff", "privacy.enabled=true", "privacy.epsilon=3",
+                                          "privacy.max_participation=4", "privacy.accountant=rdp"]), PARTS, LAYOUT)
+    assert rdp.z == calibrate(3.0, 4, 1e-5, "rdp") != calibrate(3.0, 4, 1e-5, "pld")
+    assert capsys.readouterr().err.endswith(f"rdp; m <= 4 per device, so ε <= {epsilon(rdp.z, 4, 1e-5, 'rdp'):.4g}\n")
 
 
 def test_without_privacy_the_rule_itself_and_nothing_reported():

@@ -39,7 +39,7 @@ REFUSED = {f"{section}.{key}" for section, keys in {
             "target_metric", "target_mode", "device_eval_every", "device_eval_sample"],
     "runtime": ["precision", "batch_jobs", "deterministic"],
     "compression": ["codec", "levels", "bucket", "fraction", "error_feedback"],
-    "privacy": ["enabled", "clipping_bound", "noise_multiplier", "epsilon", "delta", "accountant",
+    "privacy": ["enabled", "clipping_bound", "noise_multiplier", "epsilon", "delta", "accountant", "seafl_form",
                 "max_participation"]}.items() for key in keys}
 
 
