@@ -16,6 +16,7 @@ from seafl_dist.algo.fedbuff import fedbuff
 from seafl_dist.algo.types import BufferedUpdate, FlatParts
 from seafl_dist.privacy import (add_noise, calibrate, clamp_variance, clip_updates, coefficients, epsilon,
                                 noise_seed, run_epsilon, sensitivity, variance_mask)
+from seafl_dist.privacy.accountant import pld_grid
 from seafl_dist.settings import ConfigError, config_from_dict, dump_config
 
 RULES = {"fedbuff": fedbuff, "fedasync": fedasync, "fedavg": fedavg}
@@ -259,6 +260,22 @@ def test_calibration_gives_the_smallest_z_whose_epsilon_is_within_the_target(tar
 def test_calibration_refuses_what_it_cannot_calibrate(args):
     with pytest.raises(ValueError, match="calibration needs"):
         calibrate(*args)
+
+
+@pytest.mark.parametrize("z, m", [(0.01, 2), (0.03, 3), (1.0, 1000)])
+def test_a_huge_epsilon_is_accounted_in_seconds_and_bounds_the_exact_one_within_a_thousandth(z, m):
+    """Past ε = 50 the PLD's grid grows with ε (privacy/accountant.py ``pld_grid``): at z = 0.01 dp-accounting's
+    default grid took 24 GiB, and the kernel killed the run. The answer stays an upper bound, and a tight one."""
+    import time
+
+    import dp_accounting
+    started = time.monotonic()
+    got = epsilon(z, m, 1e-5)
+    assert time.monotonic() - started < 60
+    exact = dp_accounting.get_epsilon_gaussian(z / math.sqrt(m), 1e-5)
+    assert exact > 50 and exact <= got <= exact * 1.001
+    assert got <= epsilon(z, m, 1e-5, "rdp")
+    assert pld_grid(got) > 1e-4 == pld_grid(50.0) == pld_grid(0.5)
 
 
 def test_importing_the_package_or_privacy_does_not_import_dp_accounting():
