@@ -9,8 +9,8 @@ from launching import in_process_and_on_ranks, same_summary
 from small_runs import SMALL
 
 pytestmark = pytest.mark.dist
-ARGS = [*SMALL, "algorithm.name=fedbuff", "privacy.enabled=true", "privacy.noise_multiplier=0.8",
-        "privacy.max_participation=2"]
+ARGS = [*SMALL, "privacy.enabled=true", "privacy.noise_multiplier=0.8", "privacy.max_participation=2",
+        "privacy.seafl_form=model"]  # SEAFL's paper form: S reads the distances between the bases rank 0 holds
 SAME = ("config.yaml", "events.jsonl", "metrics.csv", "model.pt", "partition.json")
 
 

@@ -11,6 +11,7 @@ import torch
 
 from resuming import assert_same_run, checkpoint_versions, cli, reference, run_args, summary
 from seafl_dist.privacy import epsilon, sensitivity
+from seafl_dist.privacy.sensitivity import seafl_sensitivity
 from seafl_dist.report.build import write_report
 from seafl_dist.report.trace import check_run
 from seafl_dist.settings import config_from_dict
@@ -30,7 +31,7 @@ def inclusions(aggs) -> Counter:
     return Counter(d for e in aggs for d in {u["device"] for u in e["updates"]})
 
 
-@pytest.mark.parametrize("rule", ["fedbuff", "fedasync"])
+@pytest.mark.parametrize("rule", ["fedbuff", "fedasync", "seafl2"])
 def test_each_aggregation_records_s_and_the_noise_and_the_summary_says_epsilon(rule, tmp_path):
     args = [*SMALL, *PRIVATE, f"algorithm.name={rule}"]
     out = reference(tmp_path / rule, args)
@@ -40,8 +41,8 @@ def test_each_aggregation_records_s_and_the_noise_and_the_summary_says_epsilon(r
     assert len(aggs) == 6
     for e in aggs:
         ups = e["updates"]
-        s = sensitivity(alg, 2.0, [u["device"] for u in ups], [u["staleness"] for u in ups],
-                        [u["n_samples"] for u in ups])
+        who = ([u["device"] for u in ups], [u["staleness"] for u in ups], [u["n_samples"] for u in ups])
+        s = seafl_sensitivity(alg, 2.0, *who, "delta") if rule == "seafl2" else sensitivity(alg, 2.0, *who)
         p = e["privacy"]
         assert p["sensitivity"] == pytest.approx(s, rel=1e-12) and s > 0
         assert p["noise_std"] == pytest.approx(Z * s, rel=1e-12)
