@@ -284,11 +284,9 @@ def entry() -> None:
     """The ``seafl`` command and ``python -m seafl_dist``: :func:`main`, then exit."""
     code = main()
     if os.environ.get("WORLD_SIZE", "1") != "1":
-        # A torchrun rank, whichever way it ended: every file is written and closed by now. Its
-        # peers may be gone and threads still blocked on them; and gloo's own worker threads may
-        # still hold work objects whose tensors, freed while Python finalizes, abort the process
-        # ("terminate called without an active exception", SIGABRT, seen on a rank whose run had
-        # completed). So the rank leaves without finalizing: stdio flushed, logging shut down.
+        # A torchrun rank, however it ended (every file is closed by now): peers may be gone, and gloo's
+        # threads may hold work objects whose tensors, freed while Python finalizes, abort the process
+        # (SIGABRT, "terminate called without an active exception"). So it leaves without finalizing.
         import logging
         sys.stdout.flush()
         sys.stderr.flush()
