@@ -127,7 +127,8 @@ def check_model(cfg: Config, found) -> str:
                 device = pick_device(cfg.runtime.device, 0)
             except RuntimeError as err:
                 raise ConfigError(str(err)) from None
-            names = check_user_model(cfg, model, zeros(4), torch.arange(4) % found.num_classes,
+            from seafl_dist.train.probe import Rows
+            names = check_user_model(cfg, model, Rows(zeros(4), torch.arange(4) % found.num_classes),
                                      found.num_classes, device)
             check_target_metric(cfg, names)
             say_unused_optimizer_keys(cfg, model)
