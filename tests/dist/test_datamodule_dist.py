@@ -1,5 +1,5 @@
-"""A LightningDataModule under torchrun W = 3 (issue 39 B.1): every rank makes it, ``setup``'s ``random_split`` is
-seeded alike, and the run dir is the one process's byte for byte; a DataModule whose split differs between ranks
+"""A LightningDataModule under torchrun W = 3 (issue 39 B.1): ``prepare_data`` runs once on the node, every rank
+sets it up with ``setup``'s ``random_split`` seeded alike, and the run dir is the one process's byte for byte; a DataModule whose split differs between ranks
 stops the run in one line naming data.name."""
 import os
 import subprocess
@@ -27,18 +27,21 @@ def test_three_ranks_give_the_one_process_bytes(tmp_path, monkeypatch):
     mods = tmp_path / "mods"
     mods.mkdir()
     name = write(mods)
-    args = [*SMALL, *ARGS(name), "data.partition=dirichlet"]
+    args = [*SMALL, *ARGS(name, "Prepared"), "data.partition=dirichlet"]
     monkeypatch.syspath_prepend(str(mods))
     threads = torch.get_num_threads()
     try:
         with torch.random.fork_rng(devices=[]):
-            assert seafl_main(["run", str(QUICKSTART), *args, "--out", str(tmp_path / "w1")]) == 0
+            assert seafl_main(["run", str(QUICKSTART), *args, f"data.root={tmp_path / 'd1'}", "--out",
+                               str(tmp_path / "w1")]) == 0
     finally:
         torch.set_num_threads(threads)
         clear_cache()
-    proc = torchrun(mods, args, tmp_path / "w3", tmp_path)
+    proc = torchrun(mods, [*args, f"data.root={tmp_path / 'd3'}"], tmp_path / "w3", tmp_path)
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert "on 3 ranks" in proc.stderr
+    for d in ("d1", "d3"):  # prepare_data ran once on the one node, as in one process
+        assert len((tmp_path / d / "prepared.txt").read_text().split()) == 1, d
     for file in ("events.jsonl", "metrics.csv", "model.pt", "partition.json"):
         assert (tmp_path / "w1" / file).read_bytes() == (tmp_path / "w3" / file).read_bytes(), file
 

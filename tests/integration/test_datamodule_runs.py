@@ -72,3 +72,15 @@ def test_what_does_not_fit_is_refused_in_one_line(mod, tmp_path, extra, fragment
     assert proc.returncode == 2
     one_error_line(proc.stderr, *fragments)
     assert not (tmp_path / "r").exists()
+
+
+def test_a_dry_run_sets_it_up_and_probes_the_model_but_prepares_and_writes_nothing(mod, tmp_path):
+    folder, name = mod
+    proc = subprocess.run([sys.executable, "-m", "seafl_dist", "run", str(QUICKSTART), *SMALL, *ARGS(name, "Prepared"),
+                           f"data.root={tmp_path / 'data'}", "--out", str(tmp_path / "r"), "--dry-run"],
+                          env=env_with(folder), cwd=folder, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"data: {name}:Prepared (a LightningDataModule): 400 training and 120 test samples" in proc.stdout
+    assert f"model: {name}:bag_of_words (width 1), 388 parameters" in proc.stdout
+    assert "shard sizes (iid): 40, 40, 40" in proc.stdout
+    assert not (tmp_path / "data").exists() and not (tmp_path / "r").exists()
