@@ -71,7 +71,7 @@ class Prepared(WordsDM):
         import os
         os.makedirs(self.data_dir, exist_ok=True)
         with open(os.path.join(self.data_dir, "prepared.txt"), "a") as f:
-            f.write(f"{os.getpid()}\n")
+            f.write(f"{os.getpid()}\\n")
 
 
 def words_dm():
