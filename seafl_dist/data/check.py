@@ -55,11 +55,12 @@ class DataCheck:
     writers: list[str] | None = None
     offsets: np.ndarray | None = None
     vocab: int = 0
+    samples: tuple | None = None  # a DataModule: its (train, test) SampleDatasets, set up (prepare_data not run)
 
     @property
     def inputs(self) -> str:
-        """``"images"`` or ``"tokens"``, as :attr:`~seafl_dist.data.dataset.ArrayDataset.inputs`."""
-        return "tokens" if len(self.shape) == 1 else "images"
+        """``"images"``, ``"tokens"`` or ``"samples"``, as :attr:`~seafl_dist.data.dataset.ArrayDataset.inputs`."""
+        return "samples" if self.samples else "tokens" if len(self.shape) == 1 else "images"
 
 
 def check_dataset(d, seed: int) -> DataCheck:
@@ -100,6 +101,9 @@ def _loaded(d, root: Path, seed: int) -> DataCheck:
     common = dict(download=False, seed=seed, test_fraction=d.test_fraction, emnist_split=d.emnist_split)
     train = load_dataset(d.name, root, train=True, **common)
     test = load_dataset(d.name, root, train=False, **common)
+    if train.inputs == "samples":  # a LightningDataModule (data/datamodule.py): set up, prepare_data not run
+        return DataCheck(train.name, "a LightningDataModule", num_classes=train.num_classes, n_test=len(test),
+                         samples=(train, test))
     return DataCheck(train.name, "bundled with scikit-learn" if d.name == "digits" else "a user's loader",
                      train.labels.numpy(), train.num_classes, tuple(train.images.shape[1:]), len(test),
                      vocab=train.vocab)

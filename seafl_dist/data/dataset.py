@@ -136,6 +136,11 @@ class ArrayDataset:
         return ArrayDataset(images, labels, self.num_classes, self.name, self.mean, self.std, list(self.classes),
                             self.vocab)
 
+    def take(self, rows) -> "ArrayDataset":
+        """The rows ``rows`` (positions), in that order, as a plain ArrayDataset (a copy of those rows)."""
+        where = torch.as_tensor(rows, dtype=torch.int64)
+        return self.like(self.images.index_select(0, where), self.labels.index_select(0, where))
+
     def _norm(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         key = str(device)  # one copy of mean/std per device, not a host-to-device copy per batch
         if key not in self._norm_on:

@@ -131,8 +131,7 @@ class HeldOut:
         parts = [np.asarray(held[d], dtype=np.int64) for d in devices]
         rows = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
         offsets = np.concatenate([[0], np.cumsum([len(p) for p in parts], dtype=np.int64)]).astype(np.int64)
-        where = torch.as_tensor(rows)
-        data = source.like(source.images.index_select(0, where), source.labels.index_select(0, where))
+        data = source.take(rows)
         return cls(data, devices, offsets)
 
     @property

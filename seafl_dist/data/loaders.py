@@ -60,6 +60,7 @@ import torch
 from ..settings.errors import ConfigError
 from ..settings.plugins import is_import_path
 from .custom import load_custom_dataset
+from .datamodule import clear as _clear_datamodules, is_datamodule_path, load_split
 from .cifar import load_cifar10
 from .cinic import CINIC_CLASSES, load_cinic10  # noqa: F401  (CINIC_CLASSES: re-exported)
 from .dataset import NORMALIZATION, ArrayDataset
@@ -78,6 +79,8 @@ def load_dataset(name: str, root: str | Path = "data", train: bool = True, *, do
     cached per process. ``seed`` / ``test_fraction`` matter for digits only, ``emnist_split`` for
     emnist only."""
     root = Path(root).expanduser().resolve()
+    if is_import_path(name) and is_datamodule_path(name):  # a LightningDataModule (data/datamodule.py)
+        return load_split(name, root, train, seed=seed, prepare=download)
     if is_import_path(name):  # a user's loader (seafl_dist.data.custom); the test split's labels use train's classes
         key = (name, bool(train), str(root))
         if key not in _CACHE:
@@ -110,8 +113,9 @@ def load_dataset(name: str, root: str | Path = "data", train: bool = True, *, do
 
 
 def clear_cache() -> None:
-    """Forget every loaded dataset (tests; or to free memory)."""
+    """Forget every loaded dataset and DataModule (tests; or to free memory)."""
     _CACHE.clear()
+    _clear_datamodules()
 
 
 # ---- digits (bundled) -------------------------------------------------------------------

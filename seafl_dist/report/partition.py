@@ -1,4 +1,5 @@
-"""The run dir's record of the split: each device's sample count and label histogram.
+"""The run dir's record of the split: each device's sample count and label histogram (none for samples without
+integer labels, a DataModule's).
 
     write_partition(run_dir, report)     # report: dataset, method, ..., n_samples, label_histograms
     rec = read_partition(run_dir)        # the same keys back (None if the run wrote none)
@@ -36,16 +37,18 @@ PER_DEVICE = ("n_samples", "label_histograms", "writers")  # the keys with one e
 def write_partition(run_dir: Path, report: dict) -> None:
     """``partition.json`` (and, above ``COMPACT_ABOVE`` devices, ``partition.npz``) in ``run_dir``."""
     run_dir = Path(run_dir)
-    hist = np.asarray(report["label_histograms"], dtype=np.int64)
+    devices = len(report["n_samples"])
     columns = run_dir / "partition.npz"
-    if len(hist) <= COMPACT_ABOVE:
+    if devices <= COMPACT_ABOVE:
         columns.unlink(missing_ok=True)  # an older, larger run's columns must not be read as this run's
         write_json(run_dir / "partition.json",
                    {k: v.tolist() if isinstance(v, np.ndarray) else v for k, v in report.items()})
         return
-    nz = hist != 0
-    arrays = {"n_samples": _small(np.asarray(report["n_samples"])), "hist_nnz": _small(nz.sum(axis=1)),
-              "hist_classes": _small(np.nonzero(nz)[1]), "hist_counts": _small(hist[nz])}
+    arrays, classes = {"n_samples": _small(np.asarray(report["n_samples"]))}, 0
+    if "label_histograms" in report:  # samples without labels (a DataModule's) have none
+        hist = np.asarray(report["label_histograms"], dtype=np.int64)
+        nz, classes = hist != 0, int(hist.shape[1])
+        arrays.update(hist_nnz=_small(nz.sum(axis=1)), hist_classes=_small(np.nonzero(nz)[1]), hist_counts=_small(hist[nz]))
     if report.get("writers") is not None:
         arrays["writers"] = np.array(report["writers"], dtype=str)
     tmp = run_dir / f"partition.{os.getpid()}.tmp.npz"
@@ -53,7 +56,7 @@ def write_partition(run_dir: Path, report: dict) -> None:
         np.savez_compressed(tmp, **arrays)
         os.replace(tmp, columns)  # the columns first: a partition.json that names them finds them whole
     header = {k: v for k, v in report.items() if k not in PER_DEVICE}
-    write_json(run_dir / "partition.json", {**header, "devices": len(hist), "classes": int(hist.shape[1]),
+    write_json(run_dir / "partition.json", {**header, "devices": devices, "classes": classes,
                                             "per_device": columns.name})
 
 
@@ -68,12 +71,13 @@ def read_partition(run_dir: Path) -> dict | None:
         return record
     with np.load(run_dir / record.pop("per_device")) as z:
         n, classes = int(record.pop("devices")), int(record.pop("classes"))
-        counts = z["hist_counts"]
-        hist = np.zeros((n, classes), dtype=counts.dtype)
-        rows = np.repeat(np.arange(n), z["hist_nnz"].astype(np.int64))
-        hist[rows, z["hist_classes"].astype(np.int64)] = counts
         record["n_samples"] = z["n_samples"].astype(np.int64)
-        record["label_histograms"] = hist
+        if "hist_counts" in z.files:
+            counts = z["hist_counts"]
+            hist = np.zeros((n, classes), dtype=counts.dtype)
+            rows = np.repeat(np.arange(n), z["hist_nnz"].astype(np.int64))
+            hist[rows, z["hist_classes"].astype(np.int64)] = counts
+            record["label_histograms"] = hist
         if "writers" in z.files:
             record["writers"] = [str(w) for w in z["writers"]]
     return record

@@ -32,7 +32,7 @@ from seafl_dist.codecs import UpdateCodec
 from seafl_dist.runtime.faults import NO_FAULT
 from seafl_dist.runtime.liveness import POLL_S, Heartbeat, StepCounter, Watcher
 from seafl_dist.runtime.server import Server, format_summary
-from seafl_dist.runtime.fetch import once_per_node
+from seafl_dist.runtime.fetch import once_per_node, same_training_set
 from seafl_dist.runtime.setup import cpus_here, keep_only, oversubscription, pick_device, prepare
 from seafl_dist.runtime.worker import GONE_FAILED, GONE_INTERRUPTED, gone, run_worker
 from seafl_dist.train import FlatLayout
@@ -211,6 +211,7 @@ def run_distributed(cfg, out_dir, *, rank: int, world_size: int, local_rank: int
     fetch = partial(once_per_node, store=store, node=int(os.environ.get("GROUP_RANK", "0")), local_rank=local_rank,
                     root=cfg.data.root, timeout_s=pg_timeout_s)
     exp = prepare(cfg, local_rank=local_rank, need_test=(rank == 0), fetch=fetch)
+    same_training_set(exp.train, store=store, rank=rank, world_size=world_size, timeout_s=pg_timeout_s)
     if local_rank == 0 and exp.device.type == "cpu":  # once per node; rank 0 (if here) trains nothing
         training_here = int(os.environ.get("LOCAL_WORLD_SIZE", world_size)) - (1 if rank == 0 else 0)
         warning = oversubscription(torch.get_num_threads(), max(1, training_here), cpus_here())

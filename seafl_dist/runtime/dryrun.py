@@ -36,18 +36,21 @@ def dry_run(cfg: Config, out: Path, *, explicit: bool, overwrite: bool = False, 
     from seafl_dist.runtime.setup import make_shards
 
     found = check_dataset(cfg.data, cfg.data_seed)
+    data = found.samples[0] if found.samples else found  # a DataModule's training set, else what was read
     lines = [f"config: {cfg.name} ({cfg.algorithm.name}); keys not at their default:", *non_default(cfg)]
     lines.append(f"data: {found.name} ({found.where}): " + (
+        f"{len(found.samples[0])} training and {found.n_test} test {_samples(found)}, "
+        f"{found.num_classes or 'no'} classes" if found.samples else
         f"{len(found.labels)} training and {found.n_test} test {_samples(found)}, "
         f"{found.num_classes} classes" if found.labels is not None else "") + (f"; {found.note}" if found.note else ""))
     model_line, numel = check_model(cfg, found)
     lines.append(f"model: {model_line}")
     d = cfg.devices
-    if found.labels is None:
+    if found.labels is None and not found.samples:
         lines.append(f"devices: {d.num} simulated, {d.concurrency} training at once; shards: made after the download")
     else:
-        shards, writers = make_shards(cfg, found)
-        shards, held = held_out_split(cfg, found, shards)  # a device left without a training sample: refused here
+        shards, writers = make_shards(cfg, data)
+        shards, held = held_out_split(cfg, data, shards)  # a device left without a training sample: refused here
         each = f" (one per writer, of {len(found.writers)})" if writers is not None else ""
         lines.append(f"devices: {len(shards)} simulated{each}, {d.concurrency} training at once; shard sizes "
                      f"({cfg.data.partition}{', training parts' if held else ''}): {summarise([len(s) for s in shards])}")
@@ -93,6 +96,8 @@ def summarise(sizes: list, total: bool = True) -> str:
 
 def _samples(found) -> str:
     """What one sample of the checked dataset is, for the report's data line."""
+    if found.inputs == "samples":
+        return "samples (its collate batches them)"
     if found.inputs == "tokens":
         return f"sequences of {found.shape[0]} token ids (vocabulary {found.vocab})"
     return f"images of {'x'.join(map(str, found.shape))}"
@@ -105,6 +110,8 @@ def check_model(cfg: Config, found) -> str:
 
     from seafl_dist.models import build_model
     tokens = found.inputs == "tokens"
+    if found.samples:  # a DataModule: the user's model, probed on its real samples as the run probes it
+        return _check_on_samples(cfg, *found.samples)
     c, h = (found.vocab, found.shape[0]) if tokens else found.shape[:2]  # build_model's in_channels, image_size
 
     def zeros(n: int):
@@ -127,7 +134,8 @@ def check_model(cfg: Config, found) -> str:
                 device = pick_device(cfg.runtime.device, 0)
             except RuntimeError as err:
                 raise ConfigError(str(err)) from None
-            names = check_user_model(cfg, model, zeros(4), torch.arange(4) % found.num_classes,
+            from seafl_dist.train.probe import Rows
+            names = check_user_model(cfg, model, Rows(zeros(4), torch.arange(4) % found.num_classes),
                                      found.num_classes, device)
             check_target_metric(cfg, names)
             say_unused_optimizer_keys(cfg, model)
@@ -150,6 +158,32 @@ def check_model(cfg: Config, found) -> str:
         line += (f"; uploads {codec.name}: {codec.upload_bytes:,} of the model's {codec.model_bytes:,} bytes "
                  f"({codec.ratio:.4g})" + (", with error feedback" if cfg.compression.error_feedback else ""))
     return line, numel
+
+
+def _check_on_samples(cfg: Config, train, test) -> tuple[str, int]:
+    """check_model for a DataModule's samples: the model built and probed as runtime/setup.py ``prepare`` does."""
+    import numpy as np
+    import torch
+
+    from seafl_dist.models import build_model
+    from seafl_dist.runtime.model_checks import built, check_inputs, say_unused_optimizer_keys
+    from seafl_dist.runtime.setup import EVAL_PROBE_ROWS, check_target_metric, check_user_model, pick_device
+    check_inputs(cfg, "samples")
+    try:
+        device = pick_device(cfg.runtime.device, 0)
+    except RuntimeError as err:
+        raise ConfigError(str(err)) from None
+    with torch.random.fork_rng(devices=[]):
+        model = built(cfg, lambda: build_model(cfg.model.name, train.num_classes, train.in_channels,
+                                               width=cfg.model.width, image_size=train.image_size, optim=cfg.train,
+                                               lightning=False))
+        names = check_user_model(cfg, model, train, train.num_classes, device,
+                                 test.take(np.arange(min(EVAL_PROBE_ROWS, len(test)))))
+    check_target_metric(cfg, names)
+    say_unused_optimizer_keys(cfg, model)
+    params = sum(p.numel() for p in model.parameters())
+    return f"{cfg.model.name} (width {cfg.model.width:g}), {params:,} parameters", \
+        sum(t.numel() for t in model.state_dict().values())
 
 
 def population_lines(cfg: Config, n_samples: list[int], model_bytes: int) -> list[str]:

@@ -120,7 +120,9 @@ class GroupTrainer:
         self.graphs = exp.device.type == "cuda" and exp.cfg.runtime.cuda_graphs if graphs is None else graphs
         own = loop_blocker(train)  # what only a job's own loop does: train.loop: lightning, clipping
         if self.graphs:
-            why = own or graph_blocker(self.model)
+            why = own or graph_blocker(self.model) or (None if getattr(exp.train, "static_shapes", True) else
+                                                       "data.name's batches come from a DataModule's collate, "
+                                                       "whose shapes may vary from batch to batch")
             if why is not None:
                 self._eager(f"its jobs cannot be captured as CUDA graphs: {why}")
         if self.limit > 1 and not self.graphs:  # before anything trains: can this model's jobs be fused exactly?

@@ -55,3 +55,27 @@ def once_per_node(load, *, store, node: int, local_rank: int, root, timeout_s: f
         raise DownloadFailed(f"data.download: local rank 0 of node {node} could not get the dataset ({status}); "
                              f"its error says why")
     return load(False)
+
+
+def same_training_set(data, *, store, rank: int, world_size: int, timeout_s: float = 600.0) -> None:
+    """A DataModule's training set (data/samples.py ``SampleDataset``; the built-in sets are files, read alike) is
+    the same on every rank: each rank posts its fingerprint (data/datamodule.py) in the run's c10d store and
+    compares it with rank 0's (rank 0: with every rank's). A mismatch stops the run in one line: the DataModule's
+    ``setup`` split differently (a generator of its own, or data that differ between nodes)."""
+    from seafl_dist.data.datamodule import fingerprint
+    from seafl_dist.settings import ConfigError
+    if world_size < 2 or getattr(data, "inputs", None) != "samples":
+        return
+    mine = fingerprint(data)
+    store.set(f"seafl/data/fingerprint/{rank}", mine)
+    others = range(1, world_size) if rank == 0 else [0]
+    keys = [f"seafl/data/fingerprint/{r}" for r in others]
+    store.wait(keys, datetime.timedelta(seconds=timeout_s))
+    for r, key in zip(others, keys):
+        theirs = store.get(key).decode()
+        if theirs != mine:
+            a, b = (mine, theirs) if rank == 0 else (theirs, mine)
+            raise ConfigError(f"config key 'data.name' has value {data.name!r}: its training set differs between rank 0 "
+                              f"and rank {max(r, rank)} (fingerprints {a[:12]} and {b[:12]}); its setup must split "
+                              "alike on every rank: draw from torch's global generator (seeded from data.seed "
+                              "there), not a generator of its own, and read the same files")

@@ -33,9 +33,10 @@ def check_inputs(cfg: Config, inputs: str) -> None:
     if name not in MODELS or MODELS[name].inputs == inputs:
         return
     fits = ", ".join(m for m, cls in MODELS.items() if cls.inputs == inputs)
-    raise ConfigError(f"config key 'model.name' has value {name!r}; allowed: {fits} or an import path for data.name="
-                      f"{cfg.data.name}, whose samples are {'token ids' if inputs == 'tokens' else 'images'}; {name} "
-                      f"takes {MODELS[name].inputs.replace('tokens', 'token ids')}")
+    what = {"tokens": "token ids", "images": "images"}.get(inputs, "a DataModule's, of any structure")
+    raise ConfigError(f"config key 'model.name' has value {name!r}; allowed: {fits + ' or ' if fits else ''}an import path for "
+                      f"data.name={cfg.data.name}, whose samples are {what}; {name} takes "
+                      f"{MODELS[name].inputs.replace('tokens', 'token ids')}")
 
 
 COPIES = 3  # what any training process holds at least: the weights, their gradients, the flat vector

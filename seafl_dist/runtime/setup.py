@@ -18,6 +18,8 @@ from seafl_dist.runtime.device_eval import gather, held_out_split
 from seafl_dist.runtime.model_checks import built, check_inputs, check_model_size, say_unused_optimizer_keys
 from seafl_dist.data import clear_cache, load_dataset, partition
 from seafl_dist.data.custom import custom_partition
+from seafl_dist.data.datamodule import is_datamodule_path
+from seafl_dist.data.labels import class_labels
 from seafl_dist.data.natural import natural_partition
 from seafl_dist.data.partition import label_counts
 from seafl_dist.models import build_model
@@ -118,14 +120,16 @@ class Experiment:
 
     def partition_report(self) -> dict:
         """What the run dir records of the split (report/partition.py writes it, compactly for large N)."""
-        hist = label_counts(self.train.labels.numpy(), self.shards, self.train.num_classes)
+        labels = class_labels(self.train)  # a DataModule's samples may declare none: no histograms then
+        hist = label_counts(labels, self.shards, self.train.num_classes) if labels is not None else None
         d = self.cfg.data
         natural = d.partition == "natural"  # a writer's shard: no concentration involved
         held = {"device_holdout": d.device_holdout} if d.device_holdout else {}  # the shards are the training parts
         return {"dataset": self.train.name, "method": d.partition,
                 "concentration": None if natural else d.concentration,
                 **held, **({"device_test": d.device_test} if d.device_test != "split" else {}),
-                "n_samples": np.array(self.n_samples, dtype=np.int64), "label_histograms": hist,
+                "n_samples": np.array(self.n_samples, dtype=np.int64),
+                **({"label_histograms": hist} if hist is not None else {}),
                 **({"writers": self.writers} if self.writers is not None else {})}
 
     def restrict(self, devices) -> "Experiment":
@@ -133,11 +137,8 @@ class Experiment:
         keep = {d: np.asarray(self.shards[d], dtype=np.int64) for d in devices}
         # each row once, even where shards overlap (data.shards_overlap); shards become positions in it
         rows = np.unique(np.concatenate(list(keep.values()))) if keep else np.zeros(0, dtype=np.int64)
-        t, where = self.train, torch.as_tensor(rows)
-        if len(rows) == len(t):  # every row (balanced placement, shards covering the set): no copy
-            sub = t
-        else:
-            sub = t.like(t.images.index_select(0, where), t.labels.index_select(0, where))
+        t = self.train
+        sub = t if len(rows) == len(t) else t.take(rows)  # every row (shards covering the set): no copy
         shards = [np.zeros(0, dtype=np.int64)] * len(self.shards)
         for d, idx in keep.items():
             shards[d] = np.searchsorted(rows, idx).astype(np.int64)
@@ -191,7 +192,13 @@ def make_shards(cfg: Config, train) -> tuple[list[np.ndarray], list[str] | None]
     device k's writer (else ``None``): the partition of the training set ``train`` (a dataset, or the
     dry run's :class:`~seafl_dist.data.check.DataCheck`: its ``name``, ``labels`` and writers) by
     ``data.partition`` (natural, built-in or a user's, by import path), from the ``data.seed`` stream."""
-    d, labels = cfg.data, np.asarray(train.labels)
+    d, labels = cfg.data, class_labels(train)
+    if labels is None:  # samples without integer labels (a DataModule's): what needs none can still be made
+        if d.partition not in ("iid", "natural"):
+            raise ConfigError(f"config key 'data.partition' has value {d.partition!r}; allowed: iid for data.name="
+                              f"{d.name}, whose samples declare no integer labels (give its dataset or DataModule "
+                              "a labels attribute, or samples (x, int label))")
+        labels = np.zeros(len(train), dtype=np.int64)  # iid reads the count only
     seed = stream_seed(cfg.data_seed, "partition")
     writers = None
     if d.partition == "natural":  # each writer a device: the shards come from the dataset's writers
@@ -224,7 +231,12 @@ def prepare(cfg: Config, *, local_rank: int = 0, need_test: bool = True, fetch=N
         return (load_dataset(d.name, d.root, train=True, **common),
                 load_dataset(d.name, d.root, train=False, **common) if need_test else None)
 
-    train, test = fetch(load) if fetch is not None and d.download else load(d.download)
+    # a DataModule's prepare_data runs where a download would: once per node (runtime/fetch.py), here in one process
+    prepares = d.download or (is_import_path(d.name) and is_datamodule_path(d.name))
+    train, test = fetch(load) if fetch is not None and prepares else load(prepares)
+    if d.augment and train.inputs == "samples":
+        raise ConfigError(f"config key 'data.augment' has value True; allowed: false for data.name={d.name}, a "
+                          "DataModule: crop and flip are for the built-in image sets; augment in its dataset or collate")
     shards, writers = make_shards(cfg, train)
     shards, held = held_out_split(cfg, train, shards)  # data.device_holdout: the shards become the training parts
     check_inputs(cfg, train.inputs)
@@ -236,10 +248,9 @@ def prepare(cfg: Config, *, local_rank: int = 0, need_test: bool = True, fetch=N
         determinism.check_model(exp)
     if is_import_path(cfg.model.name):  # a user's model: checked before any job trains
         with torch.random.fork_rng(devices=[]):  # building it must not move torch's global generator
-            x, y = train.batch(torch.arange(min(4, len(train))))
-            rows = test.batch(torch.arange(min(EVAL_PROBE_ROWS, len(test)))) if test is not None else None
+            rows = test.take(np.arange(min(EVAL_PROBE_ROWS, len(test)))) if test is not None else None
             model = built(cfg, exp.new_model)
-            exp.eval_names = check_user_model(cfg, model, x, y, train.num_classes, exp.device, rows)
+            exp.eval_names = check_user_model(cfg, model, train, train.num_classes, exp.device, rows)
         if need_test:
             check_target_metric(cfg, exp.eval_names)
         say_unused_optimizer_keys(cfg, model)
@@ -248,26 +259,35 @@ def prepare(cfg: Config, *, local_rank: int = 0, need_test: bool = True, fetch=N
     return exp
 
 
-def check_user_model(cfg: Config, model, x: torch.Tensor, y: torch.Tensor, num_classes: int, device,
-                     eval_rows: tuple | None = None) -> list[str] | None:
+def check_user_model(cfg: Config, model, data, num_classes: int, device, eval_data=None) -> list[str] | None:
     """A model named by import path, refused in one ConfigError line naming ``model.name``: unless a module
-    evaluated as the built-in models are gives ``(batch, num_classes)`` logits; unless a probe job
-    (train/probe.py: the hooks it overrides, then one epoch of two batches of ``(x, y)`` by the run's loop)
-    trains it as the run would; and, for a module with its own ``test_step`` (or ``validation_step``),
-    unless it logs finite values on ``eval_rows`` (some test rows; ``(x, y)`` when None). Returns the
-    names that evaluation logs, in order (the metrics.csv columns), or None for the built-in evaluation."""
+    evaluated as the built-in models are gives ``(batch, num_classes)`` logits on batches ``(x, labels)``; unless a
+    probe job (train/probe.py: the hooks it overrides, then one epoch of two batches of ``data``'s first four rows
+    by the run's loop) trains it as the run would; and, for a module with its own ``test_step`` (or
+    ``validation_step``), unless it logs finite values on ``eval_data`` (some test rows; ``data`` when None).
+    ``data`` / ``eval_data``: datasets (``len`` and ``batch``). Returns the names that evaluation logs, in order
+    (the metrics.csv columns), or None for the built-in evaluation."""
+    from seafl_dist.data.samples import as_pair
     from seafl_dist.models.custom import check_logits  # imports Lightning: custom models only
     from seafl_dist.train.evaluation import evaluation_step
-    from seafl_dist.train.probe import check_module, probe_evaluation
+    from seafl_dist.train.probe import check_module, probe_batches, probe_evaluation
     own_step = evaluation_step(model) is not None
+    batches = probe_batches(data)
     if not own_step:
-        check_logits(cfg.model.name, model, x[:2], num_classes)
+        pair = as_pair(batches[0])
+        if pair is None:
+            raise ConfigError(f"config key 'model.name' has value {cfg.model.name!r}: it has no test_step (or "
+                              f"validation_step), and data.name={cfg.data.name}'s batches are "
+                              f"{type(batches[0]).__name__}, not (inputs, integer labels), which the built-in "
+                              "evaluation scores; give the module a test_step that self.logs its metrics")
+        check_logits(cfg.model.name, model, pair[0][:2], num_classes)
     t = cfg.train
-    why = check_module(model, x, y, loop=t.loop, clip=(t.grad_clip_val, t.grad_clip_algorithm), device=device,
+    why = check_module(model, batches, loop=t.loop, clip=(t.grad_clip_val, t.grad_clip_algorithm), device=device,
                        precision=cfg.runtime.precision)
     names = None
     if why is None and own_step:
-        logged, why = probe_evaluation(model, *(eval_rows or (x, y)), device=device, precision=cfg.runtime.precision)
+        logged, why = probe_evaluation(model, eval_data if eval_data is not None else data, device=device,
+                                       precision=cfg.runtime.precision)
         names = list(logged)
     if why:
         raise ConfigError(f"config key 'model.name' has value {cfg.model.name!r}: {why}")

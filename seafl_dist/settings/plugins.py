@@ -9,6 +9,7 @@ key                 called as                                           returns
 model.name          f(num_classes, in_channels, image_size, width)      a LightningModule, or an nn.Module (wrapped)
 data.name           f(root, train)                                      a map-style Dataset of (image, label), or
                                                                         an (images, labels) tensor pair
+data.name           a LightningDataModule class, or f() / f(data_dir)   a LightningDataModule (data/datamodule.py)
 data.partition      f(labels, num_devices, seed)                        one index array per device
 algorithm.name      f(cfg, version, global_flat, updates, base_model)   an AggregationResult (as the built-ins)
 ==================  ==================================================  ==========================================
@@ -38,7 +39,8 @@ from seafl_dist.settings.errors import ConfigError
 SIGNATURES = {
     "model.name": (("num_classes", "in_channels", "image_size", "width"),
                    "a LightningModule or torch.nn.Module"),
-    "data.name": (("root", "train"), "a map-style Dataset of (image tensor, int label) or an (images, labels) pair"),
+    "data.name": (("root", "train"), "a map-style Dataset of (image tensor, int label) or an (images, labels) pair; or "
+                  "a LightningDataModule class, or a factory f() or f(data_dir) returning one"),
     "data.partition": (("labels", "num_devices", "seed"), "a list of num_devices index arrays"),
     "algorithm.name": (("cfg", "version", "global_flat", "updates", "base_model"), "an AggregationResult"),
 }
@@ -87,6 +89,9 @@ def resolve(key: str, value: str) -> Callable:
     if not callable(obj):
         raise plugin_error(key, value, f"{attr} is a {type(obj).__name__}, not callable")
     params = SIGNATURES[key][0]
+    if key == "data.name" and makes_datamodule(obj):  # a LightningDataModule (data/datamodule.py)
+        _RESOLVED[value] = obj
+        return obj
     try:
         inspect.signature(obj).bind(*params)
     except TypeError as err:
@@ -96,6 +101,45 @@ def resolve(key: str, value: str) -> Callable:
         pass
     _RESOLVED[value] = obj
     return obj
+
+
+ROOT_PARAMS = ("data_dir", "root")  # a DataModule's (or its factory's) parameters that are given data.root
+
+
+def is_datamodule_class(obj) -> bool:
+    """Whether ``obj`` is a LightningDataModule subclass (by its bases' names: Lightning is not imported)."""
+    return isinstance(obj, type) and any(
+        c.__name__ == "LightningDataModule" and c.__module__.split(".")[0] in ("lightning", "pytorch_lightning")
+        for c in obj.__mro__)
+
+
+def root_kwargs(fn, root: str) -> dict:
+    """``{"data_dir": root}`` (or ``{"root": root}``) when ``fn`` takes such a parameter, else {}."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return {}
+    return next(({p: root} for p in ROOT_PARAMS if p in params), {})
+
+
+def makes_datamodule(fn) -> bool:
+    """Whether ``data.name``'s callable makes a LightningDataModule: the class itself, or a factory that cannot
+    be called as ``f(root, train)`` (the dataset form) but can with no argument, or with ``data_dir`` / ``root``."""
+    if is_datamodule_class(fn):
+        return True
+    try:
+        sig = inspect.signature(fn)
+        sig.bind("root", "train")
+        return False  # the dataset form f(root, train)
+    except TypeError:
+        pass
+    except ValueError:
+        return False
+    try:
+        sig.bind(**root_kwargs(fn, ""))
+    except TypeError:
+        return False
+    return True
 
 
 def check(key: str, value: str, allowed: tuple) -> None:

@@ -199,7 +199,7 @@ class ClockConfig:
 class DataConfig:
     name: str = key("digits", "the dataset: `digits` (bundled), `mnist`, `emnist`, `cifar10`, `cinic10`, `femnist` "
                     "(LEAF's JSON files, by writer), `shakespeare` (LEAF's, by role: next-character prediction), "
-                    "or `pkg.module:loader`", plugin_or(WITHOUT_WRITERS + WITH_WRITERS))
+                    "`pkg.module:loader`, or `pkg.module:MyDataModule` (a LightningDataModule, docs/extending.md)", plugin_or(WITHOUT_WRITERS + WITH_WRITERS))
     root: str = key("data", "directory the on-disk datasets live in")
     download: bool = key(False, "fetch a missing MNIST, EMNIST or CIFAR-10 through torchvision (needs internet)")
     partition: str = key("dirichlet", "how samples are split into shards: `dirichlet` (label skew), `iid`, "

@@ -72,8 +72,7 @@ def _evaluate(module, data, batch_size: int, device: torch.device, precision: st
             call(f"on_{stage}_start")
             call(f"on_{stage}_epoch_start")
             for batch_idx, lo in enumerate(range(0, n, batch_size)):
-                x, y = data.batch(torch.arange(lo, min(lo + batch_size, n)), device=device)
-                batch = (x, y)
+                batch = data.batch(torch.arange(lo, min(lo + batch_size, n)), device=device)  # of any structure
                 rec.batch_start(batch)
                 call(f"on_{stage}_batch_start", batch, batch_idx)
                 rec.fx = step_name

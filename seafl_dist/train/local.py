@@ -104,8 +104,12 @@ class EpochBatches:
         while self._left:
             self._left -= 1
             _, idx, draws = next(self._draws)
-            x, y = self.data.batch(idx, augment=self.augment, draws=draws, device=self.device)
-            yield x.contiguous(memory_format=self.fmt), y
+            batch = self.data.batch(idx, augment=self.augment, draws=draws, device=self.device)
+            if self.fmt is torch.contiguous_format:  # any batch a dataset makes (a DataModule's collate: any structure)
+                yield batch
+            else:  # the built-in models' (images, labels), laid out as the model trains
+                x, y = batch
+                yield x.contiguous(memory_format=self.fmt), y
 
 
 def train_job(module, start: torch.Tensor, data, indices: torch.Tensor, *, epochs: int, batch_size: int,

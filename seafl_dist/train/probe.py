@@ -1,9 +1,9 @@
 """A user's LightningModule checked before the run: what it overrides, then one tiny job.
 
-    why = check_module(module, x, y, loop="plain", clip=(None, None), device=cpu)   # None or one line
+    why = check_module(module, probe_batches(train), loop="plain", clip=(None, None), device=cpu)   # None or one line
 
 First the hooks a job cannot run (models/contract.py), then a probe job: one epoch of two batches of
-two samples of ``(x, y)`` through the loop the run uses. That finds, before anything is written, what
+two samples (the training set's first four rows, as its ``batch`` makes them) through the loop the run uses. That finds, before anything is written, what
 only a first batch shows: a ``configure_optimizers`` form Lightning does not take (or several
 optimizers, or none), a scheduler dict with an unknown ``interval``, a ``training_step`` that returns
 something else or a loss of more than one number, a plateau scheduler whose ``monitor`` the module
@@ -17,6 +17,7 @@ import warnings
 
 import torch
 
+from seafl_dist.data.samples import to_device
 from seafl_dist.models.contract import refusal
 from seafl_dist.train.flat import flatten
 from seafl_dist.train.local import job_random_state
@@ -37,16 +38,22 @@ class _Batches:
         yield from self.batches
 
 
-def check_module(module, x: torch.Tensor, y: torch.Tensor, *, loop: str, clip: tuple, device, precision: str = "32"
-                 ) -> str | None:
-    """Why ``module`` cannot train as the run would train it (one line), or None (module doc)."""
+def probe_batches(data) -> list:
+    """Two batches of ``data``'s first four rows (rows 0-1 and 2-3; one batch with fewer than two rows)."""
+    n = min(4, len(data))
+    half = max(1, n // 2)
+    return [data.batch(torch.arange(0, half)), data.batch(torch.arange(half, n))] if n > half else \
+        [data.batch(torch.arange(n))]
+
+
+def check_module(module, batches: list, *, loop: str, clip: tuple, device, precision: str = "32") -> str | None:
+    """Why ``module`` cannot train as the run would train it on ``batches`` (one line), or None (module doc)."""
     why = refusal(module, loop)
     if why is not None:
         return why
     device = torch.device(device)
-    x, y = x[:4].to(device), y[:4].to(device)
-    half = max(1, len(x) // 2)
-    batches = _Batches([(x[:half], y[:half]), (x[half:], y[half:])] if len(x) > half else [(x, y)])
+    batches = _Batches([to_device(b, device) for b in batches])
+    half = _rows(batches.batches[0])
     try:
         with warnings.catch_warnings(), job_random_state(0, device):
             warnings.simplefilter("ignore")  # the run itself shows the module's warnings
@@ -64,8 +71,16 @@ def check_module(module, x: torch.Tensor, y: torch.Tensor, *, loop: str, clip: t
     return None
 
 
-class _Rows:
-    """A few rows as a dataset the evaluation takes (``len`` and ``batch(idx, device=...)``)."""
+def _rows(batch) -> int:
+    """How many rows a batch holds: its first tensor's length."""
+    if isinstance(batch, torch.Tensor):
+        return len(batch)
+    values = batch.values() if isinstance(batch, dict) else batch if isinstance(batch, (tuple, list)) else ()
+    return next((n for n in map(_rows, values) if n), 0)
+
+
+class Rows:
+    """A few rows ``(x, y)`` as a dataset (``len`` and ``batch(idx, device=...)``): the dry run's zeros."""
 
     def __init__(self, x: torch.Tensor, y: torch.Tensor):
         self.x, self.y = x, y
@@ -77,23 +92,24 @@ class _Rows:
         return self.x[idx].to(device), self.y[idx].to(device)
 
 
-def probe_evaluation(module, x: torch.Tensor, y: torch.Tensor, *, device, precision: str = "32") -> tuple[dict, str]:
-    """(what the module's own evaluation logs on the rows ``(x, y)``, or {}; why it is refused, or "")."""
+def probe_evaluation(module, data, *, device, precision: str = "32") -> tuple[dict, str]:
+    """(what the module's own evaluation logs on the rows of ``data``, or {}; why it is refused, or "")."""
     from seafl_dist.train.evaluation import evaluate_by_step, evaluation_step
     step = evaluation_step(module)
+    n = len(data)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            got = evaluate_by_step(module, flatten(module), _Rows(x, y), batch_size=max(1, len(x) // 2),
-                                   device=device, precision=precision)
+            got = evaluate_by_step(module, flatten(module), data, batch_size=max(1, n // 2), device=device,
+                                   precision=precision)
     except ModuleContractError as err:
         return {}, str(err)
     except Exception as err:  # noqa: BLE001 -- the module's own error, said in one line
         first = (str(err).strip().splitlines() or [""])[0][:300]
-        return {}, f"its {step} failed on {len(x)} rows: {type(err).__name__}: {first}"
+        return {}, f"its {step} failed on {n} rows: {type(err).__name__}: {first}"
     if not got:
         return {}, f"its {step} logs nothing (self.log the metric to evaluate it by, e.g. self.log('test_loss', loss))"
     bad = {k: v for k, v in got.items() if not math.isfinite(v)}
     if bad:
-        return {}, f"its {step} logged {', '.join(f'{k} = {v}' for k, v in bad.items())} on {len(x)} rows (not finite)"
+        return {}, f"its {step} logged {', '.join(f'{k} = {v}' for k, v in bad.items())} on {n} rows (not finite)"
     return got, ""

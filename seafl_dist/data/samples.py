@@ -1,0 +1,146 @@
+"""Samples of any structure, batched by their own collate: the data of a LightningDataModule.
+
+    ds = SampleDataset(train_set, collate_fn, name="mydata:DM")        # what data/datamodule.py builds
+    batch = ds.batch(torch.tensor([0, 5, 9]), device="cuda")           # collate([ds[0], ds[5], ds[9]]) on the GPU
+
+The built-in datasets are one tensor of images or token ids (data/dataset.py's ArrayDataset), batched by
+indexing. A DataModule's samples may be anything its DataLoader's ``collate_fn`` takes: tensors of any rank,
+variable-length token lists that the collate pads, tuples, dicts. A :class:`SampleDataset` keeps the
+map-style dataset and that collate, and serves a batch as the DataLoader would have: the items ``idx``
+collated, then every tensor in the result (in tuples, lists and dicts, at any depth) moved to the device.
+
+It answers what the rest of the run asks of a dataset, or says "none":
+
+- ``labels``: one integer class per row where they are declared (:func:`declared_labels`), else None.
+  With None, a partition that needs labels (Dirichlet) is refused in one line, the per-device hold-out
+  draws without stratifying, the partition report has no label histograms and the divergence rule has
+  no chance level (report/divergence.py).
+- ``num_classes``: the largest declared label + 1 (0 without labels); ``in_channels`` / ``image_size``: an
+  image sample's channels and side, else 0 (what a user's model builder is given).
+- ``inputs``: ``"samples"``: a built-in model (images or token ids) is refused for it in one line.
+- ``take(rows)``: the rows a worker keeps (a view, no copy); ``to(device)``: itself (batches move one by one).
+
+It holds no augmentation: a DataModule augments in its own dataset or collate (``data.augment`` is refused).
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+import torch
+
+
+def to_device(batch, device: torch.device):
+    """``batch`` with every tensor in it (tuples, lists, dicts, at any depth) on ``device``."""
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=True)
+    if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # a namedtuple keeps its type
+        return type(batch)(*(to_device(b, device) for b in batch))
+    if isinstance(batch, (tuple, list)):
+        return type(batch)(to_device(b, device) for b in batch)
+    if isinstance(batch, Mapping):
+        return {k: to_device(v, device) for k, v in batch.items()}
+    return batch
+
+
+def as_pair(batch) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """``(x, y)`` when ``batch`` is a pair of a tensor and a 1-D integer label tensor of as many rows (what the
+    built-in loss and evaluation take), else None."""
+    if not isinstance(batch, (tuple, list)) or len(batch) != 2:
+        return None
+    x, y = batch
+    if not (isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor)) or y.dim() != 1 or x.dim() < 1:
+        return None
+    if y.is_floating_point() or y.dtype == torch.bool or len(x) != len(y):
+        return None
+    return x, y
+
+
+def declared_labels(dataset, owner=None) -> np.ndarray | None:
+    """One integer class per row of ``dataset`` (an (N,) int64 array), where declared: a ``labels`` attribute
+    (or method) of the dataset, else of ``owner`` (its DataModule), else ``targets`` (torchvision's name);
+    a ``torch.utils.data.Subset`` (what ``random_split`` makes) reads its parent's at its indices. None when
+    none is declared or what is there is not one integer a row."""
+    from torch.utils.data import Subset
+    if isinstance(dataset, Subset):
+        parent = declared_labels(dataset.dataset)
+        return None if parent is None else parent[np.asarray(dataset.indices, dtype=np.int64)]
+    for source, attr in ((dataset, "labels"), (owner, "labels"), (dataset, "targets")):
+        got = getattr(source, attr, None) if source is not None else None
+        if callable(got):
+            got = got()
+        if got is None:
+            continue
+        got = np.asarray(got.detach().cpu() if isinstance(got, torch.Tensor) else got)
+        if got.ndim == 1 and len(got) == len(dataset) and np.issubdtype(got.dtype, np.integer) and (got >= 0).all():
+            return got.astype(np.int64, copy=False)
+    return None
+
+
+class _Rows:
+    """The rows ``rows`` of a map-style dataset, by position (a view: nothing is copied)."""
+
+    def __init__(self, dataset, rows: np.ndarray):
+        self.dataset, self.rows = dataset, rows
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, i: int):
+        return self.dataset[int(self.rows[i])]
+
+
+class SampleDataset:
+    """A map-style dataset and its collate, served in batches by index (module doc)."""
+
+    inputs = "samples"
+    static_shapes = False  # a collate may pad to each batch's longest row: no CUDA graph slots (runtime/executor.py)
+
+    def __init__(self, dataset, collate, name: str, *, labels: np.ndarray | None = None, image_shape=None,
+                 num_classes: int | None = None):
+        self.dataset, self.collate, self.name = dataset, collate, name
+        self.labels = None if labels is None else torch.as_tensor(labels, dtype=torch.int64)
+        self.image_shape = tuple(image_shape) if image_shape else None  # (C, H, W) of an image sample, else None
+        self.num_classes = num_classes if num_classes is not None else (
+            int(self.labels.max()) + 1 if self.labels is not None and len(self.labels) else 0)
+        self.classes = [str(k) for k in range(self.num_classes)]
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __repr__(self) -> str:
+        return f"SampleDataset({self.name!r}, n={len(self)}, classes={self.num_classes})"
+
+    @property
+    def in_channels(self) -> int:
+        return self.image_shape[0] if self.image_shape else 0
+
+    @property
+    def image_size(self) -> int:
+        return self.image_shape[-1] if self.image_shape else 0
+
+    @property
+    def device(self) -> torch.device:
+        return torch.device("cpu")
+
+    def to(self, device) -> "SampleDataset":
+        return self
+
+    def take(self, rows) -> "SampleDataset":
+        """The rows ``rows`` (positions), in that order, as a SampleDataset of the same collate."""
+        rows = np.asarray(rows, dtype=np.int64)
+        labels = None if self.labels is None else self.labels.numpy()[rows]
+        return SampleDataset(_Rows(self.dataset, rows), self.collate, self.name, labels=labels,
+                             image_shape=self.image_shape, num_classes=self.num_classes)
+
+    @staticmethod
+    def augment_draws(n: int, generator=None) -> tuple:
+        return ()
+
+    def batch(self, idx, *, augment: bool = False, generator=None, device="cpu", draws=None):
+        """The items ``idx`` collated, as the DataLoader would batch them, on ``device``."""
+        if augment:
+            raise ValueError(f"{self.name}: augmentation (data.augment) is for the built-in image sets; a "
+                             "DataModule augments in its own dataset or collate")
+        items = [self.dataset[int(i)] for i in torch.as_tensor(idx, dtype=torch.int64).tolist()]
+        return to_device(self.collate(items), torch.device(device))

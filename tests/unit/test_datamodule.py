@@ -1,0 +1,150 @@
+"""A DataModule's samples as the run takes them (data/samples.py, data/datamodule.py): batches of any structure
+collated and moved, declared labels, the rows a worker keeps, a seeded setup, the fingerprint ranks compare."""
+import random
+from collections import namedtuple
+
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import Subset
+
+from datamodules import write
+from seafl_dist.data.datamodule import fingerprint, load_split, seeded
+from seafl_dist.data.loaders import clear_cache, load_dataset
+from seafl_dist.data.samples import SampleDataset, as_pair, declared_labels, to_device
+from seafl_dist.settings import ConfigError
+from seafl_dist.settings.plugins import makes_datamodule
+
+
+@pytest.fixture(scope="module")
+def mod(tmp_path_factory):
+    import sys
+    folder = tmp_path_factory.mktemp("dm")
+    name = write(folder)
+    sys.path.insert(0, str(folder))
+    yield __import__(name), name
+    sys.path.remove(str(folder))
+
+
+def test_to_device_moves_every_tensor_at_any_depth_and_keeps_the_containers():
+    Pair = namedtuple("Pair", "a b")
+    batch = {"x": torch.ones(2), "more": [torch.zeros(1), (torch.ones(3), "tag")], "p": Pair(torch.ones(1), 7)}
+    moved = to_device(batch, torch.device("meta"))
+    assert moved["x"].device.type == "meta" and moved["more"][0].device.type == "meta"
+    assert isinstance(moved["more"][1], tuple) and moved["more"][1][0].device.type == "meta" and moved["more"][1][1] == "tag"
+    assert type(moved["p"]) is Pair and moved["p"].a.device.type == "meta" and moved["p"].b == 7
+
+
+@pytest.mark.parametrize("batch, pair", [
+    ((torch.zeros(3, 2), torch.tensor([0, 1, 2])), True),
+    ([torch.zeros(3, 2), torch.tensor([0, 1, 2])], True),
+    ((torch.zeros(3, 2), torch.tensor([0.0, 1.0, 2.0])), False),  # float targets
+    ((torch.zeros(3, 2), torch.tensor([True, False, True])), False),
+    ((torch.zeros(3, 2), torch.tensor([0, 1])), False),  # rows differ
+    ((torch.zeros(3, 2), torch.zeros(3, 1, dtype=torch.int64)), False),  # not 1-D
+    ((torch.zeros(3, 2), torch.tensor([0, 1, 2]), torch.zeros(3)), False),  # three parts
+    ({"x": torch.zeros(3), "y": torch.tensor([0, 1, 2])}, False),
+])
+def test_as_pair_is_inputs_and_integer_labels_of_as_many_rows(batch, pair):
+    assert (as_pair(batch) is not None) == pair
+
+
+def test_declared_labels_come_from_the_dataset_its_datamodule_or_targets_and_follow_a_subset():
+    class Rows:
+        def __init__(self, n, **attrs):
+            self.n = n
+            self.__dict__.update(attrs)
+
+        def __len__(self):
+            return self.n
+
+    assert list(declared_labels(Rows(3, labels=torch.tensor([2, 0, 1])))) == [2, 0, 1]
+    assert list(declared_labels(Rows(3, labels=lambda: [1, 1, 0]))) == [1, 1, 0]  # a method
+    assert list(declared_labels(Rows(2), owner=Rows(0, labels=np.array([3, 4])))) == [3, 4]  # the DataModule's
+    assert list(declared_labels(Rows(2, targets=[5, 6]))) == [5, 6]  # torchvision's name
+    assert declared_labels(Rows(2)) is None
+    for bad in ([0.5, 1.0], [0, -1], [0, 1, 2], [[0], [1]]):  # floats, negative, too many, not 1-D
+        assert declared_labels(Rows(2, labels=bad)) is None, bad
+    parent = Rows(5, labels=np.array([0, 1, 2, 3, 4]))
+    assert list(declared_labels(Subset(parent, [4, 1]))) == [4, 1]
+
+
+def test_a_batch_is_the_collate_of_the_items_and_take_keeps_rows_in_order():
+    items = [{"t": torch.arange(k + 1), "label": k % 3} for k in range(6)]
+    seen = []
+
+    def collate(batch):
+        seen.append([len(b["t"]) for b in batch])
+        return {"n": torch.tensor([len(b["t"]) for b in batch]), "label": torch.tensor([b["label"] for b in batch])}
+
+    ds = SampleDataset(items, collate, "x:y", labels=[k % 3 for k in range(6)])
+    assert len(ds) == 6 and ds.num_classes == 3 and ds.inputs == "samples" and ds.static_shapes is False
+    got = ds.batch(torch.tensor([4, 0, 2]))
+    assert seen == [[5, 1, 3]] and got["n"].tolist() == [5, 1, 3] and got["label"].tolist() == [1, 0, 2]
+    sub = ds.take([5, 1])
+    assert len(sub) == 2 and sub.labels.tolist() == [2, 1] and sub.num_classes == 3
+    assert sub.batch(torch.tensor([0, 1]))["n"].tolist() == [6, 2]
+    assert ds.to("cpu") is ds and ds.augment_draws(4) == ()
+    with pytest.raises(ValueError, match="augment"):
+        ds.batch(torch.tensor([0]), augment=True)
+    assert SampleDataset(items, collate, "x:y").num_classes == 0  # no labels: no classes
+
+
+def test_seeded_fixes_torch_numpy_and_random_and_restores_them():
+    torch.manual_seed(1)
+    np.random.seed(1)
+    random.seed(1)
+    before = (torch.random.get_rng_state(), np.random.get_state()[1].copy(), random.getstate())
+    with seeded(7):
+        a = (torch.rand(2), np.random.rand(2), random.random())
+    with seeded(7):
+        b = (torch.rand(2), np.random.rand(2), random.random())
+    assert torch.equal(a[0], b[0]) and np.array_equal(a[1], b[1]) and a[2] == b[2]
+    assert torch.equal(torch.random.get_rng_state(), before[0])
+    assert np.array_equal(np.random.get_state()[1], before[1]) and random.getstate() == before[2]
+
+
+def test_a_datamodule_class_or_factory_is_told_apart_from_a_dataset_function(mod):
+    m, _ = mod
+    assert makes_datamodule(m.WordsDM) and makes_datamodule(m.words_dm)
+    assert not makes_datamodule(lambda root, train: None)  # the dataset form f(root, train)
+    assert not makes_datamodule(lambda x, y, z: None)  # neither form
+    assert not makes_datamodule(m.Words)  # a class that binds (root, train) is taken as the dataset form
+
+
+def test_the_split_is_the_same_for_a_seed_and_differs_between_seeds(mod, tmp_path):
+    _, name = mod
+    try:
+        a = load_split(f"{name}:WordsDM", tmp_path, True, seed=0, prepare=True)
+        clear_cache()
+        b = load_split(f"{name}:WordsDM", tmp_path, True, seed=0, prepare=False)
+        clear_cache()
+        c = load_split(f"{name}:WordsDM", tmp_path, True, seed=1, prepare=False)
+        assert fingerprint(a) == fingerprint(b) != fingerprint(c)
+        assert a.labels.tolist() == b.labels.tolist() and len(a) == 400 and a.num_classes == 4
+        test = load_dataset(f"{name}:WordsDM", tmp_path, train=False, seed=1)
+        assert len(test) == 120 and test.num_classes == 4
+    finally:
+        clear_cache()
+
+
+def test_the_fingerprint_reads_every_sample():
+    base = [{"t": torch.arange(3), "label": 1}, (torch.ones(2), 0.5, "s")]
+    fp = fingerprint(SampleDataset(base, list, "a:b"))
+    for changed in ([{"t": torch.arange(3), "label": 2}, base[1]],
+                    [{"t": torch.arange(3).float(), "label": 1}, base[1]],
+                    [base[0], (torch.ones(2), 0.25, "s")],
+                    [base[0], (torch.ones(2), 0.5, "t")],
+                    [base[0]]):
+        assert fingerprint(SampleDataset(changed, list, "a:b")) != fp
+    assert fingerprint(SampleDataset(list(base), list, "a:b")) == fp
+
+
+def test_a_constructor_or_hook_that_fails_is_said_in_one_line(mod, tmp_path):
+    _, name = mod
+    try:
+        with pytest.raises(ConfigError) as err:
+            load_split(f"{name}:NoLoader", tmp_path, True, seed=0, prepare=False)
+        assert "\n" not in str(err.value) and "train_dataloader() failed" in str(err.value)
+    finally:
+        clear_cache()
