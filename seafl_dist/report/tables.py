@@ -97,6 +97,8 @@ def mean_std(values: list[float]) -> tuple[float, float]:
     vals = [v for v in values if v is not None and not math.isnan(v)]
     if not vals:
         return math.nan, math.nan
+    if any(math.isinf(v) for v in vals):  # ε = ∞ (z = 0): statistics.stdev cannot take an infinity
+        return (vals[0], 0.0) if all(v == vals[0] for v in vals) else (sum(vals) / len(vals), math.nan)
     return statistics.fmean(vals), (statistics.stdev(vals) if len(vals) > 1 else 0.0)
 
 

@@ -125,7 +125,8 @@ def plot_time_vs_value(groups, key: str, targets, path: str | Path, *, title: st
             ax.grid(alpha=0.3)
         axes[0].set_ylabel("virtual time to target (s)")
         handles, labels = axes[0].get_legend_handles_labels()
-        fig.legend(handles, labels, loc="outside right upper", frameon=False)
+        # below the panels: at the upper right it ran into the two-line title (seen on the privacy study's figure)
+        fig.legend(handles, labels, loc="outside lower center", ncols=min(4, len(handles)), frameon=False)
         fig.suptitle((title if title is not None else title_of([g for line in lines for g in line])) + "\n" +
                      CAPTION, fontsize=10)
     save(fig, Path(path), rows)

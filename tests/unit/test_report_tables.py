@@ -237,3 +237,18 @@ def test_runs_that_diverged_are_counted_and_dated_only_where_one_did(sweep_dir, 
         assert [r["diverged_version"] for r in csv.DictReader(f)] == ["2", ""]
     with open(tmp_path / "rep" / "report.csv") as f:
         assert [r["diverged"] for r in csv.DictReader(f)] == ["1"]
+
+
+@pytest.mark.parametrize("values, mean, std", [
+    ([math.inf, math.inf, math.inf], math.inf, 0.0),  # ε = ∞ in every seed (z = 0): the sweep's report failed on it
+    ([math.inf], math.inf, 0.0),
+    ([2.0, math.inf], math.inf, math.nan),
+    ([math.inf, -math.inf], math.nan, math.nan),
+    ([1.0, 3.0, None, math.nan], 2.0, math.sqrt(2.0)),
+    ([None], math.nan, math.nan),
+])
+def test_mean_std_takes_infinities_and_skips_missing_values(values, mean, std):
+    from seafl_dist.report.tables import mean_std
+    got = mean_std(values)
+    for g, want in zip(got, (mean, std)):
+        assert (math.isnan(g) and math.isnan(want)) or g == pytest.approx(want)
