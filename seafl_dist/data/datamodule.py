@@ -11,7 +11,7 @@ What is called, in Lightning's order, and what is taken from it:
    path; one process: once). It may download; the other ranks then read what it wrote.
 3. ``setup("fit")`` then ``train_dataloader()``, and ``setup("test")`` then ``test_dataloader()`` (else
    ``val_dataloader()``), on every rank. Each runs under a forked random state of torch, numpy and ``random``,
-   seeded from ``data.seed``'s ``datamodule`` stream: a ``random_split`` in ``setup`` gives every rank the same
+   seeded with ``data.seed``: a ``random_split`` in ``setup`` gives every rank the same
    split, and the run's own streams are left as they were. A fingerprint of the training set (every sample's
    bytes, in order) is compared across ranks (runtime/distributed.py); a mismatch stops the run in one line.
 4. **The training set** is the ``dataset`` of ``train_dataloader()``'s DataLoader; the partition shares out its
@@ -91,28 +91,27 @@ class _Loaded:
             raise plugin_error("data.name", path, f"it returned {type(self.dm).__name__}, not a LightningDataModule")
         if prepare:
             _call(path, self.dm, "prepare_data")
-        from ..sim import stream_seed
-        with seeded(stream_seed(seed, "datamodule")):
+        with seeded(seed):
             _call(path, self.dm, "setup", "fit")
             self.train = _split(path, self.dm, "train_dataloader")
         self._test = None
 
     def test(self) -> SampleDataset:
         if self._test is None:
-            from ..sim import stream_seed
             hook = next((h for h in ("test_dataloader", "val_dataloader") if _overrides(self.dm, h)), None)
             if hook is None:
                 raise plugin_error("data.name", self.path, "it has neither test_dataloader nor val_dataloader; the "
                                                            "central evaluation needs one")
-            with seeded(stream_seed(self.seed, "datamodule-test")):
+            with seeded(self.seed):
                 _call(self.path, self.dm, "setup", "test")
                 self._test = _split(self.path, self.dm, hook, num_classes=self.train.num_classes)
         return self._test
 
 
 def _overrides(dm, hook: str) -> bool:
-    from lightning.pytorch import LightningDataModule
-    return getattr(type(dm), hook, None) is not getattr(LightningDataModule, hook, None)
+    """Whether ``dm``'s class defines ``hook`` below LightningDataModule (found in its bases: not imported here)."""
+    base = next(c for c in type(dm).__mro__ if is_datamodule_class(c) and c.__name__ == "LightningDataModule")
+    return getattr(type(dm), hook, None) is not getattr(base, hook, None)
 
 
 def _said(err: BaseException) -> str:

@@ -272,7 +272,7 @@ def check_user_model(cfg: Config, model, data, num_classes: int, device, eval_da
     from seafl_dist.train.evaluation import evaluation_step
     from seafl_dist.train.probe import check_module, probe_batches, probe_evaluation
     own_step = evaluation_step(model) is not None
-    batches = probe_batches(data)
+    batches = probe_batches(data, torch.device(device))
     if not own_step:
         pair = as_pair(batches[0])
         if pair is None:

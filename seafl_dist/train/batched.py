@@ -40,7 +40,6 @@ import torch.nn.functional as F
 from torch import nn
 from torch.optim.sgd import sgd
 
-from seafl_dist.data.samples import as_pair
 from seafl_dist.models.contract import overridden
 from seafl_dist.train.flat import FlatLayout, flatten, join
 from seafl_dist.train.local import _autocast, train_job
@@ -100,10 +99,10 @@ def _find_blocker(module, data, device: torch.device, precision: str) -> str | N
     # anything else vmap rejects (random ops in forward, .item(), data-dependent control flow):
     # one fused step of two copies of the model on two samples, on copies of its state
     module.to(device).train()
-    pair = as_pair(data.batch(torch.arange(2), device=device))
-    if pair is None:
-        return "its batches are not (inputs, integer labels), which the fused step's loss takes"
-    x, y = pair
+    batch = data.batch(torch.arange(2), device=device)
+    if not (isinstance(batch, (tuple, list)) and len(batch) == 2 and all(isinstance(b, torch.Tensor) for b in batch)):
+        return "its batches are not (inputs, labels) tensors, which the fused step's loss takes"
+    x, y = batch
     stack = _Stack(FlatLayout.of(module), _trainable(module), [flatten(module)] * 2, device)
     try:
         FusedStep(module, stack.trainable, device, precision)(stack, x.expand(2, *x.shape), y.expand(2, *y.shape))

@@ -17,7 +17,6 @@ import warnings
 
 import torch
 
-from seafl_dist.data.samples import to_device
 from seafl_dist.models.contract import refusal
 from seafl_dist.train.flat import flatten
 from seafl_dist.train.local import job_random_state
@@ -38,21 +37,21 @@ class _Batches:
         yield from self.batches
 
 
-def probe_batches(data) -> list:
-    """Two batches of ``data``'s first four rows (rows 0-1 and 2-3; one batch with fewer than two rows)."""
+def probe_batches(data, device=None) -> list:
+    """Two batches of ``data``'s first four rows (rows 0-1 and 2-3; one batch with fewer than two rows), on ``device``."""
     n = min(4, len(data))
     half = max(1, n // 2)
-    return [data.batch(torch.arange(0, half)), data.batch(torch.arange(half, n))] if n > half else \
-        [data.batch(torch.arange(n))]
+    return [data.batch(torch.arange(0, half), device=device), data.batch(torch.arange(half, n), device=device)] \
+        if n > half else [data.batch(torch.arange(n), device=device)]
 
 
 def check_module(module, batches: list, *, loop: str, clip: tuple, device, precision: str = "32") -> str | None:
-    """Why ``module`` cannot train as the run would train it on ``batches`` (one line), or None (module doc)."""
+    """Why ``module`` cannot train as the run would train it on ``batches`` (on ``device``; one line), or None."""
     why = refusal(module, loop)
     if why is not None:
         return why
     device = torch.device(device)
-    batches = _Batches([to_device(b, device) for b in batches])
+    batches = _Batches(batches)
     half = _rows(batches.batches[0])
     try:
         with warnings.catch_warnings(), job_random_state(0, device):
