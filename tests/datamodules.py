@@ -5,7 +5,8 @@
 int}`` of variable length (class k: about half the tokens are k + 1), padded per batch by the DataModule's
 collate; ``setup`` makes the train/validation split with ``random_split`` (torch's global generator). The
 module embeds, averages the tokens a row holds and classifies; its ``test_step`` logs ``test_loss`` and
-``test_acc``.
+``test_acc``. ``SpeakersDM``'s samples declare no labels and add a ``speaker`` (one of ten names, drawn
+skewed) and a ``topic`` (the class as a 0-d tensor): what ``data.partition_by`` reads.
 """
 import itertools
 from pathlib import Path
@@ -115,6 +116,35 @@ class Hidden(Dataset):
 class Unlabelled(WordsDM):
     def train_dataloader(self):
         return DataLoader(Hidden(self.train_set), batch_size=8, collate_fn=pad)
+
+
+SPEAKERS = ["ann", "bo", "cy", "di", "ed", "flo", "gus", "hal", "ivy", "jo"]
+
+
+class Spoken(Dataset):
+    """Words' samples with no labels declared, each said by a speaker (a skewed draw of its own seed), its class
+    also under "topic" as a 0-d tensor."""
+
+    def __init__(self, words, seed):
+        self.words = words
+        g = torch.Generator().manual_seed(seed)
+        weights = torch.arange(1, len(SPEAKERS) + 1, dtype=torch.float64)
+        self.speakers = [SPEAKERS[k] for k in torch.multinomial(weights, len(words), True, generator=g).tolist()]
+
+    def __len__(self):
+        return len(self.words)
+
+    def __getitem__(self, i):
+        item = self.words[i]
+        return {**item, "topic": torch.tensor(item["label"]), "speaker": self.speakers[i]}
+
+
+class SpeakersDM(Prepared):
+    def train_dataloader(self):
+        return DataLoader(Spoken(self.train_set, 2), batch_size=8, collate_fn=pad)
+
+    def test_dataloader(self):
+        return DataLoader(Spoken(self.test_set, 3), batch_size=64, collate_fn=pad)
 
 
 class NoLoader(L.LightningDataModule):

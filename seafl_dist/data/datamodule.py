@@ -179,7 +179,7 @@ def fingerprint(data: SampleDataset) -> str:
         if isinstance(x, torch.Tensor):
             t = x.detach().cpu().contiguous()
             h.update(f"{t.dtype}{tuple(t.shape)}".encode())
-            h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+            h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")  # 0-d: reshaped
         elif isinstance(x, np.ndarray):
             h.update(f"{x.dtype}{x.shape}".encode() + np.ascontiguousarray(x).tobytes())
         elif isinstance(x, (tuple, list)):

@@ -1,7 +1,7 @@
 """Held-out data per device: each device's shard split into a training part and a held-out part.
 
     train, held = split_holdout(shards, 0.2, seed=stream_seed(data_seed, "device_holdout"), labels=labels)
-    held = writer_holdout(device_writers, test)      # FEMNIST: each writer's own LEAF test samples
+    held = writer_holdout(device_writers, groups)    # FEMNIST: each writer's own LEAF test samples
     rows = HeldOut.of(train_set, held, devices)      # the chosen devices' held-out rows, gathered once
 
 **The split** (``data.device_holdout = f``). Device k with n_k samples holds out h_k = ⌊f·n_k + ½⌋ of
@@ -23,9 +23,10 @@ be trained on by another: the split works on a device's positions, not on rows.
 A device left without a training sample (n_k = 1 at f ≥ ½, say) is refused: :func:`holdout_refusal`
 says so in one line naming the key, the device and the largest fraction that keeps one.
 
-**A dataset's own per-device test data** (``data.device_test: writers``, FEMNIST with
-``data.partition: natural``): device k's held-out part is every sample its writer has in LEAF's test
-files, matched by the writer's name; its training shard is untouched (LEAF's own split). A writer
+**A dataset's own per-device test data** (``data.device_test: writers``, with ``data.partition: natural``):
+device k's held-out part is every sample its group has in the test set, matched by the group's name (FEMNIST,
+Shakespeare: the writer's samples in LEAF's test files; a DataModule: the test samples of the same value under
+``data.partition_by``); its training shard is untouched (LEAF's own split). A writer
 with no test sample (absent from the test files, or listed there with none, as LEAF's ``-t sample``
 split leaves a writer of very few samples) has an empty held-out part: it is left out of the device
 evaluation's statistics and counted (report/device_eval.py).
@@ -92,12 +93,13 @@ def _per_device(rows: np.ndarray, dev: np.ndarray, counts: np.ndarray) -> list[n
     return [rows[a:b] for a, b in zip([0] + ends[:-1], ends)]  # slices: np.split takes 5 s at a million
 
 
-def writer_holdout(writers: list[str], test) -> list[np.ndarray]:
-    """Device k's held-out rows of ``test`` (a WriterDataset): its writer ``writers[k]``'s test samples, matched by
-    name; an empty array for a writer with none."""
-    where = {w: i for i, w in enumerate(getattr(test, "writers", None) or [])}
+def writer_holdout(writers: list[str], test_groups) -> list[np.ndarray]:
+    """Device k's held-out rows of the test set: the rows of its group ``writers[k]`` in ``test_groups`` (its
+    :class:`~seafl_dist.data.labels.Groups`: LEAF's writers, or a ``data.partition_by`` key's groups), matched by
+    name; an empty array for a group with none."""
+    where = {w: i for i, w in enumerate(test_groups.names)} if test_groups is not None else {}
     empty = np.zeros(0, dtype=np.int64)
-    return [test.writer_rows(where[w]) if w in where else empty for w in writers]
+    return [test_groups.rows(where[w]) if w in where else empty for w in writers]
 
 
 class Rows:

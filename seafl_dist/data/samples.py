@@ -19,6 +19,8 @@ It answers what the rest of the run asks of a dataset, or says "none":
   image sample's channels and side, else 0 (what a user's model builder is given).
 - ``inputs``: ``"samples"``: a built-in model (images or token ids) is refused for it in one line.
 - ``take(rows)``: the rows a worker keeps (a view, no copy); ``to(device)``: itself (batches move one by one).
+- ``field(key)``: every sample's value under ``key`` (``data.partition_by``: the labels or groups a partition
+  reads, data/labels.py), read once and kept.
 
 It holds no augmentation: a DataModule augments in its own dataset or collate (``data.augment`` is refused).
 """
@@ -28,6 +30,8 @@ from collections.abc import Mapping
 
 import numpy as np
 import torch
+
+from ..settings import ConfigError
 
 
 def to_device(batch, device: torch.device):
@@ -77,6 +81,34 @@ def declared_labels(dataset, owner=None) -> np.ndarray | None:
     return None
 
 
+def field_value(sample, key: str):
+    """``sample``'s value under ``key``: a dict's entry, a tuple's or list's position (``key`` ``"0"``, ``"1"``, ...),
+    an object's attribute; a 0-d tensor or numpy scalar as a Python scalar. KeyError where there is none."""
+    if isinstance(sample, Mapping):
+        value = sample[key] if key in sample else _missing(sample)
+    elif isinstance(sample, (tuple, list)) and not hasattr(sample, "_fields"):
+        value = sample[int(key)] if key.isdigit() and int(key) < len(sample) else _missing(sample)
+    elif hasattr(sample, key):  # a namedtuple's or a dataclass's field
+        value = getattr(sample, key)
+    else:
+        value = _missing(sample)
+    if isinstance(value, torch.Tensor) and value.dim() == 0:
+        return value.item()
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def _missing(sample):
+    if isinstance(sample, Mapping):
+        has = f"its keys are {sorted(map(str, sample))}"
+    elif isinstance(sample, (tuple, list)) and not hasattr(sample, "_fields"):
+        has = f"it is a {type(sample).__name__} of {len(sample)}: positions 0 to {len(sample) - 1}"
+    else:
+        has = f"it is a {type(sample).__name__}"
+    raise KeyError(has)
+
+
 class _Rows:
     """The rows ``rows`` of a map-style dataset, by position (a view: nothing is copied)."""
 
@@ -104,6 +136,7 @@ class SampleDataset:
         self.num_classes = num_classes if num_classes is not None else (
             int(self.labels.max()) + 1 if self.labels is not None and len(self.labels) else 0)
         self.classes = [str(k) for k in range(self.num_classes)]
+        self._fields: dict[str, list] = {}
 
     def __len__(self) -> int:
         return len(self.dataset)
@@ -132,6 +165,20 @@ class SampleDataset:
         labels = None if self.labels is None else self.labels.numpy()[rows]
         return SampleDataset(_Rows(self.dataset, rows), self.collate, self.name, labels=labels,
                              image_shape=self.image_shape, num_classes=self.num_classes)
+
+    def field(self, key: str) -> list:
+        """Every sample's value under ``key`` (:func:`field_value`), in row order; ConfigError naming the first sample
+        that has none."""
+        if key not in self._fields:
+            values = []
+            for i in range(len(self.dataset)):
+                try:
+                    values.append(field_value(self.dataset[i], key))
+                except KeyError as err:
+                    raise ConfigError(f"config key 'data.partition_by' has value {key!r}; allowed: a key of every "
+                                      f"sample of {self.name}: sample {i} has none ({err.args[0]})") from None
+            self._fields[key] = values
+        return self._fields[key]
 
     @staticmethod
     def augment_draws(n: int, generator=None) -> tuple:

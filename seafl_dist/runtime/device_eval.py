@@ -20,9 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from seafl_dist.data.femnist import WriterDataset
 from seafl_dist.data.holdout import HeldOut, split_holdout, writer_holdout
-from seafl_dist.data.labels import class_labels
+from seafl_dist.data.labels import class_labels, keys, sample_groups
 from seafl_dist.report.device_eval import DeviceEvalFiles, direction, summarise
 from seafl_dist.report.metric import BUILT_IN, Metric
 from seafl_dist.settings import ConfigError
@@ -36,7 +35,7 @@ def held_out_split(cfg, train, shards: list) -> tuple[list, list | None]:
     if cfg.data.device_holdout <= 0:
         return shards, None
     seed = stream_seed(cfg.data_seed, "device_holdout")
-    return split_holdout(shards, cfg.data.device_holdout, seed, labels=class_labels(train))
+    return split_holdout(shards, cfg.data.device_holdout, seed, labels=class_labels(train, keys(cfg.data)[0]))
 
 
 def eval_devices(cfg, num_devices: int) -> np.ndarray:
@@ -54,10 +53,12 @@ def gather(cfg, train, test, held: list | None, writers: list | None) -> HeldOut
         return None
     devices = eval_devices(cfg, len(writers) if writers is not None and held is None else len(held))
     if cfg.data.device_test == "writers":
-        if not isinstance(test, WriterDataset):
+        groups = sample_groups(test, keys(cfg.data)[1])
+        if groups is None:
             raise ConfigError(f"config key 'data.device_test' has value 'writers'; allowed: split for data.name="
-                              f"{cfg.data.name}, whose test set has no writers (femnist and shakespeare have)")
-        held = writer_holdout(writers, test)
+                              f"{cfg.data.name}, whose test set has no writers (femnist and shakespeare have; a "
+                              "DataModule's test samples are grouped by data.partition_by)")
+        held = writer_holdout(writers, groups)
         found = HeldOut.of(test, held, devices)
         if not found.sizes.any():
             raise ConfigError("config key 'data.device_test' has value 'writers'; allowed: split here: no writer "

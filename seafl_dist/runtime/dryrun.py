@@ -51,7 +51,9 @@ def dry_run(cfg: Config, out: Path, *, explicit: bool, overwrite: bool = False, 
     else:
         shards, writers = make_shards(cfg, data)
         shards, held = held_out_split(cfg, data, shards)  # a device left without a training sample: refused here
-        each = f" (one per writer, of {len(found.writers)})" if writers is not None else ""
+        by = cfg.data.partition_by
+        each = "" if writers is None else f" (one per writer, of {len(found.writers)})" if by is None else \
+            f" (one per value of {by!r})"
         lines.append(f"devices: {len(shards)} simulated{each}, {d.concurrency} training at once; shard sizes "
                      f"({cfg.data.partition}{', training parts' if held else ''}): {summarise([len(s) for s in shards])}")
         if held:

@@ -19,7 +19,7 @@ from seafl_dist.runtime.model_checks import built, check_inputs, check_model_siz
 from seafl_dist.data import clear_cache, load_dataset, partition
 from seafl_dist.data.custom import custom_partition
 from seafl_dist.data.datamodule import is_datamodule_path
-from seafl_dist.data.labels import class_labels
+from seafl_dist.data.labels import class_labels, keys, sample_groups
 from seafl_dist.data.natural import natural_partition
 from seafl_dist.data.partition import label_counts
 from seafl_dist.models import build_model
@@ -120,12 +120,14 @@ class Experiment:
 
     def partition_report(self) -> dict:
         """What the run dir records of the split (report/partition.py writes it, compactly for large N)."""
-        labels = class_labels(self.train)  # a DataModule's samples may declare none: no histograms then
-        hist = label_counts(labels, self.shards, self.train.num_classes) if labels is not None else None
+        labels = class_labels(self.train, keys(self.cfg.data)[0])  # a DataModule's may declare none: no histograms
+        hist = label_counts(labels, self.shards, max(self.train.num_classes, int(labels.max(initial=-1)) + 1)) \
+            if labels is not None else None
         d = self.cfg.data
         natural = d.partition == "natural"  # a writer's shard: no concentration involved
         held = {"device_holdout": d.device_holdout} if d.device_holdout else {}  # the shards are the training parts
         return {"dataset": self.train.name, "method": d.partition,
+                **({"partition_by": d.partition_by} if d.partition_by is not None else {}),
                 "concentration": None if natural else d.concentration,
                 **held, **({"device_test": d.device_test} if d.device_test != "split" else {}),
                 "n_samples": np.array(self.n_samples, dtype=np.int64),
@@ -188,25 +190,27 @@ def keep_only(exp: Experiment, devices) -> Experiment:
 
 
 def make_shards(cfg: Config, train) -> tuple[list[np.ndarray], list[str] | None]:
-    """Device k's training rows (one int64 array per device) and, for ``data.partition: natural``,
-    device k's writer (else ``None``): the partition of the training set ``train`` (a dataset, or the
-    dry run's :class:`~seafl_dist.data.check.DataCheck`: its ``name``, ``labels`` and writers) by
-    ``data.partition`` (natural, built-in or a user's, by import path), from the ``data.seed`` stream."""
-    d, labels = cfg.data, class_labels(train)
-    if labels is None:  # samples without integer labels (a DataModule's): what needs none can still be made
-        if d.partition not in ("iid", "natural"):
-            raise ConfigError(f"config key 'data.partition' has value {d.partition!r}; allowed: iid for data.name="
-                              f"{d.name}, whose samples declare no integer labels (give its dataset or DataModule "
-                              "a labels attribute, or samples (x, int label))")
-        labels = np.zeros(len(train), dtype=np.int64)  # iid reads the count only
-    seed = stream_seed(cfg.data_seed, "partition")
-    writers = None
-    if d.partition == "natural":  # each writer a device: the shards come from the dataset's writers
-        shards, writers = natural_partition(train, cfg.devices.num, seed)
+    """Device k's training rows (one int64 array per device) and, for ``data.partition: natural``, device k's
+    group's name (else ``None``): the partition of ``train`` (a dataset, or the dry run's DataCheck) by
+    ``data.partition`` (natural, built-in or a user's, by import path), from the ``data.seed`` stream, with the
+    labels or groups data/labels.py reads (``data.partition_by``: a key of the samples)."""
+    d, seed = cfg.data, stream_seed(cfg.data_seed, "partition")
+    label_key, group_key = keys(d)
+    if d.partition == "natural":  # each group a device: the shards come from the dataset's writers or a key's groups
+        shards, writers = natural_partition(sample_groups(train, group_key), cfg.devices.num, seed, train.name,
+                                            group_key)
         if cfg.devices.concurrency > len(shards):
             raise ConfigError(f"config key 'devices.concurrency' has value {cfg.devices.concurrency}; allowed: at "
-                              f"most the {len(shards)} devices of {train.name}'s writers (devices.num=null: all)")
-    elif is_import_path(d.partition):
+                              f"most the {len(shards)} devices of {train.name}'s groups (devices.num=null: all)")
+        return shards, writers
+    labels = class_labels(train, label_key)
+    if labels is None:  # samples without integer labels (a DataModule's): what needs none can still be made
+        if d.partition != "iid":
+            raise ConfigError(f"config key 'data.partition' has value {d.partition!r}; allowed: iid for data.name="
+                              f"{d.name}, whose samples declare no integer labels (give its dataset or DataModule "
+                              "a labels attribute, or name a key of its samples in data.partition_by)")
+        labels = np.zeros(len(train), dtype=np.int64)  # iid reads the count only
+    if is_import_path(d.partition):
         shards = custom_partition(d.partition, labels, cfg.devices.num, cfg.data_seed, overlap=d.shards_overlap)
     else:
         try:
@@ -214,7 +218,7 @@ def make_shards(cfg: Config, train) -> tuple[list[np.ndarray], list[str] | None]
                                samples_per_device=d.samples_per_device, seed=seed)
         except ValueError as err:  # an impossible request (devices.num / data.samples_per_device) is a user mistake
             raise ConfigError(f"cannot partition {train.name} ({len(labels)} training samples): {err}") from None
-    return [np.asarray(s, dtype=np.int64) for s in shards], writers
+    return [np.asarray(s, dtype=np.int64) for s in shards], None
 
 
 def prepare(cfg: Config, *, local_rank: int = 0, need_test: bool = True, fetch=None) -> Experiment:

@@ -297,6 +297,7 @@ OMITTED_AT_DEFAULT = {("devices", "profile"): None, ("devices", "dropout"): None
                       ("algorithm", "update_norm_factor"): None, ("run", "stop_on_divergence"): False,
                       ("run", "target_metric"): "accuracy", ("run", "target_mode"): "max",
                       ("data", "device_holdout"): 0.0, ("data", "device_test"): "split",
+                      ("data", "partition_by"): None,
                       ("run", "device_eval_every"): None, ("run", "device_eval_sample"): None}
 
 

@@ -1,6 +1,8 @@
-"""A LightningDataModule under torchrun W = 3 (issue 39 B.1): ``prepare_data`` runs once on the node, every rank
-sets it up with ``setup``'s ``random_split`` seeded alike, and the run dir is the one process's byte for byte; a DataModule whose split differs between ranks
-stops the run in one line naming data.name."""
+"""A LightningDataModule under torchrun W = 3 (issue 39 B.1, B.3): ``prepare_data`` runs once on the node, every
+rank sets it up with ``setup``'s ``random_split`` seeded alike, and the run dir is the one process's byte for byte,
+with Dirichlet from declared labels and with a natural partition by a group key of the samples (each group's own
+test samples held out, rank 0 evaluating them); a DataModule whose split differs between ranks stops the run in
+one line naming data.name."""
 import os
 import subprocess
 
@@ -23,11 +25,16 @@ def torchrun(mods, args, out, cwd):
                           timeout=300)
 
 
-def test_three_ranks_give_the_one_process_bytes(tmp_path, monkeypatch):
+@pytest.mark.parametrize("datamodule, extra", [
+    ("Prepared", ["data.partition=dirichlet"]),
+    ("SpeakersDM", ["data.partition=natural", "data.partition_by=speaker", "devices.num=null", "data.device_test=writers",
+                    "run.eval_every=3", "run.device_eval_every=3"]),
+], ids=["declared labels", "groups by a key"])
+def test_three_ranks_give_the_one_process_bytes(tmp_path, monkeypatch, datamodule, extra):
     mods = tmp_path / "mods"
     mods.mkdir()
     name = write(mods)
-    args = [*SMALL, *ARGS(name, "Prepared"), "data.partition=dirichlet"]
+    args = [*SMALL, *ARGS(name, datamodule), *extra]
     monkeypatch.syspath_prepend(str(mods))
     threads = torch.get_num_threads()
     try:
@@ -42,7 +49,8 @@ def test_three_ranks_give_the_one_process_bytes(tmp_path, monkeypatch):
     assert "on 3 ranks" in proc.stderr
     for d in ("d1", "d3"):  # prepare_data ran once on the one node, as in one process
         assert len((tmp_path / d / "prepared.txt").read_text().split()) == 1, d
-    for file in ("events.jsonl", "metrics.csv", "model.pt", "partition.json"):
+    files = ["events.jsonl", "metrics.csv", "model.pt", "partition.json"]
+    for file in files + (["device_metrics.csv"] if "data.device_test=writers" in extra else []):
         assert (tmp_path / "w1" / file).read_bytes() == (tmp_path / "w3" / file).read_bytes(), file
 
 

@@ -1,6 +1,10 @@
-"""A LightningDataModule as the data (issue 39 B.1, B.2): dict samples of variable length, padded by its collate,
-trained by both loops to the same bits and evaluated by the module's own test_step; Dirichlet from the labels its
-dataset declares; and every DataModule that does not fit, refused in one line with exit 2 and no run dir."""
+"""A LightningDataModule as the data (issue 39 B.1, B.2, B.3): dict samples of variable length, padded by its
+collate, trained by both loops to the same bits and evaluated by the module's own test_step; Dirichlet from the
+labels its dataset declares or from a key of its samples; a natural partition by a group key of its samples, with
+each group's own test samples as its held-out data; and every DataModule or key that does not fit, refused in one
+line with exit 2 and no run dir."""
+import collections
+import importlib
 import json
 import os
 import subprocess
@@ -9,6 +13,7 @@ import sys
 import pytest
 
 from datamodules import ARGS, write
+from seafl_dist.report.device_eval import read_device_metrics
 from one_line import one_error_line
 from small_runs import QUICKSTART, SMALL
 
@@ -56,6 +61,50 @@ def test_an_iid_split_needs_no_labels(mod, tmp_path):
     assert "label_histograms" not in part and part["n_samples"] == [40] * 10
 
 
+def test_dirichlet_from_a_key_of_the_samples_is_dirichlet_from_the_declared_labels_byte_for_byte(mod, tmp_path):
+    """SpeakersDM's samples are WordsDM's with no labels declared and the class also under "topic": with
+    data.partition_by=topic the split, and so the whole run, is WordsDM's with its declared labels."""
+    folder, name = mod
+    declared = seafl(folder, *ARGS(name), "data.partition=dirichlet", out=tmp_path / "declared")
+    assert declared.returncode == 0, declared.stderr[-3000:]
+    keyed = seafl(folder, *ARGS(name, "SpeakersDM"), "data.partition=dirichlet", "data.partition_by=topic",
+                  f"data.root={tmp_path}", out=tmp_path / "keyed")
+    assert keyed.returncode == 0, keyed.stderr[-3000:]
+    for file in ("model.pt", "metrics.csv", "events.jsonl"):
+        assert (tmp_path / "declared" / file).read_bytes() == (tmp_path / "keyed" / file).read_bytes(), file
+    part = {r: json.loads((tmp_path / r / "partition.json").read_text()) for r in ("declared", "keyed")}
+    assert part["keyed"].pop("partition_by") == "topic" and "partition_by" not in part["declared"]
+    assert part["keyed"].pop("dataset") == f"{name}:SpeakersDM" and part["declared"].pop("dataset") == f"{name}:WordsDM"
+    assert part["keyed"] == part["declared"] and len(part["keyed"]["label_histograms"]) == 10
+
+
+def test_a_natural_partition_by_a_group_key_makes_each_speaker_a_device_with_its_own_test_samples(mod, tmp_path,
+                                                                                                  monkeypatch):
+    folder, name = mod
+    monkeypatch.syspath_prepend(str(folder))
+    user = importlib.import_module(name)  # a speaker is drawn per row by a seed of its own: the split does not move it
+    said = {split: collections.Counter(user.Spoken(range(n), seed).speakers) for split, n, seed in
+            (("train", 400, 2), ("test", 120, 3))}
+    args = [*ARGS(name, "SpeakersDM"), "data.partition=natural", "data.partition_by=speaker", "devices.num=null",
+            "data.device_test=writers", "run.device_eval_every=3", "run.eval_every=3", f"data.root={tmp_path}"]
+    dry = subprocess.run([sys.executable, "-m", "seafl_dist", "run", str(QUICKSTART), *SMALL, *args, "--out",
+                          str(tmp_path / "r"), "--dry-run"], env=env_with(folder), cwd=folder, capture_output=True,
+                         text=True, timeout=300)
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    assert "devices: 10 simulated (one per value of 'speaker'), 4 training at once" in dry.stdout
+    proc = seafl(folder, *args, out=tmp_path / "r")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    part = json.loads((tmp_path / "r" / "partition.json").read_text())
+    assert part["method"] == "natural" and part["partition_by"] == "speaker" and part["device_test"] == "writers"
+    assert sorted(part["writers"]) == sorted(user.SPEAKERS)  # every speaker a device, in the seeded order
+    assert part["writers"] != sorted(user.SPEAKERS)
+    assert part["n_samples"] == [said["train"][w] for w in part["writers"]]  # all of a speaker's samples, untouched
+    rows = [r for r in read_device_metrics(tmp_path / "r") if r["version"] == 6]
+    assert [r["samples"] for r in rows] == [said["test"][w] for w in part["writers"]]  # its test samples, by name
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["device_eval"]["metrics"]["test_acc"]["devices"] == 10
+
+
 @pytest.mark.parametrize("extra, fragments", [
     (["data.name={m}:Streams"], ["data.name", "Streams", "IterableDataset", "map-style Dataset"]),
     (["data.name={m}:NoLoader"], ["data.name", "NoLoader", "train_dataloader() failed"]),
@@ -65,6 +114,17 @@ def test_an_iid_split_needs_no_labels(mod, tmp_path):
     (["model.name={m}:no_test_step", "run.target_metric=accuracy"], ["model.name", "no_test_step", "test_step",
                                                                       "batches are dict"]),
     (["data.augment=true"], ["data.augment", "True", "allowed: false", "augment in its dataset or collate"]),
+    (["data.name={m}:SpeakersDM", "data.partition=dirichlet"], ["data.partition", "'dirichlet'", "allowed: iid",
+                                                                "name a key of its samples in data.partition_by"]),
+    (["data.name={m}:SpeakersDM", "data.partition=natural", "devices.num=null"],
+     ["data.partition", "'natural'", "SpeakersDM has no writers", "name their group key in data.partition_by"]),
+    (["data.name={m}:SpeakersDM", "data.partition=natural", "data.partition_by=who", "devices.num=null"],
+     ["data.partition_by", "'who'", "a key of every sample", "sample 0 has none", "'speaker', 'tokens', 'topic'"]),
+    (["data.name={m}:SpeakersDM", "data.partition=dirichlet", "data.partition_by=speaker"],
+     ["data.partition_by", "'speaker'", "non-negative integer class", "sample 0's is '"]),
+    (["data.name={m}:SpeakersDM", "data.partition=natural", "data.partition_by=speaker", "devices.num=11"],
+     ["devices.num", "11", "at most the 10 groups of data.partition_by=speaker", "or null"]),
+    (["data.partition_by=label"], ["data.partition_by", "'label'", "null with data.partition=iid"]),
 ])
 def test_what_does_not_fit_is_refused_in_one_line(mod, tmp_path, extra, fragments):
     folder, name = mod

@@ -14,6 +14,7 @@ from leaf_files import write_leaf
 from resuming import SMALL, assert_same_run, checkpoint_versions, cli, reference, run_args
 from seafl_dist.data import load_dataset
 from seafl_dist.data.holdout import HeldOut, holdout_sizes, writer_holdout
+from seafl_dist.data.labels import sample_groups
 from seafl_dist.models import build_model
 from seafl_dist.report.device_eval import DEVICE_COLUMNS, SUMMARY_COLUMNS, read_device_metrics, read_device_summary
 from seafl_dist.runtime.device_eval import eval_devices
@@ -156,7 +157,7 @@ def test_femnist_writers_own_test_data_and_a_writer_without_any(tmp_path):
     stats = json.loads((out / "summary.json").read_text())["device_eval"]["metrics"]["accuracy"]
     assert stats["without_holdout"] == 1 and stats["devices"] == 4
     test = load_dataset("femnist", tmp_path, train=False)
-    held = HeldOut.of(test, writer_holdout(part["writers"], test), range(len(writers)))
+    held = HeldOut.of(test, writer_holdout(part["writers"], sample_groups(test)), range(len(writers)))
     flat = final_flat(build_model("lenet5", 62, 1, image_size=28), out)
     for i, (r, w) in enumerate(zip(rows, part["writers"])):  # the final model on the writer's own LEAF test samples
         assert held.sizes[i] == len(made["test"][w][1])

@@ -26,6 +26,7 @@ COMPANIONS = {"devices.num": ["devices.concurrency=1", "algorithm.buffer_size=1"
               "data.partition": ["data.name=femnist"],
               "algorithm.server_opt.pseudo_gradient": ["algorithm.server_opt.name=momentum"],  # delta: an optimizer
               "data.device_test": ["data.name=femnist", "data.partition=natural"],  # writers' own test data
+              "data.partition_by": ["data.name=fake_datasets:random_images"],  # a key: for a user's data (any callable)
               "run.device_eval_every": ["data.device_holdout=0.2"],  # evaluation needs held-out data
               "compression.error_feedback": ["compression.codec=topk", "runtime.placement=device"],  # true: both
               "privacy.enabled": ["algorithm.name=fedbuff", "privacy.noise_multiplier=1"]}  # true: a rule and a z

@@ -129,10 +129,11 @@ def test_the_split_is_the_same_for_a_seed_and_differs_between_seeds(mod, tmp_pat
 
 
 def test_the_fingerprint_reads_every_sample():
-    base = [{"t": torch.arange(3), "label": 1}, (torch.ones(2), 0.5, "s")]
+    base = [{"t": torch.arange(3), "label": 1, "k": torch.tensor(4)}, (torch.ones(2), 0.5, "s")]  # k: 0-d
     fp = fingerprint(SampleDataset(base, list, "a:b"))
-    for changed in ([{"t": torch.arange(3), "label": 2}, base[1]],
-                    [{"t": torch.arange(3).float(), "label": 1}, base[1]],
+    for changed in ([{"t": torch.arange(3), "label": 2, "k": torch.tensor(4)}, base[1]],
+                    [{"t": torch.arange(3).float(), "label": 1, "k": torch.tensor(4)}, base[1]],
+                    [{"t": torch.arange(3), "label": 1, "k": torch.tensor(5)}, base[1]],
                     [base[0], (torch.ones(2), 0.25, "s")],
                     [base[0], (torch.ones(2), 0.5, "t")],
                     [base[0]]):

@@ -7,7 +7,7 @@ import pytest
 
 from seafl_dist.data import partition
 from seafl_dist.data.holdout import HeldOut, holdout_sizes, split_holdout, writer_holdout
-from seafl_dist.data.labels import class_labels
+from seafl_dist.data.labels import Groups, class_labels
 from seafl_dist.runtime.device_eval import eval_devices, held_out_split
 from seafl_dist.settings import ConfigError, config_from_dict
 
@@ -97,9 +97,10 @@ def test_sample_of_devices_is_seeded_by_the_data_seed_and_fixed():
 
 
 def test_writers_own_test_rows_matched_by_name():
-    test = type("W", (), {"writers": ["b", "a"], "writer_rows": lambda self, i: [np.array([0, 1]), np.array([2])][i]})()
-    held = writer_holdout(["a", "c", "b"], test)
-    assert [h.tolist() for h in held] == [[2], [], [0, 1]]
+    groups = Groups(["b", "a"], np.array([0, 3, 1]), np.array([0, 2, 3]))  # b: rows 0 and 3, a: row 1
+    held = writer_holdout(["a", "c", "b"], groups)
+    assert [h.tolist() for h in held] == [[1], [], [0, 3]] and held[1].dtype == np.int64
+    assert [h.tolist() for h in writer_holdout(["a"], None)] == [[]]  # a test set without groups: nothing held out
 
 
 def test_gathered_rows_device_after_device():

@@ -10,6 +10,7 @@ import torch
 
 from seafl_dist.data import DatasetNotFoundError, clear_cache, load_dataset
 from seafl_dist.data.femnist import DataFormatError, WriterDataset
+from seafl_dist.data.labels import sample_groups
 from seafl_dist.data.natural import natural_partition
 from seafl_dist.runtime.setup import prepare
 from seafl_dist.settings import ConfigError, config_from_dict
@@ -84,18 +85,18 @@ def test_leaf_tree_as_data_root_and_skipped_writers(tmp_path):
 def test_natural_partition_one_device_per_writer(tmp_path):
     write_leaf(tmp_path)
     ds = load_dataset("femnist", root=tmp_path, train=True)
-    shards, names = natural_partition(ds, None, seed=7)
+    shards, names = natural_partition(sample_groups(ds), None, 7, ds.name)
     assert sorted(names) == sorted(WRITERS) and len(shards) == 5
     for shard, name in zip(shards, names):
         assert shard.tolist() == ds.writer_rows(ds.writers.index(name)).tolist()
-    first3, names3 = natural_partition(ds, 3, seed=7)
+    first3, names3 = natural_partition(sample_groups(ds), 3, 7, ds.name)
     assert names3 == names[:3] and all(np.array_equal(a, b) for a, b in zip(first3, shards))
-    assert natural_partition(ds, None, seed=8)[1] != names  # the order is seeded
+    assert natural_partition(sample_groups(ds), None, 8, ds.name)[1] != names  # the order is seeded
     with pytest.raises(ConfigError, match="'devices.num' has value 6; allowed: at most the 5 writers"):
-        natural_partition(ds, 6, seed=7)
+        natural_partition(sample_groups(ds), 6, 7, ds.name)
     digits = load_dataset("digits", train=True)
     with pytest.raises(ConfigError, match="'data.partition' has value 'natural'.*digits has no writers"):
-        natural_partition(digits, None, seed=0)
+        natural_partition(sample_groups(digits), None, 0, digits.name)
 
 
 def _config(root, **data):

@@ -32,7 +32,7 @@ REFUSED = {f"{section}.{key}" for section, keys in {
     "train": ["epochs", "batch_size", "lr", "momentum", "weight_decay", "loop", "grad_clip_val", "grad_clip_algorithm"],
     "clock": ["sec_per_sample", "download_s", "upload_s", "compute_scale", "idle.distribution", "idle.s", "idle.a",
               "idle.max", "idle.resample"],
-    "data": ["name", "root", "download", "partition", "shards_overlap", "concentration", "samples_per_device",
+    "data": ["name", "root", "download", "partition", "partition_by", "shards_overlap", "concentration", "samples_per_device",
              "test_fraction", "emnist_split", "augment", "seed", "device_holdout", "device_test"],
     "model": ["name", "width"],
     "run": ["seed", "max_aggregations", "max_time", "target_accuracy", "eval_every", "targets", "stop_on_divergence",

@@ -12,6 +12,7 @@ from one_line import one_line_message
 from seafl_dist.data import DatasetNotFoundError, clear_cache, load_dataset
 from seafl_dist.data.holdout import HeldOut, writer_holdout
 from seafl_dist.data.leaf import DataFormatError
+from seafl_dist.data.labels import sample_groups
 from seafl_dist.data.natural import natural_partition
 from seafl_dist.models import build_model
 from seafl_dist.runtime.model_checks import check_inputs
@@ -69,11 +70,11 @@ def test_one_device_per_role_and_leafs_own_split_per_role(tmp_path):
     made = write_shakespeare(tmp_path)
     train = load_dataset("shakespeare", root=tmp_path, train=True)
     test = load_dataset("shakespeare", root=tmp_path, train=False)
-    shards, roles = natural_partition(train, None, seed=3)
+    shards, roles = natural_partition(sample_groups(train), None, 3, train.name)
     assert sorted(roles) == sorted(ROLES) and len(shards) == len(ROLES)
     for shard, role in zip(shards, roles):
         assert train.images[shard].tolist() == [ids(x) for x in made["train"][role][0]]
-    held = writer_holdout(roles, test)
+    held = writer_holdout(roles, sample_groups(test))
     for rows, role in zip(held, roles):
         assert test.labels[rows].tolist() == ids("".join(made["test"][role][1]))
     gathered = HeldOut.of(test, held, [1, 0])

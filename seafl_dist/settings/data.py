@@ -1,0 +1,84 @@
+"""The ``data`` section: which dataset, and how its samples become the devices' shards and held-out parts.
+
+It mirrors the data room (seafl_dist/data/): the name (a built-in set, a loader's import path or a
+LightningDataModule's), where it lives, the partition (``dirichlet``, ``iid``, ``natural`` or a user's split),
+what the partition reads (``partition_by``: a key of a DataModule's samples, data/labels.py), the split's own seed
+and the per-device held-out data. ``__post_init__`` checks each key against its domain, then what relates them;
+every check names the key, the value and what is allowed.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from seafl_dist.settings.domains import SEEDS, Text, check_fields, plugin_or
+from seafl_dist.settings.errors import _fail
+from seafl_dist.settings.keys import key
+
+WITHOUT_WRITERS = ("digits", "mnist", "emnist", "cifar10", "cinic10")  # built-in datasets natural cannot split
+WITH_WRITERS = ("femnist", "shakespeare")  # LEAF's: one writer (a FEMNIST writer, a Shakespeare role) a device
+TOKEN_DATASETS = ("shakespeare",)  # built-in datasets of token sequences; every other built-in one holds images
+EMNIST_SPLITS = ("byclass", "bymerge", "balanced", "letters", "digits", "mnist")  # torchvision's EMNIST.splits
+
+
+@dataclass(kw_only=True)
+class DataConfig:
+    name: str = key("digits", "the dataset: `digits` (bundled), `mnist`, `emnist`, `cifar10`, `cinic10`, `femnist` "
+                    "(LEAF's JSON files, by writer), `shakespeare` (LEAF's, by role: next-character prediction), "
+                    "`pkg.module:loader`, or `pkg.module:MyDataModule` (a LightningDataModule, docs/extending.md)", plugin_or(WITHOUT_WRITERS + WITH_WRITERS))
+    root: str = key("data", "directory the on-disk datasets live in")
+    download: bool = key(False, "fetch a missing MNIST, EMNIST or CIFAR-10 through torchvision (needs internet)")
+    partition: str = key("dirichlet", "how samples are split into shards: `dirichlet` (label skew), `iid`, "
+                         "`natural` (one device per writer: femnist, shakespeare; or per group of `data.partition_by`), or "
+                         "`pkg.module:split`",
+                         plugin_or(("dirichlet", "iid", "natural")),
+                         note="`natural`: device k is the k-th writer (group) of an order seeded by `data.seed`, "
+                              "with all of its training samples; `devices.num: null` takes every writer, N the "
+                              "first N (docs/femnist.md).")
+    partition_by: Optional[str] = key(
+        None, "a DataModule's sample key the partition reads: with `natural`, the group (a speaker, a user) that makes "
+              "a device; with `dirichlet` or `pkg.module:split`, the integer label; `null`: the writers (femnist, "
+              "shakespeare) and the declared labels", Text(),
+        note="Named as Flower Datasets' partitioners name it (`partition_by`): a key of dict samples, a position "
+             "(`\"0\"`, `\"1\"`) of tuple samples, an attribute of other samples. Groups are named by their `str`; with "
+             "`data.device_test: writers` a device's held-out data is the test samples of its group (docs/extending.md).")
+    shards_overlap: bool = key(False, "a custom `data.partition` may give devices shared samples")
+    concentration: float = key(0.3, "Dirichlet concentration over labels (smaller: more skew)", "(0, inf)")
+    samples_per_device: Optional[int] = key(None, "fixed shard size, drawn without replacement; `null`: the "
+                                            "whole training set is shared out", "[1, inf)")
+    test_fraction: float = key(0.2, "`digits` only: the seeded, stratified held-out share", "(0, 1)")
+    emnist_split: str = key("balanced", "`emnist` only: the split (`balanced`: 47 classes)", EMNIST_SPLITS)
+    augment: bool = key(False, "random crop and horizontal flip of training batches (CIFAR style)")
+    seed: Optional[int] = key(None, "seed of the data split (shards; digits' hold-out); `null`: `run.seed`", SEEDS,
+                              note="Fix `data.seed` to vary `run.seed` over one split: runs of different "
+                                   "`run.seed` then train on the same shards.")
+    device_holdout: float = key(
+        0.0, "the share of each device's shard held out from its training, for device evaluation "
+             "(`run.device_eval_every`); 0: none", "[0, 1)",
+        note="Device k holds out ⌊f·n_k + ½⌋ of its n_k samples, stratified by label, drawn from a stream of its own "
+             "under `data.seed` (the shards do not move). What it holds out it never trains on: n_k shrinks, and with "
+             "it c_k = n_k × `clock.sec_per_sample` and SEAFL's and FedAvg's weights, so a run with a holdout is not "
+             "the paper's schedule (docs/device_eval.md). Left out of config.yaml at 0.")
+    device_test: str = key("split", "device k's held-out data: `split` (its shard, by `data.device_holdout`) or "
+                           "`writers` (`data.partition: natural`: its writer's own LEAF test samples, or its group's "
+                           "test samples by `data.partition_by`)",
+                           ("split", "writers"))
+
+    def __post_init__(self) -> None:
+        check_fields(self, "data")
+        if self.partition == "natural" and self.name in WITHOUT_WRITERS:
+            _fail("data.partition", self.partition, f"dirichlet, iid or an import path for data.name={self.name}: "
+                  f"natural makes each writer a device and {self.name} has no writers (femnist and shakespeare have)")
+        if self.partition_by is not None and (self.partition == "iid" or self.name in WITHOUT_WRITERS + WITH_WRITERS):
+            _fail("data.partition_by", self.partition_by, f"null with data.partition=iid (it reads no labels or groups)"
+                  if self.partition == "iid" else f"null for data.name={self.name}: its labels and writers are its "
+                  "own; a key names a field of a DataModule's samples")
+        if self.augment and self.name in TOKEN_DATASETS:
+            _fail("data.augment", True, f"false for data.name={self.name}: its samples are character ids, and crop and "
+                  "flip are for images")
+        if self.partition == "natural" and self.samples_per_device is not None:
+            _fail("data.samples_per_device", self.samples_per_device, "null with data.partition=natural (a "
+                  "writer's shard is all of its samples)")
+        if self.device_test == "writers" and (self.partition != "natural" or self.device_holdout > 0):
+            _fail("data.device_test", self.device_test, "split, unless data.partition=natural (writers' own test "
+                  "samples) and data.device_holdout=0 (one source of held-out data)")
