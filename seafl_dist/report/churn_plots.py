@@ -19,12 +19,23 @@ from seafl_dist.report.sinks import read_events
 POINTS = 600
 
 
-def population_of(config: dict):
-    """The run's Population from its config.yaml tree (``devices.profile`` must be readable here)."""
+def population_of(config: dict, run_dir: str | Path | None = None):
+    """The run's Population from its config.yaml tree (``devices.profile`` must be readable here). N is
+    ``devices.num``, or, where that is null (one device per writer or group: ``data.partition: natural``), the
+    device count of the run's partition record in ``run_dir``."""
+    from seafl_dist.report.partition import read_partition
     from seafl_dist.sim.population import Population
     from seafl_dist.sim.profiles import read_profiles
     dev, seed = config["devices"], config["data"].get("seed")
-    return Population(read_profiles(dev["profile"]), dev["num"], config["run"]["seed"] if seed is None else seed,
+    num, record = dev["num"], None
+    if num is None:
+        record = read_partition(run_dir) if run_dir is not None else None
+        if record is None:
+            from seafl_dist.settings import ConfigError
+            raise ConfigError(f"config key 'devices.num' has value None in {run_dir}; allowed: a number, or a run dir "
+                              "with the partition.json that counts its devices")
+        num = len(record["n_samples"])
+    return Population(read_profiles(dev["profile"]), num, config["run"]["seed"] if seed is None else seed,
                       availability_scale=dev.get("availability_scale", 1.0))
 
 
@@ -46,7 +57,7 @@ def plot_population(run_dir: str | Path, config: dict, path: str | Path, *, unti
     events = read_events(run_dir / "events.jsonl")
     end = max((e.get("time", 0.0) for e in events), default=0.0)
     until = end if until is None else until
-    pop = population_of(config)
+    pop = population_of(config, run_dir)
     per_row = np.bincount(pop.device_profiles(), minlength=len(pop.perm))
     grid = np.linspace(0.0, max(until, 1e-9), POINTS)
     online = [int(per_row[pop.profiles_online(float(t))].sum()) for t in grid]

@@ -13,6 +13,8 @@ import sys
 import pytest
 
 from datamodules import ARGS, write
+from device_runs import CHURN, write_profile
+from resuming import assert_same_run, checkpoint_versions
 from seafl_dist.report.device_eval import read_device_metrics
 from one_line import one_error_line
 from small_runs import QUICKSTART, SMALL
@@ -24,9 +26,9 @@ def env_with(folder):
     return env
 
 
-def seafl(folder, *args, out):
+def seafl(folder, *args, out, env=None):
     return subprocess.run([sys.executable, "-m", "seafl_dist", "run", str(QUICKSTART), *SMALL, *args, "--out", str(out)],
-                          env=env_with(folder), cwd=folder, capture_output=True, text=True, timeout=300)
+                          env=env or env_with(folder), cwd=folder, capture_output=True, text=True, timeout=300)
 
 
 @pytest.fixture(scope="module")
@@ -103,6 +105,41 @@ def test_a_natural_partition_by_a_group_key_makes_each_speaker_a_device_with_its
     assert [r["samples"] for r in rows] == [said["test"][w] for w in part["writers"]]  # its test samples, by name
     summary = json.loads((tmp_path / "r" / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["device_eval"]["metrics"]["test_acc"]["devices"] == 10
+
+
+def test_a_killed_run_of_speakers_with_churn_and_w_and_b_resumes_to_the_uninterrupted_bytes_and_reports(mod, tmp_path):
+    """Everything else keeps working with any data: a DataModule split by a group key, under a device profile and
+    dropouts, logging to W&B offline, killed after aggregation 3 (checkpoint at 2) and run again, ends with the
+    uninterrupted run's bytes, each version logged to W&B once, and `seafl report` draws it."""
+    pytest.importorskip("wandb.proto.wandb_internal_pb2")
+    from seafl_dist.report.build import write_report
+    from seafl_dist.report.wandb_files import offline_files
+    from wandb_runs import logged_versions, offline_env
+    folder, name = mod
+    profile = write_profile(tmp_path / "devices.csv")
+    args = [*ARGS(name, "SpeakersDM"), *CHURN[len(SMALL):], f"devices.profile={profile}", "data.partition=natural",
+            "data.partition_by=speaker", "devices.num=null", "data.device_test=writers", "run.eval_every=2",
+            "run.device_eval_every=2", "run.checkpoint_every=2", "run.checkpoint_every_s=null", f"data.root={tmp_path}"]
+    wandb = ["logging.wandb.enabled=true", "logging.wandb.mode=offline"]
+    env = {**offline_env(tmp_path, env_with(folder)), "OMP_NUM_THREADS": "1"}
+    ref = seafl(folder, *args, *wandb, out=tmp_path / "ref", env=env)
+    assert ref.returncode == 0, ref.stderr[-3000:]
+    out = tmp_path / "run"
+    killed = seafl(folder, *args, *wandb, out=out, env={**env, "SEAFL_FAULT": "after_aggregate:3"})
+    assert killed.returncode != 0 and checkpoint_versions(out) == [2], killed.stderr[-3000:]
+    resumed = seafl(folder, *args, *wandb, out=out, env=env)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resumed" in resumed.stderr
+    assert_same_run(tmp_path / "ref", out)
+    for file in ("device_metrics.csv", "partition.json"):
+        assert (out / file).read_bytes() == (tmp_path / "ref" / file).read_bytes(), file
+    events = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
+    assert any(e["event"] == "drop" for e in events)  # the churn was real
+    run_id = json.loads((out / "wandb_run.json").read_text())["id"]
+    assert logged_versions(offline_files(out / "wandb", run_id)) == [0, 1, 2, 3, 4, 5, 6]  # each once
+    report = write_report([out], tmp_path / "report")
+    for file in ("device_eval_cdf.png", "device_eval.csv"):
+        assert report["files"][file].is_file(), file
 
 
 @pytest.mark.parametrize("extra, fragments", [
