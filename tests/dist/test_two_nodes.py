@@ -70,8 +70,10 @@ def test_a_lost_node_ends_the_first_within_the_timeouts_and_the_run_resumes(rest
     # node is lost), then the second node goes: its agent and its rank SIGKILLed
     out = tmp_path / "run"
     cmd = [*RUN, "--out", out]
-    job = nodes(*cmd, cwd=tmp_path, nproc=1, restarts=restarts, join_timeout=JOIN_S, fault="after_aggregate:3:STOP@1")
+    job = nodes(*cmd, cwd=tmp_path, nproc=1, restarts=restarts, join_timeout=JOIN_S, fault="after_aggregate:3:STOP@1",
+                pin_host=True)  # the store lives on the node that stays
     first, _ = job.node(0)
+    assert first is job.agents[0], "node 0 is not the agent that hosts the rendezvous store"
     while not (out / "events.jsonl").exists() or (out / "events.jsonl").read_text().count('"aggregate"') < 3:
         assert first.poll() is None, first.communicate()[1][-3000:]
         time.sleep(0.1)

@@ -28,27 +28,36 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def node_cmd(port: int, *run_args, nproc: int = 2, restarts: int = 0, join_timeout: int = 30) -> list[str]:
-    """One node's torchrun, as multinode.sbatch's ``srun`` starts it on every node."""
+def node_cmd(port: int, *run_args, nproc: int = 2, restarts: int = 0, join_timeout: int = 30,
+             is_host: bool | None = None) -> list[str]:
+    """One node's torchrun, as multinode.sbatch's ``srun`` starts it on every node; ``is_host`` (c10d's
+    ``is_host`` of ``--rdzv_conf``) pins whether this agent hosts the rendezvous store rather than the first to
+    bind it."""
+    host = "" if is_host is None else f",is_host={int(is_host)}"
     return [sys.executable, "-m", "seafl_dist.runtime.torchrun", "--nnodes=2", f"--nproc_per_node={nproc}",
             f"--max-restarts={restarts}", "--rdzv_id=seafl-two-nodes", "--rdzv_backend=c10d",
-            f"--rdzv_endpoint=127.0.0.1:{port}", f"--rdzv_conf=join_timeout={join_timeout}",
+            f"--rdzv_endpoint=127.0.0.1:{port}", f"--rdzv_conf=join_timeout={join_timeout}{host}",
             "-m", "seafl_dist", "run", str(QUICKSTART), *map(str, run_args)]
 
 
 class Nodes:
     """``count`` agents of one job (``nproc`` ranks each) started ~0.3 s apart; ``kill_all`` (the fixture's
-    teardown) stops every process."""
+    teardown) stops every process. ``pin_host``: the first agent hosts the rendezvous store (c10d's ``is_host``)
+    instead of whichever binds its port first: a test that loses a node must not lose the store with it (the
+    survivor could then only say it cannot reach the rendezvous). The rendezvous gives node 0 to the agent of the
+    lower pid, the first started, so the store's host is node 0 too."""
 
     def __init__(self, *run_args, cwd, count: int = 2, nproc: int = 2, restarts: int = 0, join_timeout: int = 30,
-                 fault=None):
+                 fault=None, pin_host: bool = False):
         self.nproc = nproc
-        cmd = node_cmd(free_port(), *run_args, nproc=nproc, restarts=restarts, join_timeout=join_timeout)
+        port = free_port()
         self.agents: list[subprocess.Popen] = []
         self.mark = uuid.uuid4().hex
         for i in range(count):
             if i:
                 time.sleep(0.3)
+            cmd = node_cmd(port, *run_args, nproc=nproc, restarts=restarts, join_timeout=join_timeout,
+                           is_host=(i == 0) if pin_host else None)
             self.agents.append(subprocess.Popen(cmd, cwd=cwd, env={**clean_env(fault), "SEAFL_TEST_NODES": self.mark},
                                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                                 start_new_session=True))
