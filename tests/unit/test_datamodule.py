@@ -44,6 +44,8 @@ def test_to_device_moves_every_tensor_at_any_depth_and_keeps_the_containers():
     ((torch.zeros(3, 2), torch.zeros(3, 1, dtype=torch.int64)), False),  # not 1-D
     ((torch.zeros(3, 2), torch.tensor([0, 1, 2]), torch.zeros(3)), False),  # three parts
     ({"x": torch.zeros(3), "y": torch.tensor([0, 1, 2])}, False),
+    ((torch.arange(3), torch.tensor([0, 1, 2])), True),  # one scalar input a row
+    (([0, 1, 2], torch.tensor([0, 1, 2])), False),  # inputs that are no tensor
 ])
 def test_as_pair_is_inputs_and_integer_labels_of_as_many_rows(batch, pair):
     assert (as_pair(batch) is not None) == pair
@@ -65,8 +67,10 @@ def test_declared_labels_come_from_the_dataset_its_datamodule_or_targets_and_fol
     assert declared_labels(Rows(2)) is None
     for bad in ([0.5, 1.0], [0, -1], [0, 1, 2], [[0], [1]]):  # floats, negative, too many, not 1-D
         assert declared_labels(Rows(2, labels=bad)) is None, bad
-    parent = Rows(5, labels=np.array([0, 1, 2, 3, 4]))
+    parent = Rows(5, labels=np.array([0, 1, 2, 3, 4], dtype=np.int32))
     assert list(declared_labels(Subset(parent, [4, 1]))) == [4, 1]
+    assert declared_labels(parent).dtype == np.int64 and declared_labels(Subset(parent, [1])).dtype == np.int64
+    assert declared_labels(Subset(Rows(5), [4, 1])) is None  # a parent without labels
 
 
 def test_a_batch_is_the_collate_of_the_items_and_take_keeps_rows_in_order():
@@ -85,9 +89,22 @@ def test_a_batch_is_the_collate_of_the_items_and_take_keeps_rows_in_order():
     assert len(sub) == 2 and sub.labels.tolist() == [2, 1] and sub.num_classes == 3
     assert sub.batch(torch.tensor([0, 1]))["n"].tolist() == [6, 2]
     assert ds.to("cpu") is ds and ds.augment_draws(4) == ()
-    with pytest.raises(ValueError, match="augment"):
+    with pytest.raises(ValueError, match=r"^x:y: augmentation \(data.augment\) is for the built-in image sets; a "
+                                         r"DataModule augments in its own dataset or collate$"):
         ds.batch(torch.tensor([0]), augment=True)
-    assert SampleDataset(items, collate, "x:y").num_classes == 0  # no labels: no classes
+    bare = SampleDataset(items, collate, "x:y")
+    assert bare.num_classes == 0 and bare.classes == [] and bare.labels is None  # no labels: no classes
+    assert bare.take([1]).labels is None and bare.in_channels == 0 and bare.image_size == 0
+
+
+def test_what_a_sample_dataset_declares_follows_it_into_the_rows_it_keeps():
+    ds = SampleDataset([(torch.zeros(3, 8, 8), k) for k in range(4)], list, "i:DM", labels=np.array([0, 2, 1, 2],
+                       dtype=np.int32), image_shape=torch.Size([3, 8, 8]), num_classes=5)
+    assert ds.labels.dtype == torch.int64 and ds.num_classes == 5 and ds.classes == ["0", "1", "2", "3", "4"]
+    assert ds.image_shape == (3, 8, 8) and ds.in_channels == 3 and ds.image_size == 8
+    sub = ds.take(np.array([3, 0], dtype=np.int32))
+    assert (sub.name, sub.image_shape, sub.num_classes, sub.labels.tolist()) == ("i:DM", (3, 8, 8), 5, [2, 0])
+    assert [int(y) for _, y in sub.batch([1, 0])] == [0, 3]
 
 
 def test_seeded_fixes_torch_numpy_and_random_and_restores_them():
