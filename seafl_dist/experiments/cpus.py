@@ -21,7 +21,7 @@ def ranks_per_run(launcher: list[str], cpus: int) -> int:
 def threads_per_run(jobs: int, launcher: list[str], cpus: int | None = None) -> int | None:
     """torch threads for each rank of each run: the CPUs here shared by ``jobs`` runs of
     :func:`ranks_per_run` ranks; ``None`` (torch's default) for one single-process run at a time."""
-    from seafl_dist.runtime.setup import cpus_here
+    from seafl_dist.runtime.cpus import cpus_here
     cpus = cpus_here() if cpus is None else cpus
     ranks = ranks_per_run(launcher, cpus)
     if jobs <= 1 and ranks <= 1:

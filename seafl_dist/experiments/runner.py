@@ -22,7 +22,7 @@ sweep then exits 1 and names the failed runs. With ``jobs`` > 1, or a launcher t
 ranks per run, each rank gets ``cpus // (jobs * ranks)`` torch threads (``runtime.threads``,
 ``OMP_NUM_THREADS``) unless the config sets ``runtime.threads``, so parallel runs do not
 oversubscribe the cores; ``cpus`` is what this process may use (its affinity and the Slurm
-allocation, :func:`~seafl_dist.runtime.setup.cpus_here`), not the node's total.
+allocation, :func:`~seafl_dist.runtime.cpus.cpus_here`), not the node's total.
 """
 from __future__ import annotations
 
@@ -233,7 +233,7 @@ def run_sweep(sweep: Sweep, out_dir: str | Path, *, jobs: int = 1, stream=None, 
               file=stream)
         if index is not None:  # one run (a job array's task): check its data, model and run dir too
             from seafl_dist.runtime.dryrun import dry_run
-            from seafl_dist.runtime.setup import cpus_here
+            from seafl_dist.runtime.cpus import cpus_here
             ranks = ranks_per_run(sweep.launcher, cpus_here())  # the launcher's ranks, for the layout line
             return dry_run(planned[0][0].config, planned[0][2], explicit=False,
                            environ={**os.environ, "WORLD_SIZE": str(ranks)} if ranks > 1 else None)

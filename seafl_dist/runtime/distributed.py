@@ -33,7 +33,8 @@ from seafl_dist.runtime.faults import NO_FAULT
 from seafl_dist.runtime.liveness import POLL_S, Heartbeat, StepCounter, Watcher
 from seafl_dist.runtime.server import Server, format_summary
 from seafl_dist.runtime.fetch import once_per_node, same_training_set
-from seafl_dist.runtime.setup import cpus_here, keep_only, oversubscription, pick_device, prepare
+from seafl_dist.runtime.cpus import cpus_here, oversubscription
+from seafl_dist.runtime.setup import keep_only, pick_device, prepare
 from seafl_dist.runtime.worker import GONE_FAILED, GONE_INTERRUPTED, gone, run_worker
 from seafl_dist.train import FlatLayout
 from seafl_dist.train.plan import epoch_sizes

@@ -136,7 +136,7 @@ def use_threads(cfg) -> None:
     if cfg.runtime.threads:
         import torch
 
-        from seafl_dist.runtime.setup import cpus_here, oversubscription
+        from seafl_dist.runtime.cpus import cpus_here, oversubscription
         torch.set_num_threads(cfg.runtime.threads)
         warning = oversubscription(cfg.runtime.threads, 1, cpus_here())
         if warning and (cfg.runtime.device == "cpu" or not torch.cuda.is_available()):

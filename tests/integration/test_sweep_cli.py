@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from seafl_dist.runtime.setup import cpus_here
+from seafl_dist.runtime.cpus import cpus_here
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = """\

@@ -1,5 +1,5 @@
 """The warning for more torch threads than CPUs (ranks x runtime.threads), which thrash."""
-from seafl_dist.runtime.setup import oversubscription
+from seafl_dist.runtime.cpus import oversubscription
 
 
 def test_oversubscribed_threads_are_warned_about_with_a_fix():
@@ -16,7 +16,7 @@ def test_oversubscribed_threads_are_warned_about_with_a_fix():
 import os  # noqa: E402
 
 from seafl_dist.experiments.runner import ranks_per_run, threads_per_run  # noqa: E402
-from seafl_dist.runtime.setup import cpus_here  # noqa: E402
+from seafl_dist.runtime.cpus import cpus_here  # noqa: E402
 
 
 def test_cpus_here_is_the_affinity_capped_by_the_slurm_allocation():
