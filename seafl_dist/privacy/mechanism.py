@@ -16,9 +16,14 @@ decompression, comes before it, stage 6, the server optimizer, after it, as post
 ε is that of the device with the largest m_k (privacy/accountant.py): each inclusion is one Gaussian mechanism
 with multiplier z for it, whatever the rule's weights (S covers them). The counts m_k are a function of the
 schedule, so a resumed run restores them from its checkpoint and goes on with the same numbers.
-What the guarantee covers is the sequence of global models. The run's diagnostics are computed from the clipped,
-un-noised updates and are outside it: the update-norm statistics (runtime/watch.py), the count of updates that
-were clipped, and device evaluation's metrics (runtime/device_eval.py).
+
+What the guarantee covers is the sequence of released global models. Integer counters (batch norm's
+``num_batches_tracked``) take no noise, so under DP they are w_t's, never an upload's: a non-finite update, taken
+as its base, would otherwise lower the max by an exact amount. With ``privacy.diagnostics: false`` (the default)
+nothing computed from an un-noised update is written: each update's entry in the aggregate event keeps only
+:data:`PUBLIC_INFO` (and ``weight`` for the rules whose weights are functions of the schedule, not SEAFL's),
+a module's logged training values are dropped (:meth:`Mechanism.released_log`), and neither the clip count nor
+the zeroed count is reported. docs/privacy.md, "Every output and its status", lists every output.
 """
 from __future__ import annotations
 
@@ -33,7 +38,15 @@ from ..algo.seafl import seafl_on_deltas
 from .accountant import calibrate, epsilon
 from .clip import clip_updates
 from .noise import add_noise, clamp_variance, noise_seed, variance_mask
-from .sensitivity import seafl_sensitivity, sensitivity
+from .sensitivity import RULES, seafl_sensitivity, sensitivity
+
+# an update's entry in the aggregate event under DP without diagnostics: the scheduler's fields (device, job,
+# n_samples, epochs, base_version) and these of the rule's info, each a function of the schedule (a rejection is a
+# broken upload's size or dtype, never a value); ``weight`` too for RULES, whose c_i are the schedule's alone
+PUBLIC_INFO = ("device", "job", "staleness", "base_version", "n_samples", "epochs", "rejected", "reason", "gamma", "a")
+DIAGNOSTICS_WARNING = ("seafl: warning: privacy.diagnostics is on: this run dir holds values outside the DP guarantee "
+                       "(per-update weights and cosines, logged training values, clip counts, update norms, label "
+                       "histograms, device evaluation); do not publish it (docs/privacy.md)")
 
 
 class NoPrivacy:
@@ -52,6 +65,10 @@ class NoPrivacy:
     @staticmethod
     def summary() -> dict:
         return {}
+
+    @staticmethod
+    def released_log(logged: dict | None) -> dict | None:
+        return logged
 
     @staticmethod
     def state() -> None:
@@ -76,13 +93,17 @@ class Mechanism:
             float(p.noise_multiplier)
         self.inclusions: Counter = Counter()  # device -> m_k, the aggregations that included it
         self.clipped = self.zeroed = 0  # updates scaled down to C, non-finite updates taken as zero deltas
+        self.counters = parts.counters
         if say:
             print(self.announcement(), file=sys.stderr)
+            if p.diagnostics:
+                print(DIAGNOSTICS_WARNING, file=sys.stderr)
 
     def announcement(self) -> str:
         """The run's first line on privacy: z (and where it came from), C, δ, the cap and what it bounds ε by."""
         p = self.p
-        z = f"z {self.z:.6g}" + (f" (calibrated to ε {p.epsilon:g})" if self.calibrated else "")
+        z = f"z {self.z:.6g}" + (f" (calibrated to ε {p.epsilon:g})" if self.calibrated else "") + \
+            (", noise from os.urandom" if p.secure_noise else "")
         if p.max_participation is None:
             bound = "no cap: ε grows with the most-included device's m, reported as the run goes"
         else:
@@ -103,14 +124,30 @@ class Mechanism:
         kept = [(u, info) for u, info in zip(updates, result.info) if not info["rejected"]]  # a broken upload only
         s = self._sensitivity(alg, [u for u, _ in kept], [info["staleness"] for _, info in kept], base_model)
         std = self.z * s
-        new = clamp_variance(add_noise(result.new_global, std, self.mask, noise_seed(self.seed, version + 1)),
-                             self.variance)
+        counters = self.counters.to(global_flat.device)
+        result.new_global[counters] = global_flat[counters]  # w_t's: no upload's (a zeroed update's would tell)
+        seed = None if self.p.secure_noise else noise_seed(self.seed, version + 1)
+        new = clamp_variance(add_noise(result.new_global, std, self.mask, seed), self.variance)
         self.inclusions.update({u.device for u, _ in kept})
         clipped_here = sum(1 for n in norms if n is not None and n > bound)
         self.clipped += clipped_here
         self.zeroed += sum(1 for n in norms if n is not None and math.isnan(n))
-        ev["privacy"] = {"sensitivity": s, "noise_std": std, "clipped": clipped_here, **self._spent()}
-        return AggregationResult(new, result.info, result.norms)
+        ev["privacy"] = {"sensitivity": s, "noise_std": std, **self._spent(),
+                         **({"clipped": clipped_here} if self.p.diagnostics else {})}
+        return AggregationResult(new, self._released(alg, result.info), result.norms)
+
+    def _released(self, alg, info: list[dict]) -> list[dict]:
+        """The rule's info as the aggregate event may hold it: all of it with diagnostics, else PUBLIC_INFO's keys
+        (and ``weight`` for a rule whose weights the schedule alone gives)."""
+        if self.p.diagnostics:
+            return info
+        keep = PUBLIC_INFO + (("weight",) if alg.rule in RULES else ())
+        return [{k: v for k, v in entry.items() if k in keep} for entry in info]
+
+    def released_log(self, logged: dict | None) -> dict | None:
+        """A job's logged training values as the trace may hold them: none without diagnostics (they are its
+        un-noised loss and the like)."""
+        return logged if self.p.diagnostics else None
 
     def _sensitivity(self, alg, kept, staleness, base_model) -> float:
         """S for the buffer's kept updates: privacy/sensitivity.py's, per rule (SEAFL's per ``seafl_form``)."""
@@ -145,8 +182,10 @@ class Mechanism:
         return {"privacy": {**self._spent(), "delta": p.delta, "noise_multiplier": self.z,
                             "clipping_bound": p.clipping_bound, "accountant": p.accountant,
                             "max_participation": p.max_participation, "target_epsilon": p.epsilon,
-                            "devices_included": len(self.inclusions), "updates_clipped": self.clipped,
-                            "updates_zeroed": self.zeroed}}
+                            "devices_included": len(self.inclusions),
+                            **({"secure_noise": True} if p.secure_noise else {}),
+                            **({"updates_clipped": self.clipped, "updates_zeroed": self.zeroed}
+                               if p.diagnostics else {})}}
 
     def state(self) -> dict:
         return {"inclusions": dict(self.inclusions), "clipped": self.clipped, "zeroed": self.zeroed}

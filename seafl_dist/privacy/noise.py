@@ -3,8 +3,15 @@
 The noise of aggregation t is drawn from the run's named stream ``privacy`` keyed by t
 (:func:`noise_seed`, sim/rng.py), on the CPU in float64 by a ``torch.Generator`` made for that aggregation alone,
 then added once and rounded to w′'s dtype. So it is the same bits on any device and rank, and a resumed run
-draws it again without any state in the checkpoint. Seeded noise is for studies: a deployment needs a
-cryptographic source, which no seed can reproduce.
+draws it again without any state in the checkpoint. Seeded noise is for studies: anyone holding config.yaml can
+regenerate it and subtract it.
+
+``privacy.secure_noise`` (:func:`secure_normal`) draws every noise vector from the OS's cryptographic source
+instead (``os.urandom``): nothing seeds it and nothing is written, so no one can regenerate it, the run's bytes
+differ from run to run and a resume goes on with fresh noise. Each N(0, 1) is the sum of four Box–Muller draws
+from 53-bit uniforms, halved, as Opacus's ``secure_mode`` does after Holohan and Braghin (arXiv 2107.10138,
+§5.1): a single float64 Gaussian draw can be inverted from its low bits (Mironov 2012 for the Laplace; Jin et al.,
+arXiv 2112.05307, for Gaussians); the sum of several makes that search 2^(53·3) steps.
 
 It covers the entries the clipping bound covers (trainable parameters and float statistics); integer counters
 take none. A running variance that the noise drives below 0 would make batch norm divide by the root of a
@@ -13,6 +20,8 @@ released w′ and costs no privacy.
 """
 from __future__ import annotations
 
+import math
+import os
 from typing import Iterable
 
 import torch
@@ -27,14 +36,42 @@ def noise_seed(run_seed: int, version: int) -> int:
     return stream_seed(run_seed, "privacy", version)
 
 
+SECURE_TERMS = 4  # Gaussians summed per secure draw (Opacus's secure_mode: 2n with n = 2), then divided by 2
+_CHUNK = 1 << 20  # entries drawn per os.urandom call: bounded memory for a model of any size
+
+
+def _uniform53(n: int) -> torch.Tensor:
+    """``n`` uniforms in (0, 1] in float64 from os.urandom: (k + 1)·2⁻⁵³, k the top 53 bits of 8 random bytes."""
+    raw = torch.frombuffer(bytearray(os.urandom(8 * n)), dtype=torch.int64)
+    return ((raw >> 11) & ((1 << 53) - 1)).to(torch.float64).add_(1.0).mul_(2.0 ** -53)
+
+
+def secure_normal(n: int) -> torch.Tensor:
+    """``n`` draws of N(0, 1) in float64 from the OS's cryptographic source: each the sum of ``SECURE_TERMS``
+    Box–Muller normals divided by √SECURE_TERMS (= 2)."""
+    out = torch.empty(n, dtype=torch.float64)
+    for start in range(0, n, _CHUNK):
+        m = min(_CHUNK, n - start)
+        acc = torch.zeros(m, dtype=torch.float64)
+        for _ in range(SECURE_TERMS):
+            radius = _uniform53(m).log_().mul_(-2.0).sqrt_()
+            acc.add_(radius.mul_(torch.cos(_uniform53(m).mul_(2.0 * math.pi))))
+        out[start:start + m] = acc.div_(math.sqrt(SECURE_TERMS))
+    return out
+
+
 @torch.no_grad()
-def add_noise(flat: torch.Tensor, std: float, mask: torch.Tensor, seed: int) -> torch.Tensor:
-    """A copy of ``flat`` with N(0, std²) added to each ``mask`` entry, drawn from a generator seeded ``seed``."""
+def add_noise(flat: torch.Tensor, std: float, mask: torch.Tensor, seed: int | None) -> torch.Tensor:
+    """A copy of ``flat`` with N(0, std²) added to each ``mask`` entry, drawn from a generator seeded ``seed``;
+    ``seed=None``: from the OS's cryptographic source (:func:`secure_normal`), unrepeatable."""
     if not std >= 0:
         raise ValueError(f"noise standard deviation {std} must be >= 0")
-    gen = torch.Generator(device="cpu").manual_seed(seed)
     mask = mask.to(flat.device)
-    noise = torch.randn(int(mask.sum()), generator=gen, dtype=torch.float64) * std
+    count = int(mask.sum())
+    if seed is None:
+        noise = secure_normal(count) * std
+    else:
+        noise = torch.randn(count, generator=torch.Generator(device="cpu").manual_seed(seed), dtype=torch.float64) * std
     out = flat.clone()
     out[mask] = (flat[mask].to(torch.float64) + noise.to(flat.device)).to(flat.dtype)
     return out

@@ -26,9 +26,11 @@ class Replay(UpdateChecks):
     """State of the server as reconstructed from the trace; one method per event type."""
     required = REQUIRED
 
-    def __init__(self, *, concurrency, buffer_size, staleness_limit, partial, upload_s, epochs, limit, schedule_only):
+    def __init__(self, *, concurrency, buffer_size, staleness_limit, partial, upload_s, epochs, limit, schedule_only,
+                 weights=True):
         self.M, self.K, self.beta, self.partial = concurrency, buffer_size, staleness_limit, partial
         self.upload_s, self.E, self.limit, self.schedule_only = upload_s, epochs, limit, schedule_only
+        self.weights = weights and not schedule_only  # False: updates carry no weight (SEAFL's under DP, withheld)
         self.problems: list[str] = []
         self.dropped = 0
         self.where = ""

@@ -74,12 +74,14 @@ def upload_of(events: list, upload_s: Optional[float]) -> tuple[Optional[float],
 def check_trace(events: Iterable[dict], *, concurrency: int, buffer_size: int, staleness_limit: Optional[int],
                 partial: bool, upload_s: Optional[float] = None, epochs: Optional[int] = None,
                 schedule_only: bool = False, limit: int = 100, num_devices: Optional[int] = None,
-                population=None, dropout: Optional[float] = None, churn: Optional[bool] = None) -> list[str]:
+                population=None, dropout: Optional[float] = None, churn: Optional[bool] = None,
+                weights: bool = True) -> list[str]:
     """Human-readable violations of the SPEC invariants by ``events`` (empty: none).
 
     ``concurrency`` M, ``buffer_size`` K, ``staleness_limit`` β (None = ∞), ``partial``: SEAFL²
     notifications allowed. ``schedule_only=True`` checks the bare :class:`~seafl_dist.sim.Scheduler`
-    stream, which has no eval events and no update weights (the runtime adds them). At most ``limit``
+    stream, which has no eval events and no update weights (the runtime adds them); ``weights=False`` a trace
+    whose updates carry none (SEAFL's under DP without ``privacy.diagnostics``). At most ``limit``
     messages are listed, then a count of the rest. Churn traces: ``num_devices`` N lets the
     checker count the idle devices online at each refill, ``population`` tells who is online when,
     ``dropout`` 0 forbids drops inside a job's span (None: allowed); ``churn`` None detects the mode.
@@ -87,7 +89,7 @@ def check_trace(events: Iterable[dict], *, concurrency: int, buffer_size: int, s
     events = list(events)
     upload_s, sizes = upload_of(events, upload_s)
     kw = dict(concurrency=concurrency, buffer_size=buffer_size, staleness_limit=staleness_limit, partial=partial,
-              upload_s=upload_s, epochs=epochs, limit=limit, schedule_only=schedule_only)
+              upload_s=upload_s, epochs=epochs, limit=limit, schedule_only=schedule_only, weights=weights)
     if sizes:
         return sizes
     if churn or (churn is None and (population is not None or is_churn(events))):
@@ -126,6 +128,8 @@ def check_run(run_dir: str | Path, *, profile: Optional[str] = None, **overrides
               upload_s=cfg["clock"]["upload_s"], epochs=cfg["train"]["epochs"], num_devices=cfg["devices"]["num"],
               population=_population(cfg, profile))
     kw["dropout"] = cfg["devices"].get("dropout") or 0.0  # config.yaml leaves it out when null: no random drops
+    privacy = cfg.get("privacy") or {}  # left out of config.yaml at its defaults
+    kw["weights"] = not (privacy.get("enabled") and not privacy.get("diagnostics") and alg["name"] in ("seafl", "seafl2"))
     kw.update(overrides)
     return check_trace(read_events(run_dir / "events.jsonl"), **kw)
 

@@ -12,13 +12,14 @@ def _is_number(x) -> bool:
 
 
 class UpdateChecks:
-    """Needs the replay's ``fail``, ``jobs``, ``version``, ``beta``, ``n_samples`` and ``schedule_only``."""
+    """Needs the replay's ``fail``, ``jobs``, ``version``, ``beta``, ``n_samples`` and ``weights`` (False: the
+    updates carry no weight, a bare scheduler stream's or SEAFL's under DP, and one they do carry is refused)."""
 
     def check_updates(self, updates: list) -> list:
         """The rules each update of an aggregation must keep; the job ids the updates name, in order."""
         jobs = []
         for u in updates:
-            keys = UPDATE_KEYS[:-1] if self.schedule_only else UPDATE_KEYS
+            keys = UPDATE_KEYS if self.weights else UPDATE_KEYS[:-1]
             missing = [k for k in keys if k not in u] if isinstance(u, dict) else list(keys)
             if missing:
                 self.fail(f"an update lacks keys {missing}")
@@ -45,6 +46,10 @@ class UpdateChecks:
             if self.n_samples.setdefault(rec["device"], u["n_samples"]) != u["n_samples"]:
                 self.fail(f"device {rec['device']} reports n_samples {u['n_samples']}, earlier "
                           f"{self.n_samples[rec['device']]}")
+            if not self.weights:
+                if "weight" in u and not self.schedule_only:
+                    self.fail(f"update of job {u['job']} carries a weight, which privacy withholds")
+                continue
             w = u.get("weight", 0.0)
             if not _is_number(w) or not math.isfinite(w) or w < 0:
                 self.fail(f"update of job {u['job']} has weight {w!r}, expected a finite number >= 0")

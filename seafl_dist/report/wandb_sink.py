@@ -184,7 +184,8 @@ class WandbSink:
         return {"virtual_time": event["time"], "version": event["version"], "agg/updates": len(ups),
                 "agg/mean_staleness": sum(st) / len(st) if st else 0.0, "agg/max_staleness": max(st, default=0),
                 "agg/partial_updates": sum(1 for u in ups if u.get("epochs", epochs) < epochs),
-                "agg/max_weight": max((u.get("weight") or 0.0 for u in ups), default=0.0),
+                **({"agg/max_weight": max((u.get("weight") or 0.0 for u in ups), default=0.0)}
+                   if all("weight" in u for u in ups) else {}),  # SEAFL's under DP: withheld (docs/privacy.md)
                 **{f"train/{name}": value for name, value in aggregation_values(event).items()},
                 **{f"privacy/{k}": event["privacy"][k] for k in PRIVACY_KEYS if k in event.get("privacy", {})}}
 

@@ -126,7 +126,7 @@ class Server(Snapshots):
             u.update(info)
             self.counts["rejected"] += bool(info.get("rejected"))
             self.staleness.append(u["staleness"])
-            if logged := self.executor.logged(u["job"]):  # a module that logs: its job's values (report/trainlog.py)
+            if logged := self.privacy.released_log(self.executor.logged(u["job"])):  # report/trainlog.py
                 u["logged"] = logged
         self.watch.aggregated(ev, result.norms)
         return self.server_opt.apply(versions[version], result, updates, versions.__getitem__)

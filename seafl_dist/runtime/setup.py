@@ -92,7 +92,7 @@ class Experiment:
         """What the run dir records of the split (report/partition.py writes it, compactly for large N)."""
         labels = class_labels(self.train, keys(self.cfg.data)[0])  # a DataModule's may declare none: no histograms
         hist = label_counts(labels, self.shards, max(self.train.num_classes, int(labels.max(initial=-1)) + 1)) \
-            if labels is not None else None
+            if labels is not None and not self.cfg.privacy.withheld else None  # under DP: devices' data
         d = self.cfg.data
         natural = d.partition == "natural"  # a writer's shard: no concentration involved
         held = {"device_holdout": d.device_holdout} if d.device_holdout else {}  # the shards are the training parts

@@ -23,12 +23,14 @@ class Watch:
         self.divergence = Divergence(majority_share(getattr(exp.test, "labels", None)), run.target_metric,
                                      run.target_mode)
         self.stop = exp.cfg.run.stop_on_divergence
+        self.withheld = exp.cfg.privacy.withheld  # under DP the un-noised norms stay off stderr (docs/privacy.md)
         self.recent: list[dict] = []  # the aggregations since the last evaluation, with their updates' norms
         self.lead_in: list[dict] | None = None  # those into the first evaluation of an open collapse
 
     def aggregated(self, ev: dict, norms: list | None) -> None:
         """After aggregation ``ev`` (its ``updates`` carry the rule's info): remember its jobs' norms."""
-        norms = norms if norms is not None else [None] * len(ev["updates"])
+        if self.withheld or norms is None:
+            norms = [WITHHELD if self.withheld else None] * len(ev["updates"])
         ups = [(u["device"], u["job"], n, u.get("rejected")) for u, n in zip(ev["updates"], norms)]
         self.recent.append({"version": ev["version"], "time": ev["time"], "updates": ups})
 
@@ -74,7 +76,7 @@ def _aggregations(aggregations: list[dict] | None) -> str:
         return "no aggregation came before that evaluation"
     parts = []
     for agg in aggregations:
-        norms = [n for _, _, n, _ in agg["updates"] if n is not None]
+        norms = [n for _, _, n, _ in agg["updates"] if n is not None and n is not WITHHELD]
         median = statistics.median(norms) if norms else None
         jobs = ", ".join(_job(d, j, n, rej, median) for d, j, n, rej in agg["updates"])
         parts.append(f"aggregation {agg['version']} at {agg['time']:.1f} s: {jobs}")
@@ -82,7 +84,12 @@ def _aggregations(aggregations: list[dict] | None) -> str:
     return f"{head} since the evaluation before it: " + "; ".join(parts)
 
 
+WITHHELD = "withheld"  # an update norm under DP without privacy.diagnostics: never said
+
+
 def _job(device: int, job: int, norm, rejected, median) -> str:
+    if norm is WITHHELD:
+        return f"device {device} job {job}" + (" (rejected)" if rejected else "")
     if norm is None:
         return f"device {device} job {job} (rejected by the value check)"
     ratio = f" = {norm / median:.3g}× the buffer's median {median:.4g}" if median else ""

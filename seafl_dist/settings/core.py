@@ -71,7 +71,7 @@ class Config:
             _fail("algorithm.buffer_size", self.algorithm.buffer_size,
                   f"at most devices.concurrency ({self.devices.concurrency}), or the buffer never fills")
         _check_device_eval(self)
-        self.privacy.check_with_algorithm(self.algorithm)
+        self.privacy.check_with(self.algorithm, self.run)
         _check_inputs(self.model.name, self.data.name)
         if self.compression.error_feedback and self.runtime.placement != "device":
             _fail("compression.error_feedback", True, f"false unless runtime.placement=device (not "

@@ -34,8 +34,9 @@ class PrivacyConfig:
                         note="For the built-in rules (a rule of your own declares no sensitivity), without "
                              "`algorithm.update_norm_factor` (a rejection that depends on the data would change "
                              "|B|). A non-finite update counts as a zero delta. The noise is drawn from the run's "
-                             "named stream `privacy` (seeded, for studies: a deployment needs a cryptographic "
-                             "source). Left out of config.yaml (the whole section) at its defaults.")
+                             "named stream `privacy` (seeded, for studies; `secure_noise` for a deployment). What "
+                             "a run writes outside the guarantee is off (`diagnostics`). Left out of config.yaml (the "
+                             "whole section) at its defaults.")
     clipping_bound: float = key(1.0, "C: each update's delta Δ_k = w_k − w_{t_k} is scaled to L2 norm at most C, "
                                 "over the trainable parameters and batch norm's float statistics", "(0, inf)")
     noise_multiplier: Optional[float] = key(
@@ -55,6 +56,22 @@ class PrivacyConfig:
                           note="docs/privacy.md, \"SEAFL\", derives both and says how the default was chosen.")
     max_participation: Optional[int] = key(None, "the cap m: a device included this many times retires and is no "
                                            "longer started; `null`: no cap (ε grows as the run goes)", "[1, inf)")
+    diagnostics: bool = key(False, "also write what lies outside the guarantee, for debugging: SEAFL's per-update "
+                            "cosines and weights, a module's logged training values, the clip counts, update norms on "
+                            "stderr, label histograms, device evaluation; a warning line says so",
+                            note="docs/privacy.md, \"Every output and its status\", lists each output. Off: a run "
+                                 "writes only what is public, post-processing of the noised models, or server-private "
+                                 "(the checkpoints), and `run.device_eval_every` is refused.")
+    secure_noise: bool = key(False, "draw the noise from the OS's cryptographic source (os.urandom), never seeded and "
+                             "never written: no one holding the run dir can regenerate it",
+                             note="Two runs of one config then differ in their noise and bytes, and agree on ε and the "
+                                  "schedule; a resume goes on with fresh noise. `false`: the seeded stream `privacy`, "
+                                  "for studies (reproducible, so anyone with config.yaml can subtract it).")
+
+    @property
+    def withheld(self) -> bool:
+        """True when the run writes nothing outside the guarantee: privacy on, diagnostics off."""
+        return self.enabled and not self.diagnostics
 
     def __post_init__(self) -> None:
         check_fields(self, "privacy")
@@ -70,11 +87,20 @@ class PrivacyConfig:
             _fail("privacy.epsilon", self.epsilon, "null without privacy.max_participation (ε is known before "
                   "training only when every device's inclusions are capped)")
 
-    def check_with_algorithm(self, alg) -> None:
+    def check_with(self, alg, run) -> None:
         """What DP asks of the rule: a derived sensitivity, no rejection that depends on the data, and a server
-        optimizer that reads only the released (noised) model."""
+        optimizer that reads only the released (noised) model; and of the run: no output outside the guarantee
+        unless ``diagnostics`` asks for it."""
         if not self.enabled:
             return
+        if run.device_eval_every is not None and not self.diagnostics:
+            _fail("run.device_eval_every", run.device_eval_every, "null with privacy.enabled=true, or "
+                  "privacy.diagnostics=true (device evaluation scores the released model on devices' own held-out "
+                  "data without noise: outside the guarantee)")
+        if alg.rule == "seafl" and self.seafl_form == "model" and alg.alpha == 0:
+            _fail("algorithm.alpha", 0, "> 0 with privacy.seafl_form=model, or privacy.seafl_form=delta (with α = 0 "
+                  "every weight can be 0, and the paper's Eq. 7 then returns w_t, a jump of ‖w_{t_k} − w_t‖ that the "
+                  "model form's sensitivity does not cover)")
         name, update_norm_factor, opt = alg.name, alg.update_norm_factor, alg.server_opt
         if opt.name != "none" and opt.pseudo_gradient == "delta":
             _fail("algorithm.server_opt.pseudo_gradient", "delta", "model with privacy.enabled=true (the delta form "

@@ -65,7 +65,7 @@ def test_s_runs_over_the_updates_the_rule_kept_and_a_device_counts_once_per_aggr
 
 
 def test_a_non_finite_update_is_a_zero_delta_and_still_an_inclusion():
-    mech = Mechanism(config(), PARTS, LAYOUT, say=False)
+    mech = Mechanism(config("privacy.diagnostics=true"), PARTS, LAYOUT, say=False)
     w = global_model()
     bad = w.clone()
     bad[5] = math.nan
@@ -73,6 +73,26 @@ def test_a_non_finite_update_is_a_zero_delta_and_still_an_inclusion():
     assert not any(i["rejected"] for i in result.info)
     assert dict(mech.inclusions) == {1: 1, 2: 1, 3: 1}
     assert (mech.zeroed, mech.clipped, ev["privacy"]["clipped"]) == (1, 1, 1)  # w + 1 has norm 141 > C
+
+
+def test_without_diagnostics_the_clip_count_is_not_released_and_info_keeps_public_keys():
+    """The clip count is a function of the un-noised deltas; the default writes none of it (docs/privacy.md)."""
+    for rule, public in (("fedbuff", {"weight", "rejected", "reason", "staleness"}),
+                         ("seafl", {"rejected", "reason", "staleness", "gamma"})):
+        mech = Mechanism(config(f"algorithm.name={rule}"), PARTS, LAYOUT, say=False)
+        w = global_model()
+        bad = w.clone()
+        bad[5] = math.nan
+        ev = {"updates": [{"device": d} for d in (1, 2, 3)]}
+        ups = [update(1, bad), update(2, w + 1.0, job=1), update(3, w + 0.001, job=2)]
+        result = mech.aggregate(ev, config(f"algorithm.name={rule}").algorithm, 0, w, ups, {0: w}.__getitem__, PARTS)
+        assert set(ev["privacy"]) == {"sensitivity", "noise_std", "epsilon", "max_inclusions"}
+        assert [set(i) for i in result.info] == [public] * 3
+        assert (mech.zeroed, mech.clipped) == (1, 1)  # counted for the checkpoint, never written
+        assert "updates_clipped" not in mech.summary()["privacy"] and "updates_zeroed" not in mech.summary()["privacy"]
+        assert mech.released_log({"loss": 0.3}) is None
+    diag = Mechanism(config("privacy.diagnostics=true"), PARTS, LAYOUT, say=False)
+    assert diag.released_log({"loss": 0.3}) == {"loss": 0.3} and NoPrivacy.released_log({"loss": 1}) == {"loss": 1}
 
 
 def test_the_noise_on_the_rules_model_has_std_z_s_and_the_variance_is_clamped():
@@ -129,8 +149,8 @@ def test_without_privacy_the_rule_itself_and_nothing_reported():
     assert NoPrivacy.note("devices p10 0.5") == "devices p10 0.5"
 
 
-def test_counters_are_carried_and_the_noise_is_aggregation_ts_draw_of_the_stream():
-    """The rule gets the parts (counters: the largest, not averaged) and the noise of aggregation t = version + 1
+def test_counters_are_w_ts_and_the_noise_is_aggregation_ts_draw_of_the_stream():
+    """Under DP the counters are w_t's whatever the uploads say, and the noise of aggregation t = version + 1
     is the stream 'privacy' keyed by t; the result's norms are the clipped deltas' the guard history sees."""
     mech = Mechanism(config(), PARTS, LAYOUT, say=False)
     w = global_model()
@@ -143,8 +163,10 @@ def test_counters_are_carried_and_the_noise_is_aggregation_ts_draw_of_the_stream
     from seafl_dist.algo.guard import NormHistory
     ev = {"updates": [{"device": u.device} for u in ups]}
     result = mech.aggregate(ev, config().algorithm, 4, w, ups, {0: w}.__getitem__, PARTS, NormHistory())
-    assert result.new_global[-1] == 11.0  # the largest counter, not 7 + the mean of the steps
+    assert result.new_global[-1] == 7.0  # w_t's: no upload's counter (9, 11, 10) is released under DP
     rule = aggregate(config().algorithm, 4, w, ups, {0: w}.__getitem__, PARTS)
+    assert rule.new_global[-1] == 11.0  # the rule alone: the largest counter, not 7 + the mean of the steps
+    rule.new_global[-1] = 7.0
     mask = PARTS.params | PARTS.stats
     want = clamp_variance(add_noise(rule.new_global, ev["privacy"]["noise_std"], mask, noise_seed(0, 5)),
                           variance_mask(LAYOUT.names, [N_PARAMS, 2, 2, 1]))
@@ -153,8 +175,8 @@ def test_counters_are_carried_and_the_noise_is_aggregation_ts_draw_of_the_stream
 
 
 def test_the_summary_and_the_progress_note_say_what_was_spent():
-    mech = Mechanism(config("privacy.accountant=rdp", "privacy.delta=1e-6", "privacy.max_participation=9"), PARTS,
-                     LAYOUT, say=False)
+    mech = Mechanism(config("privacy.accountant=rdp", "privacy.delta=1e-6", "privacy.max_participation=9",
+                            "privacy.diagnostics=true"), PARTS, LAYOUT, say=False)
     assert mech.note(None) == "ε 0 (m 0)" and mech.note("devices p10 0.5") == "devices p10 0.5 · ε 0 (m 0)"
     w = global_model()
     bad = w.clone()
