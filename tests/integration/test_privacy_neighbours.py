@@ -1,0 +1,241 @@
+"""Neighbouring runs (issue 50 B): two runs whose only difference is one device's training data (replace-one
+adjacency, docs/privacy.md), with every seed and every noise draw the same, must release the same bytes up to
+the first aggregation t* that includes that device; at t* they may differ only in what is post-processing of the
+noised model (the evaluation's accuracy and loss, the floats of model.pt, what the summary derives from them).
+
+Nothing here lists the fields a run writes: every leaf of every released file (events.jsonl, metrics.csv,
+partition.json, summary.json, train_log.csv, config.yaml, model.pt, the captured stdout and stderr, and W&B's
+offline history) is compared, so a field added later that carries an un-noised value of an update fails here
+without anyone naming it. The device's replacement data is other images with other labels, or images that make
+its update non-finite (taken as a zero delta under DP). The model has batch norm, whose integer counter takes no
+noise, and logs its training loss (a module's own values, train_log.csv and W&B's ``train/*``).
+
+Each rule runs in this process at tiny scale: FedBuff, FedAsync, FedAvg, SEAFL in both forms, SEAFL²."""
+import json
+import os
+import re
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import torch
+
+from resuming import reference
+from seafl_dist.data.loaders import clear_cache
+from seafl_dist.report.wandb_files import offline_files
+from small_runs import PER_ALGORITHM, SMALL
+from wandb_runs import history_across, offline_env
+
+SOURCE = '''
+import os
+import numpy as np
+import torch
+import torch.nn.functional as F
+import lightning as L
+from torch import nn
+
+PER = 30  # training samples of a device (rows_of)
+DEVICES = 8
+
+
+class LoggingBN(L.LightningModule):
+    """An MLP with batch norm (an integer counter) that logs its training loss."""
+
+    def __init__(self, num_classes, in_channels, image_size):
+        super().__init__()
+        self.net = nn.Sequential(nn.Flatten(), nn.Linear(in_channels * image_size ** 2, 16), nn.BatchNorm1d(16),
+                                 nn.ReLU(), nn.Linear(16, num_classes))
+
+    def forward(self, x):
+        return self.net(x)
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        loss = F.cross_entropy(self(x), y)
+        self.log("train_loss", loss, on_epoch=True)
+        return loss
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def logging_bn(num_classes, in_channels, image_size, width):
+    return LoggingBN(num_classes, in_channels, image_size)
+
+
+def rows_of(device):
+    """Device 0 holds 3 * PER rows (more steps, so the largest batch norm counter of its buffers), the others PER."""
+    start = 0 if device == 0 else (device + 2) * PER
+    return slice(start, start + (3 if device == 0 else 1) * PER)
+
+
+def bands(root, train):
+    g = torch.Generator().manual_seed(0 if train else 1)
+    n = (DEVICES + 2) * PER if train else 120
+    labels = torch.randint(0, 4, (n,), generator=g)
+    images = torch.rand(n, 1, 8, 8, generator=g) * 0.5
+    for k in range(4):
+        images[labels == k, 0, 2 * k:2 * k + 2, :] += 1.0
+    neighbour = os.environ.get("SEAFL_TEST_NEIGHBOUR")  # "other-D" or "huge-D": device D's data replaced
+    if train and neighbour:
+        kind, d = neighbour.split("-")
+        rows = rows_of(int(d))
+        m = rows.stop - rows.start
+        other = torch.Generator().manual_seed(99)
+        labels[rows] = torch.randint(0, 4, (m,), generator=other)
+        images[rows] = torch.rand(m, 1, 8, 8, generator=other) * (3.0 if kind == "other" else 3e38)
+    return images, labels
+
+
+def blocks(labels, num_devices, seed):
+    return [np.arange(len(labels))[rows_of(k)] for k in range(num_devices)]
+'''
+
+WANDB = ["logging.wandb.enabled=true", "logging.wandb.mode=offline"]  # SEAFL²: agg/*, train/*, eval/* compared too
+RULES = {
+    "fedbuff": ["algorithm.name=fedbuff"],
+    "fedasync": ["algorithm.name=fedasync", "run.max_aggregations=16"],  # K = 1: device 0 comes later
+    "fedavg": ["algorithm.name=fedavg"],
+    "seafl_delta": ["algorithm.name=seafl", "privacy.seafl_form=delta"],
+    "seafl_model": ["algorithm.name=seafl", "privacy.seafl_form=model"],
+    "seafl2": ["algorithm.name=seafl2", *PER_ALGORITHM["seafl2"], *WANDB],
+}
+PRIVATE = ["privacy.enabled=true", "privacy.noise_multiplier=0.5", "privacy.clipping_bound=1", "devices.num=8",
+           "run.max_aggregations=6", "run.eval_every=1"]
+# the only leaves that may differ at t*: the evaluation of the noised model, and what the summary derives from it
+EVAL_KEYS = {"accuracy", "loss", "metrics"}
+SUMMARY_DERIVED = re.compile(r"^(final_accuracy|final_loss|best_accuracy|final|best|status|diverged_at(\..*)?|"
+                             r"time_to_target\..*|files\.(events\.jsonl|metrics\.csv|model\.pt|summary\.json)\..*)$")
+
+
+@pytest.fixture(scope="module")
+def module(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("neighbours")
+    name = f"neighbours_{abs(hash(str(folder))) % 10 ** 8}"
+    (folder / f"{name}.py").write_text(SOURCE)
+    import sys
+    sys.path.insert(0, str(folder))
+    yield name
+    sys.path.remove(str(folder))
+
+
+def run(out: Path, args, neighbour: str | None, capsys) -> tuple[Path, list[str]]:
+    """One run in this process with device data replaced as ``neighbour`` says; its printed lines."""
+    capsys.readouterr()
+    clear_cache()  # the loaders keep one copy per process: the neighbour's data must be read again
+    if neighbour:
+        os.environ["SEAFL_TEST_NEIGHBOUR"] = neighbour
+    try:
+        reference(out, args)
+    finally:
+        os.environ.pop("SEAFL_TEST_NEIGHBOUR", None)
+        clear_cache()
+    got = capsys.readouterr()
+    return out, (got.out + got.err).splitlines()
+
+
+def leaves(obj, prefix=""):
+    """{dotted path: value} of a JSON value's leaves."""
+    if isinstance(obj, dict):
+        return {k: v for key, val in obj.items() for k, v in leaves(val, f"{prefix}{key}.").items()} or {prefix: obj}
+    if isinstance(obj, list):
+        return {k: v for i, val in enumerate(obj) for k, v in leaves(val, f"{prefix}{i}.").items()} or {prefix: obj}
+    return {prefix.rstrip("."): obj}
+
+
+def differing(a, b) -> set[str]:
+    la, lb = leaves(a), leaves(b)
+    return {k for k in la.keys() | lb.keys() if la.get(k, "<absent>") != lb.get(k, "<absent>")}
+
+
+def first_inclusions(run_dir: Path) -> dict[int, int]:
+    first: dict[int, int] = {}
+    for e in map(json.loads, (run_dir / "events.jsonl").read_text().splitlines()):
+        if e["event"] == "aggregate":
+            for u in e["updates"]:
+                first.setdefault(u["device"], e["version"])
+    return first
+
+
+def assert_neighbours(a: Path, b: Path, t: int, lines_a: list[str], lines_b: list[str]) -> None:
+    """What a reader of ``a`` and ``b`` (both ending at aggregation t, the first to include the changed device)
+    can tell apart: only the evaluation of the noised model at t and what derives from it."""
+    names = {p.name for p in a.iterdir() if p.is_file()}
+    assert names == {p.name for p in b.iterdir() if p.is_file()}
+    assert "train_log.csv" not in names, "a module's logged training values are written under DP"
+    for name in ("config.yaml", "partition.json"):
+        assert (a / name).read_bytes() == (b / name).read_bytes(), name
+    ev_a, ev_b = [list(map(json.loads, (d / "events.jsonl").read_text().splitlines())) for d in (a, b)]
+    assert len(ev_a) == len(ev_b)
+    for x, y in zip(ev_a, ev_b):
+        diff = differing(x, y)
+        if x["event"] == "eval" and x["version"] == t:
+            assert {k.split(".")[0] for k in diff} <= EVAL_KEYS, (x, diff)
+        else:
+            assert not diff, f"{x['event']} of version {x.get('version')} differs in {sorted(diff)}"
+    rows_a, rows_b = [(d / "metrics.csv").read_text().splitlines() for d in (a, b)]
+    header = rows_a[0].split(",")
+    assert rows_a[0] == rows_b[0] and len(rows_a) == len(rows_b)
+    for ra, rb in zip(rows_a[1:], rows_b[1:]):
+        cells = [h for h, x, y in zip(header, ra.split(","), rb.split(",")) if x != y]
+        assert set(cells) <= ({"accuracy", "loss"} if int(ra.split(",")[0]) == t else set()), (ra, rb)
+    sa, sb = [json.loads((d / "summary.json").read_text()) for d in (a, b)]
+    assert sa["status"] in ("completed", "diverged") and sb["status"] in ("completed", "diverged")
+    diff = {k for k in differing(sa, sb) if k != "wall_time_s"}
+    assert all(SUMMARY_DERIVED.match(k) for k in diff), sorted(diff)
+    ma, mb = [torch.load(d / "model.pt", weights_only=True) for d in (a, b)]
+    assert ma.keys() == mb.keys()
+    for key in ma:  # noised floats may differ; an entry without noise (an integer counter) must not
+        if not ma[key].is_floating_point():
+            assert torch.equal(ma[key], mb[key]), key
+    if (a / "wandb").exists():
+        assert_wandb_neighbours(a, b, t)
+    assert not [x for x in lines_a + lines_b if "norm" in x], "an update's norm is printed under DP"
+    masked = [[re.sub(r"real time [\d.]+s|real +[\d.]+s", "real time", x.replace(str(d), "<run dir>")) for x in lines]
+              for d, lines in ((a, lines_a), (b, lines_b))]
+    post = re.compile(r"accuracy|diverged|loss")  # lines that print the evaluation of the noised model
+    assert [x for x in masked[0] if not post.search(x)] == [x for x in masked[1] if not post.search(x)]
+
+
+def wandb_history(run_dir: Path) -> dict[int, dict]:
+    run_id = json.loads((run_dir / "wandb_run.json").read_text())["id"]
+    rows: dict[int, dict] = {}
+    for row in history_across(offline_files(run_dir / "wandb", run_id)):  # W&B's own keys (_runtime, ...) aside
+        rows.setdefault(row["_step"], {}).update({k: v for k, v in row.items() if not k.startswith("_")})
+    return rows
+
+
+def assert_wandb_neighbours(a: Path, b: Path, t: int) -> None:
+    """Every W&B value logged before version t is the same; at t and after (the plots at the end) only the
+    evaluation of the noised model and what is drawn from it may differ."""
+    ha, hb = wandb_history(a), wandb_history(b)
+    assert ha.keys() == hb.keys() and t in ha
+    for step in ha:
+        diff = differing(ha[step], hb[step])
+        allowed = (lambda k: k.startswith(("eval/", "plots/"))) if step >= t else (lambda k: False)
+        assert all(allowed(k) for k in diff), (step, sorted(diff))
+    assert not [k for row in ha.values() for k in row if k.startswith("train/")], "logged training values in W&B"
+
+
+@pytest.mark.parametrize("rule", list(RULES))
+def test_neighbouring_runs_differ_only_in_post_processing_of_the_noised_model(rule, module, tmp_path, capsys,
+                                                                            monkeypatch):
+    for k in [k for k in os.environ if k.startswith("WANDB_")]:
+        monkeypatch.delenv(k)
+    for k, v in offline_env(tmp_path).items():
+        if k.startswith("WANDB_") or k == "NETRC":
+            monkeypatch.setenv(k, v)
+    args = [*SMALL, *PRIVATE, *RULES[rule], f"model.name={module}:logging_bn", f"data.name={module}:bands",
+            f"data.partition={module}:blocks"]
+    base, _ = run(tmp_path / "base", args, None, capsys)
+    first = first_inclusions(base)
+    device, t = 0, first[0]  # the device with the most data: its update holds its buffers' largest counter
+    assert t >= 2, first  # so that some aggregations come before it
+    end = [f"run.max_aggregations={t}"]
+    base, lines = run(tmp_path / "base_t", [*args, *end], None, capsys)
+    counts = Counter(first.values())
+    assert counts[t] >= 1
+    for kind in ("other", "huge"):
+        other, other_lines = run(tmp_path / kind, [*args, *end], f"{kind}-{device}", capsys)
+        assert (other / "model.pt").read_bytes() != (base / "model.pt").read_bytes()  # the data did change w'
+        assert_neighbours(base, other, t, lines, other_lines)
