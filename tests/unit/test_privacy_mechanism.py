@@ -206,3 +206,23 @@ def test_mechanism_of_follows_privacy_enabled():
     assert isinstance(mechanism_of(exp(), LAYOUT), NoPrivacy)
     got = mechanism_of(exp("privacy.enabled=true", "privacy.noise_multiplier=0.7"), LAYOUT)
     assert isinstance(got, Mechanism) and got.z == 0.7 and got.active and not NoPrivacy.active
+
+
+def test_secure_noise_is_n_0_1_from_os_urandom_and_never_the_same_twice():
+    """privacy/noise.py secure_normal: four Box-Muller draws from 53-bit uniforms, halved. Its mean and variance
+    are a standard normal's (|Z| > 5.327: probability 1e-7 each), its tails reach past 4σ at this size, and
+    add_noise without a seed draws afresh each call."""
+    from seafl_dist.privacy.noise import secure_normal
+    k = 400_000
+    x = secure_normal(k)
+    assert x.dtype == torch.float64 and x.shape == (k,) and bool(torch.isfinite(x).all())
+    assert abs(float(x.mean())) / (1 / math.sqrt(k)) < 5.327
+    assert abs(float(x.var()) - 1) / math.sqrt(2 / (k - 1)) < 5.327
+    assert abs(float(((x - x.mean()) ** 4).mean()) / float(x.var()) ** 2 - 3) < 0.1  # a Gaussian's kurtosis
+    assert float(x.abs().max()) > 4.0
+    w = torch.zeros(1000)
+    mask = torch.ones(1000, dtype=torch.bool)
+    first, second = add_noise(w, 0.5, mask, None), add_noise(w, 0.5, mask, None)
+    assert not torch.equal(first, second)
+    assert torch.equal(add_noise(w, 0.5, mask, 7), add_noise(w, 0.5, mask, 7))  # seeded: the same bits
+    assert secure_normal(0).shape == (0,)
