@@ -306,11 +306,28 @@ ON = ["privacy.enabled=true", "algorithm.name=fedbuff"]
      "algorithm.server_opt.pseudo_gradient", "model with privacy.enabled=true"),
     (["privacy.enabled=true", "privacy.noise_multiplier=1", "algorithm.name=seafl_dist.algo.fedbuff:fedbuff"],
      "algorithm.name", "a rule of your own declares no sensitivity"),
+    (ON + ["privacy.noise_multiplier=1", "data.device_holdout=0.2", "run.device_eval_every=2"], "run.device_eval_every",
+     "null with privacy.enabled=true, or privacy.diagnostics=true"),
+    (["privacy.enabled=true", "privacy.noise_multiplier=1", "algorithm.name=seafl2", "algorithm.alpha=0",
+      "privacy.seafl_form=model"], "algorithm.alpha", "> 0 with privacy.seafl_form=model, or privacy.seafl_form=delta"),
 ])
 def test_bad_privacy_values_are_refused_in_one_line(overrides, key, allowed):
     with pytest.raises(ConfigError) as err:
         config_from_dict({}, overrides)
     one_line_message(str(err.value), f"config key '{key}'", allowed)
+
+
+def test_what_the_refusals_leave_open_is_accepted():
+    """Each refusal's other side: device evaluation with privacy.diagnostics or without privacy; α = 0 with the
+    delta form, or with the model form without privacy; the model form with α > 0."""
+    held = ["data.device_holdout=0.2", "run.device_eval_every=2"]
+    assert config_from_dict({}, ON + ["privacy.noise_multiplier=1", "privacy.diagnostics=true", *held]).privacy.withheld \
+        is False
+    assert config_from_dict({}, held).privacy.withheld is False
+    assert config_from_dict({}, ON + ["privacy.noise_multiplier=1"]).privacy.withheld is True
+    for extra in (["algorithm.alpha=0"], ["algorithm.alpha=0.01", "privacy.seafl_form=model"]):
+        config_from_dict({}, ["privacy.enabled=true", "privacy.noise_multiplier=1", "algorithm.name=seafl", *extra])
+    config_from_dict({}, ["algorithm.alpha=0", "privacy.seafl_form=model"])  # privacy off: no S to cover
 
 
 def test_the_section_is_left_out_of_config_yaml_at_its_defaults_and_kept_when_set():

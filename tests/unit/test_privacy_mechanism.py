@@ -226,3 +226,19 @@ def test_secure_noise_is_n_0_1_from_os_urandom_and_never_the_same_twice():
     assert not torch.equal(first, second)
     assert torch.equal(add_noise(w, 0.5, mask, 7), add_noise(w, 0.5, mask, 7))  # seeded: the same bits
     assert secure_normal(0).shape == (0,)
+
+
+def test_the_divergence_line_names_the_jobs_without_their_norms_under_dp():
+    """runtime/watch.py: the un-noised norms stay off stderr unless privacy.diagnostics; without DP they are said."""
+    from seafl_dist.runtime.watch import Watch, _aggregations
+    ev = {"version": 3, "time": 9.5, "updates": [{"device": 4, "job": 11}, {"device": 7, "job": 12, "rejected": False}]}
+    said = {}
+    for name, extra in (("dp", ["privacy.enabled=true", "privacy.noise_multiplier=1"]),
+                        ("diagnostics", ["privacy.enabled=true", "privacy.noise_multiplier=1", "privacy.diagnostics=true"]),
+                        ("plain", [])):
+        watch = Watch(SimpleNamespace(cfg=config_from_dict({}, ["algorithm.name=fedbuff", *extra]),
+                                      test=SimpleNamespace(labels=None)))
+        watch.aggregated(ev, [0.25, 4.0])
+        said[name] = _aggregations(watch.recent)
+    assert said["dp"] == "the aggregation since the evaluation before it: aggregation 3 at 9.5 s: device 4 job 11, device 7 job 12"
+    assert "norm 0.25" in said["plain"] and "norm 4" in said["plain"] and said["diagnostics"] == said["plain"]
