@@ -144,6 +144,7 @@ def test_integer_groups_are_ordered_by_name_not_by_value():
     g = sample_groups(Keyed(user=[10, 2, 1, 2, 10, 1, 1]), "user")
     assert g.names == ["1", "10", "2"]  # by str: "1" < "10" < "2", not 1, 2, 10
     assert [g.rows(i).tolist() for i in range(3)] == [[2, 5, 6], [0, 4], [1, 3]]
+    assert sample_groups(Keyed(who=["bo", "ann", "bo"]), "who").names == ["ann", "bo"]  # str, not repr: no quotes
 
 
 def test_tuple_groups_are_named_by_str_and_do_not_crash():
