@@ -111,6 +111,13 @@ def test_device_distribution_with_nan_and_inf_reaches_w_and_b_without_them(tmp_p
     assert [h["version"] for h in rows] == [0, 2]
     assert [sum(h["device_eval/distribution/values"]) for h in rows] == [2, 2]  # 0.5 and 0.25 only
     assert rows[0]["device_eval/devices"] == 2 and rows[0]["device_eval/without_holdout"] == 1
+    assert [h["virtual_time"] for h in rows] == [1.0, 3.0]
+    # the documented statistics of the target metric, under their own names; no count of non-finite values, no
+    # held-out sizes (those are device_summary.csv's)
+    logged = {k.split("/")[1] for k in rows[0] if k.startswith("device_eval/") and "/distribution" not in k}
+    assert logged == {"weighted_mean", "mean", "std", "p10", "p50", "p90", "worst10_mean", "devices",
+                      "without_holdout"}
+    assert rows[0]["device_eval/mean"] == pytest.approx(0.375) and rows[0]["device_eval/p50"] == pytest.approx(0.375)
 
 
 def test_a_device_evaluation_with_no_finite_value_logs_its_statistics_and_no_histogram(tmp_path, wandb_offline):
