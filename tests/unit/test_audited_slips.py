@@ -9,6 +9,7 @@
 - ``data.partition_by`` with ``data.device_holdout > 0``: the held-out split reads the label key, not the group key.
 """
 import math
+import time
 from types import SimpleNamespace
 
 import numpy as np
@@ -91,11 +92,26 @@ def wandb_offline(tmp_path, monkeypatch):
         if k.startswith("WANDB_") or k == "NETRC":
             monkeypatch.setenv(k, v)
 
-def test_device_distribution_with_nan_and_inf_reaches_w_and_b_without_them(tmp_path, wandb_offline):
+def written_rows(run_dir, run_id, want):
+    """The offline history rows with a version, once ``want`` of them are on disk: W&B's service may still be
+    writing the .wandb file when ``run.finish`` returns on a loaded machine (seen on the 2-core VM), so wait up to
+    60 s for it."""
     from wandb_runs import history_across
 
-    from seafl_dist.report.device_eval import summarise
     from seafl_dist.report.wandb_files import offline_files
+    for _ in range(120):
+        try:
+            rows = [h for h in history_across(offline_files(run_dir / "wandb", run_id)) if "version" in h]
+        except Exception:  # a record cut mid-write
+            rows = []
+        if len(rows) >= want:
+            return rows
+        time.sleep(0.5)
+    return rows
+
+
+def test_device_distribution_with_nan_and_inf_reaches_w_and_b_without_them(tmp_path, wandb_offline):
+    from seafl_dist.report.device_eval import summarise
     from seafl_dist.report.wandb_sink import WandbSink
     from seafl_dist.settings import config_from_dict
     cfg = config_from_dict({}, ["logging.wandb.enabled=true", "logging.wandb.mode=offline"])
@@ -106,8 +122,7 @@ def test_device_distribution_with_nan_and_inf_reaches_w_and_b_without_them(tmp_p
     sink.on_device_eval(0, 1.0, stats, values[sizes > 0])
     sink.on_device_eval(2, 3.0, stats, values)  # an empty device's NaN too: none reaches the histogram
     sink.close({"status": "completed"})
-    rows = [h for h in history_across(offline_files(tmp_path / "run" / "wandb", sink.run.id))
-            if "device_eval/distribution/values" in h]
+    rows = [h for h in written_rows(tmp_path / "run", sink.run.id, 2) if "device_eval/distribution/values" in h]
     assert [h["version"] for h in rows] == [0, 2]
     assert [sum(h["device_eval/distribution/values"]) for h in rows] == [2, 2]  # 0.5 and 0.25 only
     assert rows[0]["device_eval/devices"] == 2 and rows[0]["device_eval/without_holdout"] == 1
@@ -121,16 +136,13 @@ def test_device_distribution_with_nan_and_inf_reaches_w_and_b_without_them(tmp_p
 
 
 def test_a_device_evaluation_with_no_finite_value_logs_its_statistics_and_no_histogram(tmp_path, wandb_offline):
-    from wandb_runs import history_across
-
-    from seafl_dist.report.wandb_files import offline_files
     from seafl_dist.report.wandb_sink import WandbSink
     from seafl_dist.settings import config_from_dict
     cfg = config_from_dict({}, ["logging.wandb.enabled=true", "logging.wandb.mode=offline"])
     sink = WandbSink(cfg, tmp_path / "run")
     sink.on_device_eval(0, 1.0, {"accuracy": {"devices": 0, "mean": None}}, np.array([np.nan, -np.inf]))
     sink.close({"status": "completed"})
-    rows = [h for h in history_across(offline_files(tmp_path / "run" / "wandb", sink.run.id)) if h.get("version") == 0]
+    rows = [h for h in written_rows(tmp_path / "run", sink.run.id, 1) if h.get("version") == 0]
     assert rows and rows[0]["device_eval/devices"] == 0
     assert not any(k.startswith("device_eval/distribution") for k in rows[0])
 
