@@ -200,6 +200,12 @@ def test_dirichlet_split_by_topic_stratifies_the_holdout_by_topic():
         assert len(taken) == 20 and taken.count(0) == 10 and taken.count(1) == 10, seed
 
 
+def test_no_holdout_gives_the_shards_themselves_and_no_held_out_parts():
+    shards = [np.arange(0, 3), np.arange(3, 5)]
+    train, held = held_out_split(holdout_cfg("natural", "speaker", fraction=0.0), Keyed(speaker=["a"] * 5), shards)
+    assert train is shards and held is None  # None: the writers' own test rows, not an empty split, are asked for
+
+
 def test_dirichlet_split_by_a_key_without_integer_classes_is_refused_in_one_line():
     with pytest.raises(ConfigError) as err:
         held_out_split(holdout_cfg("dirichlet", "speaker"), Keyed(speaker=["ann", "bo"]), [np.arange(2)])
