@@ -160,7 +160,8 @@ def test_delta_form_is_seafls_eq_8_on_the_deltas_and_leaves_out_the_servers_drif
     model, res = first_delta("seafl", "model")
     delta, _ = first_delta("seafl", "delta")
     theta = 0.8
-    # p_k by Eq. 4–6 (α = 3, β = 10, μ = 1): S = 2 and 0; Θ of Δ_k = [0.5, 0.5, −1] and [1, 0, 2] with w_3 = [1, 1, 1]
+    # p_k by Eq. 4–6 (α = 3, β = 10, μ = 1): S = 2 and 0; Θ of Δ_k = [0.5, 0.5, −1] and [1, 0, 2]
+    # with w_3 = [1, 1, 1]
     raw = [30 / 40 * (3 * 10 / 12 + (0 / math.sqrt(1.5 * 3) + 1) / 2), 10 / 40 * (3 + (3 / math.sqrt(5 * 3) + 1) / 2)]
     p = [r / sum(raw) for r in raw]
     assert [d["weight"] for d in res.info] == pytest.approx(p, rel=1e-9)
