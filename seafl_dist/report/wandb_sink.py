@@ -14,7 +14,8 @@ What a run logs:
 - every device evaluation (``run.device_eval_every``, docs/device_eval.md): ``device_eval/<stat>`` of the target
   metric (``weighted_mean``, ``mean``, ``std``, ``p10``, ``p50``, ``p90``, ``worst10_mean``, ``devices``,
   ``without_holdout``), ``device_eval/<metric>_<stat>`` of the others, and ``device_eval/distribution``, a
-  histogram of the devices' values of the target metric;
+  histogram of the devices' finite values of the target metric (those ``devices`` counts: no device without
+  held-out rows, no NaN or ±inf of a diverged one; none at all when no value is finite);
 - every row also carries ``virtual_time`` and ``version``: virtual time is the default x-axis
   (``define_metric``); W&B's step is the version, so an aggregation and its evaluation are one
   history row;
@@ -194,8 +195,9 @@ class WandbSink:
         for name, st in stats.items():
             tag = "device_eval/" if name == self.metric.name else f"device_eval/{name}_"
             out.update({f"{tag}{k}": v for k, v in st.items() if k not in ("non_finite",) and not k.startswith("hold")})
-        if len(distribution):
-            out["device_eval/distribution"] = self.wandb.Histogram([float(v) for v in distribution])
+        finite = [float(v) for v in distribution if v is not None and math.isfinite(v)]
+        if finite:  # wandb.Histogram raises on a NaN or ±inf (a diverged device's loss): the devices counted only
+            out["device_eval/distribution"] = self.wandb.Histogram(finite)
         return out
 
     def on_device_eval(self, version: int, time: float, stats: dict, distribution) -> None:

@@ -154,7 +154,8 @@ class DeviceEvaluation(Off):
         for cb in self.callbacks:
             hook = getattr(cb, "on_device_eval", None)
             if hook is not None:
-                hook(version, time, stats, values[self.metric.name][sizes > 0])
+                counted = values[self.metric.name][(sizes > 0) & np.isfinite(values[self.metric.name])]
+                hook(version, time, stats, counted)  # the devices summarise counts: no NaN, no ±inf
         return self.note()
 
     def note(self) -> str | None:

@@ -3,6 +3,7 @@ it by rank 0, device_metrics.csv and device_summary.csv, summary.json's final su
 and resumed run gives the uninterrupted run's files; a module's own test_step; FEMNIST writers' own test data."""
 import csv
 import json
+import math
 
 import numpy as np
 import pytest
@@ -13,7 +14,7 @@ from docs_checks import page_modules
 from leaf_files import write_leaf
 from resuming import SMALL, assert_same_run, checkpoint_versions, cli, reference, run_args
 from seafl_dist.data import load_dataset
-from seafl_dist.data.holdout import HeldOut, holdout_sizes, writer_holdout
+from seafl_dist.data.holdout import HeldOut, writer_holdout
 from seafl_dist.data.labels import sample_groups
 from seafl_dist.models import build_model
 from seafl_dist.report.device_eval import DEVICE_COLUMNS, SUMMARY_COLUMNS, read_device_metrics, read_device_summary
@@ -73,7 +74,7 @@ def test_held_out_rows_are_never_trained_on_and_n_k_shrinks_for_the_clock_and_th
     whole = prepare(load_config(QUICKSTART, SMALL))
     exp = prepare(cfg)
     full = [len(s) for s in whole.shards]
-    assert exp.n_samples == [n - h for n, h in zip(full, holdout_sizes(full, 0.25))]
+    assert exp.n_samples == [n - math.floor(0.25 * n + 0.5) for n in full]  # n_k − ⌊f·n_k + ½⌋
     for d, i in zip(exp.held_out.devices, range(len(exp.held_out.devices))):
         rows = exp.held_out.data.labels[exp.held_out.offsets[i]:exp.held_out.offsets[i + 1]]
         assert len(rows) == len(whole.shards[d]) - len(exp.shards[d])

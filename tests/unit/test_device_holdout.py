@@ -2,11 +2,13 @@
 stream, the shards themselves unmoved; a device left without a training sample refused in one line."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
 from seafl_dist.data import partition
-from seafl_dist.data.holdout import HeldOut, holdout_sizes, split_holdout, writer_holdout
+from seafl_dist.data.holdout import HeldOut, split_holdout, writer_holdout
 from seafl_dist.data.labels import Groups, class_labels
 from seafl_dist.runtime.device_eval import eval_devices, held_out_split
 from seafl_dist.settings import ConfigError, config_from_dict
@@ -38,7 +40,7 @@ def test_without_labels_a_plain_random_subset_that_is_not_stratified():
     off = [np.abs(np.bincount(LABELS[h], minlength=10) - np.bincount(LABELS[s], minlength=10) * len(h) / len(s)).max()
            for s, h in zip(SHARDS, held)]
     assert max(off) >= 1
-    assert [len(h) for h in held] == list(holdout_sizes([len(s) for s in SHARDS], 0.3))
+    assert [len(h) for h in held] == [math.floor(0.3 * len(s) + 0.5) for s in SHARDS]  # h_k = ⌊f·n_k + ½⌋
 
 
 def test_seeded_its_own_stream_and_the_shards_do_not_move():

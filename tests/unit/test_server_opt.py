@@ -159,7 +159,12 @@ def first_delta(rule, form):
 def test_delta_form_is_seafls_eq_8_on_the_deltas_and_leaves_out_the_servers_drift():
     model, res = first_delta("seafl", "model")
     delta, _ = first_delta("seafl", "delta")
-    p, theta = [d["weight"] for d in res.info], 0.8
+    theta = 0.8
+    # p_k by Eq. 4–6 (α = 3, β = 10, μ = 1): S = 2 and 0; Θ of Δ_k = [0.5, 0.5, −1] and [1, 0, 2]
+    # with w_3 = [1, 1, 1]
+    raw = [30 / 40 * (3 * 10 / 12 + (0 / math.sqrt(1.5 * 3) + 1) / 2), 10 / 40 * (3 + (3 / math.sqrt(5 * 3) + 1) / 2)]
+    p = [r / sum(raw) for r in raw]
+    assert [d["weight"] for d in res.info] == pytest.approx(p, rel=1e-9)
     deltas = [u.flat.double() - VERSIONS[u.base_version].double() for u in UPDATES]
     drifts = [VERSIONS[3].double() - VERSIONS[u.base_version].double() for u in UPDATES]
     assert torch.allclose(delta, theta * (p[0] * deltas[0] + p[1] * deltas[1]), rtol=0, atol=1e-12)
@@ -170,8 +175,9 @@ def test_delta_form_is_seafls_eq_8_on_the_deltas_and_leaves_out_the_servers_drif
 
 def test_delta_form_of_fedasync_fedbuff_and_fedavg():
     one = UPDATES[:1]
-    for rule, expected in (("fedasync", lambda r: r.info[0]["a"] * (one[0].flat.double() - VERSIONS[1].double())),
-                           ("fedbuff", lambda r: r.new_global.double() - VERSIONS[3].double())):
+    delta0 = T([0.5, 0.5, -1.0], dtype=torch.float64)  # w_k − w_1 of the update from w_1 (S = 2)
+    for rule, expected in (("fedasync", lambda r: 0.6 * 3 ** -0.5 * delta0),  # a = α_mix (1 + S)^−½
+                           ("fedbuff", lambda r: delta0)):  # η_g = 1, one update, no scaling
         c = cfg(rule, name="momentum", lr=1.0, beta1=0.0, pseudo_gradient="delta")
         res = aggregate(c, 3, VERSIONS[3], one, VERSIONS.__getitem__)
         opt = ServerOptimizer(c)
@@ -183,7 +189,8 @@ def test_delta_form_of_fedasync_fedbuff_and_fedavg():
         res = aggregate(c, 3, VERSIONS[3], fresh, VERSIONS.__getitem__)
         opt = ServerOptimizer(c)
         opt.apply(VERSIONS[3], res, fresh, VERSIONS.__getitem__)
-        assert torch.allclose(opt.state.m, res.new_global.double() - VERSIONS[3].double(), rtol=0, atol=1e-6)
+        # Σ n_k/Σn (w_k − w_3) = (30·[−0.5, 1.5, −1] + 10·[1, 0, 2]) / 40
+        assert torch.allclose(opt.state.m, T([-0.125, 1.125, -0.25], dtype=torch.float64), rtol=0, atol=1e-6)
 
 
 def test_state_round_trips_through_a_checkpoints_plain_dict():
