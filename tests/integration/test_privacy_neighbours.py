@@ -14,6 +14,7 @@ Each rule runs in this process at tiny scale: FedBuff, FedAsync, FedAvg, SEAFL i
 import json
 import os
 import re
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -197,18 +198,29 @@ def assert_neighbours(a: Path, b: Path, t: int, lines_a: list[str], lines_b: lis
     assert [x for x in masked[0] if not post.search(x)] == [x for x in masked[1] if not post.search(x)]
 
 
-def wandb_history(run_dir: Path) -> dict[int, dict]:
+def wandb_history(run_dir: Path, t: int) -> dict[int, dict]:
+    """W&B's offline history rows by step, once versions 0..t are on disk and the file has stopped growing: W&B's
+    service may still be writing it when ``run.finish`` returns on a loaded machine (up to 60 s)."""
     run_id = json.loads((run_dir / "wandb_run.json").read_text())["id"]
-    rows: dict[int, dict] = {}
-    for row in history_across(offline_files(run_dir / "wandb", run_id)):  # W&B's own keys (_runtime, ...) aside
-        rows.setdefault(row["_step"], {}).update({k: v for k, v in row.items() if not k.startswith("_")})
+    last = None
+    for _ in range(120):
+        rows: dict[int, dict] = {}
+        try:
+            for row in history_across(offline_files(run_dir / "wandb", run_id)):  # W&B's own keys (_runtime, ...) aside
+                rows.setdefault(row["_step"], {}).update({k: v for k, v in row.items() if not k.startswith("_")})
+        except Exception:  # a record cut mid-write
+            rows = {}
+        if set(range(t + 1)) <= rows.keys() and rows == last:
+            return rows
+        last = rows
+        time.sleep(0.5)
     return rows
 
 
 def assert_wandb_neighbours(a: Path, b: Path, t: int) -> None:
     """Every W&B value logged before version t is the same; at t and after (the plots at the end) only the
     evaluation of the noised model and what is drawn from it may differ."""
-    ha, hb = wandb_history(a), wandb_history(b)
+    ha, hb = wandb_history(a, t), wandb_history(b, t)
     assert ha.keys() == hb.keys() and t in ha
     for step in ha:
         diff = differing(ha[step], hb[step])
