@@ -32,13 +32,13 @@ def colour(split: str, label: int, i: int) -> tuple[int, int, int]:
     return (20 * label + 10, base + 30 * i + 5, 250 - 20 * label)
 
 
-def make_copy(root: Path, per_class: dict, drop: str | None = None) -> Path:
+def make_copy(root: Path, per_class: dict, drop: str | set = ()) -> Path:
     repo = root / "CIFAR-10-images"
     for split, n in per_class.items():
         for label, name in enumerate(CLASSES):
             (repo / split / name).mkdir(parents=True)
             for i in range(n):
-                if drop == f"{split}/{name}/{i:04d}.jpg":
+                if f"{split}/{name}/{i:04d}.jpg" in ({drop} if isinstance(drop, str) else drop):
                     continue
                 Image.new("RGB", (32, 32), colour(split, label, i)).save(repo / split / name / f"{i:04d}.jpg", quality=75)
     subprocess.run(["git", "init", "-q", str(repo)], check=True)
@@ -83,6 +83,14 @@ def test_a_class_short_of_images_is_one_line(tmp_path, drop, said):
     repo = make_copy(tmp_path, {"train": 5, "test": 2}, drop=drop)
     done = run_script(repo, tmp_path / "data")
     assert done.returncode != 0 and said in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_gap_in_the_numbering_is_one_line_naming_the_file(tmp_path):
+    """Every class one image short, so the counts agree: image 0002 is what is missing."""
+    repo = make_copy(tmp_path, {"train": 4, "test": 1}, drop={f"train/{name}/0002.jpg" for name in CLASSES})
+    done = run_script(repo, tmp_path / "data")
+    assert done.returncode != 0 and "Traceback" not in done.stderr
+    assert "HEAD:train/airplane/0002.jpg is missing" in done.stderr
 
 
 def test_a_missing_class_folder_is_one_line(tmp_path):
