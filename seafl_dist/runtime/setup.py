@@ -201,7 +201,8 @@ def prepare(cfg: Config, *, local_rank: int = 0, need_test: bool = True, fetch=N
         determinism.apply()
 
     def load(download: bool):
-        common = dict(download=download, seed=cfg.data_seed, test_fraction=d.test_fraction, emnist_split=d.emnist_split)
+        common = dict(download=download, seed=cfg.data_seed, test_fraction=d.test_fraction, emnist_split=d.emnist_split,
+                      files=d.files, columns=d.columns, splits=d.splits)
         return (load_dataset(d.name, d.root, train=True, **common),
                 load_dataset(d.name, d.root, train=False, **common) if need_test else None)
 
