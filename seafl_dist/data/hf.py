@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 from ..settings import ConfigError
-from ..settings.data import HF
+from ..settings.plugins import HF
 
 EXTRA = 'pip install -e ".[hf]"'
 _OPENED: dict[tuple, dict] = {}
@@ -168,8 +168,10 @@ def load_hf(name: str, root: Path, train: bool, *, files=None, columns=None, spl
         except RuntimeError as err:  # images of several shapes or dtypes
             raise refuse(f"its {split} split's images are not all of one shape ({_said(err)}); resize them with "
                          "the dataset's map before saving") from None
-        return held_images(name, split, images, torch.from_numpy(labels.astype(np.int64)), classes, num_classes,
+        data = held_images(name, split, images, torch.from_numpy(labels.astype(np.int64)), classes, num_classes,
                            refuse)
+        data.hf_split = ds  # what a Flower partitioner is handed (data/flower.py)
+        return data
     data = any_samples(name, split, rows, num_classes if num_classes is not None else (len(classes) or None), refuse)
     if classes and len(classes) == data.num_classes:
         data.classes = [str(c) for c in classes]
