@@ -2,7 +2,7 @@
 
 An image dataset saved with save_to_disk and a text dataset of parquet files (builder + data.files), both made
 here (tests/hf_datasets.py), run end to end; Flower's Dirichlet, Pathological and NaturalId partitioners give
-each device exactly the rows flwr_datasets gives for the same arguments and seed; a killed run of the text set
+each device exactly the rows flwr_datasets gives for the same arguments and seed; a killed run of the image set
 under churn, device evaluation of held-out rows and W&B resumes to the uninterrupted bytes and reports; and
 what does not fit is refused in one line."""
 import json
@@ -99,29 +99,28 @@ def test_a_flower_partitioner_gives_each_device_the_rows_flower_gives(made, part
     assert record["method"] == f"flwr:{partitioner}" and record["partition_args"] == args
 
 
-def test_an_image_dataset_with_a_flower_partition_runs_end_to_end(made, tmp_path):
-    args = {"partition_by": "label", "alpha": 0.5, "seed": 1, "min_partition_size": 5}
-    proc = seafl(made, *image_args(made), "data.partition=flwr:DirichletPartitioner",
-                 f"data.partition_args={json.dumps(args)}", out=tmp_path / "r")
+def test_a_text_dataset_of_parquet_files_trains_an_lstm_end_to_end(made, tmp_path):
+    proc = seafl(made, *text_args(made), "data.partition=flwr:IidPartitioner", out=tmp_path / "r")
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads((tmp_path / "r" / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["best"] > 0.5  # 4 classes: chance is 0.25
     part = json.loads((tmp_path / "r" / "partition.json").read_text())
-    assert part["method"] == "flwr:DirichletPartitioner" and part["partition_args"] == args
-    assert np.sum(part["label_histograms"], axis=0).tolist() == np.bincount(image_arrays("train")[1]).tolist()
+    assert part["method"] == "flwr:IidPartitioner" and part["dataset"] == "hf:parquet"
+    assert part["n_samples"] == [40] * 10  # Flower's IID: 400 rows in 10 equal parts
+    assert np.sum(part["label_histograms"], axis=0).tolist() == np.bincount(token_rows(400, 0)[:, -1] % 4).tolist()
 
 
-def test_a_killed_text_run_under_churn_and_w_and_b_resumes_to_the_uninterrupted_bytes_and_reports(made, tmp_path):
-    """The text set (parquet files, builder + data.files) split by Flower's Dirichlet over its label column, with
-    held-out rows evaluated on the devices, a device profile and dropouts, W&B offline: killed after aggregation 3
-    (checkpoint at 2) and run again it ends with the uninterrupted run's bytes, and `seafl report` draws it."""
+def test_a_killed_image_run_under_churn_and_w_and_b_resumes_to_the_uninterrupted_bytes_and_reports(made, tmp_path):
+    """The image set (save_to_disk) split by Flower's Dirichlet over its label column, with held-out rows
+    evaluated on the devices, a device profile and dropouts, W&B offline: killed after aggregation 3 (checkpoint
+    at 2) and run again it ends with the uninterrupted run's bytes, learns, and `seafl report` draws it."""
     pytest.importorskip("wandb.proto.wandb_internal_pb2")
     from seafl_dist.report.build import write_report
     from wandb_runs import offline_env
     profile = write_profile(tmp_path / "devices.csv")
-    args = [*text_args(made), *CHURN[len(SMALL):], f"devices.profile={profile}",
-            "data.partition=flwr:DirichletPartitioner",
-            "data.partition_args={partition_by: topic, alpha: 0.5, seed: 2, min_partition_size: 5}",
+    flower = {"partition_by": "label", "alpha": 0.5, "seed": 2, "min_partition_size": 5}
+    args = [*image_args(made), *CHURN[len(SMALL):], f"devices.profile={profile}",
+            "data.partition=flwr:DirichletPartitioner", f"data.partition_args={json.dumps(flower)}",
             "data.device_holdout=0.25", "run.eval_every=2", "run.device_eval_every=2", "run.checkpoint_every=2",
             "run.checkpoint_every_s=null", "logging.wandb.enabled=true", "logging.wandb.mode=offline"]
     base = dict(os.environ, PYTHONPATH=os.pathsep.join([str(made[0]), os.environ.get("PYTHONPATH", "")]))
@@ -139,7 +138,8 @@ def test_a_killed_text_run_under_churn_and_w_and_b_resumes_to_the_uninterrupted_
     events = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
     assert any(e["event"] == "drop" for e in events)  # the churn was real
     part = json.loads((out / "partition.json").read_text())
-    assert part["method"] == "flwr:DirichletPartitioner" and part["device_holdout"] == 0.25
+    assert part["method"] == "flwr:DirichletPartitioner" and part["partition_args"] == flower
+    assert part["device_holdout"] == 0.25
     report = write_report([out], tmp_path / "report")
     for file in ("device_eval_cdf.png", "device_eval.csv"):
         assert report["files"][file].is_file(), file
