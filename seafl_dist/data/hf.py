@@ -171,6 +171,7 @@ def load_hf(name: str, root: Path, train: bool, *, files=None, columns=None, spl
         data = held_images(name, split, images, torch.from_numpy(labels.astype(np.int64)), classes, num_classes,
                            refuse)
         data.hf_split = ds  # what a Flower partitioner is handed (data/flower.py)
+        data.field = rows.column  # what data.partition_by (or data.columns' group) reads (data/labels.py)
         return data
     data = any_samples(name, split, rows, num_classes if num_classes is not None else (len(classes) or None), refuse)
     if classes and len(classes) == data.num_classes:

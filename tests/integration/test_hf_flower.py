@@ -77,6 +77,16 @@ def test_both_sources_read_their_rows_through_the_datasets_own_formatting(made):
     assert len(load_dataset("hf:parquet", made[0], train=False, **kw)) == 120
 
 
+def test_a_group_column_makes_each_group_a_device(made):
+    cfg = config_from_dict({"name": "t"}, [*SMALL, *image_args(made), "data.partition=natural",
+                                           "data.columns={group: writer}", "devices.num=null"])
+    exp = prepare(cfg)
+    writers = image_arrays("train")[2]
+    assert sorted(exp.writers) == [f"w{k}" for k in range(WRITERS)]
+    assert {w: s.tolist() for w, s in zip(exp.writers, exp.shards)} == {
+        f"w{k}": np.flatnonzero(writers == f"w{k}").tolist() for k in range(WRITERS)}
+
+
 @pytest.mark.parametrize("partitioner, args, num", [
     ("DirichletPartitioner", {"partition_by": "label", "alpha": 0.3, "seed": 7, "min_partition_size": 5}, 10),
     ("PathologicalPartitioner", {"partition_by": "label", "num_classes_per_partition": 2, "seed": 3}, 10),
