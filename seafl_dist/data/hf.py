@@ -162,9 +162,13 @@ def load_hf(name: str, root: Path, train: bool, *, files=None, columns=None, spl
     classes = list(getattr(feature, "names", None) or [])
     rows = Rows(ds, x, y)
     first = rows[0][0]
+    # torch's formatting widens integer arrays to int64: an Array2D/Array3D declared uint8 is uint8 pixels again
+    narrow = getattr(ds.features[x], "dtype", None) == "uint8"
+    if isinstance(first, torch.Tensor) and narrow:
+        first = first.to(torch.uint8)
     if isinstance(first, torch.Tensor) and _image_like(first, batched=False):
         try:
-            images = torch.cat([_channels(rows.torch[i:i + 4096][x]) for i in range(0, len(ds), 4096)])
+            images = torch.cat([_channels(rows.torch[i:i + 4096][x], narrow) for i in range(0, len(ds), 4096)])
         except RuntimeError as err:  # images of several shapes or dtypes
             raise refuse(f"its {split} split's images are not all of one shape ({_said(err)}); resize them with "
                          "the dataset's map before saving") from None
@@ -179,7 +183,9 @@ def load_hf(name: str, root: Path, train: bool, *, files=None, columns=None, spl
     return data
 
 
-def _channels(batch) -> torch.Tensor:
-    """A formatted batch of images as (N, C, H, W): a stacked tensor, or a list of (C, H, W) / (H, W) ones."""
+def _channels(batch, narrow: bool = False) -> torch.Tensor:
+    """A formatted batch of images as (N, C, H, W): a stacked tensor, or a list of (C, H, W) / (H, W) ones;
+    ``narrow``: declared uint8 (widened by the formatting), made uint8 again."""
     t = batch if isinstance(batch, torch.Tensor) else torch.stack(list(batch))
+    t = t.to(torch.uint8) if narrow else t
     return t.unsqueeze(1) if t.dim() == 3 else t
