@@ -77,6 +77,18 @@ def test_both_sources_read_their_rows_through_the_datasets_own_formatting(made):
     assert len(load_dataset("hf:parquet", made[0], train=False, **kw)) == 120
 
 
+def test_pixels_stored_as_a_uint8_array_take_the_image_fast_path_as_uint8(tmp_path):
+    """torch's formatting widens an Array2D of uint8 to int64; declared uint8, it is uint8 pixels again."""
+    import datasets
+    images = np.random.default_rng(3).integers(0, 256, (6, 8, 8), dtype=np.uint8)
+    features = datasets.Features({"image": datasets.Array2D((8, 8), "uint8"), "label": datasets.Value("int64")})
+    split = datasets.Dataset.from_dict({"image": images, "label": [0, 1, 2, 0, 1, 2]}, features=features)
+    datasets.DatasetDict(train=split, test=split).save_to_disk(str(tmp_path / "arr"))
+    train = load_dataset(f"hf:{tmp_path / 'arr'}", "data", train=True)
+    assert isinstance(train, ArrayDataset) and train.images.dtype == torch.uint8 and train.num_classes == 3
+    assert torch.equal(train.images, torch.from_numpy(images)[:, None])
+
+
 def test_a_group_column_makes_each_group_a_device(made):
     cfg = config_from_dict({"name": "t"}, [*SMALL, *image_args(made), "data.partition=natural",
                                            "data.columns={group: writer}", "devices.num=null"])
