@@ -172,8 +172,10 @@ def test_a_killed_image_run_under_churn_and_w_and_b_resumes_to_the_uninterrupted
                                                         "data.splits"]),
     (["data.columns={input: pixels}"], "data.columns", ["its input column 'pixels' is not one",
                                                         "it has image, label, writer, uid"]),
-    (["data.partition=flwr:NoSuchPartitioner"], "data.partition", ["no such row partitioner",
-                                                                   "DirichletPartitioner"]),
+    (["data.partition=flwr:NoSuchPartitioner"], "data.partition", ["has value 'flwr:NoSuchPartitioner'",
+                                                                   "no such row partitioner", "DirichletPartitioner"]),
+    (["data.partition=flwr:VerticalEvenPartitioner"], "data.partition", [  # it splits columns, not rows
+        "has value 'flwr:VerticalEvenPartitioner'", "no such row partitioner", "IidPartitioner"]),
     (["data.partition=flwr:IidPartitioner", "data.partition_args={num_partitions: 3}"], "data.partition_args",
      ["num_partitions is devices.num"]),
     (["data.partition=flwr:DirichletPartitioner", "data.partition_args={partition_by: label, beta: 1}"],
@@ -184,7 +186,8 @@ def test_a_killed_image_run_under_churn_and_w_and_b_resumes_to_the_uninterrupted
 def test_what_does_not_fit_is_refused_in_one_line(made, extra, key, fragments):
     with pytest.raises(ConfigError) as err:
         prepare(config_from_dict({"name": "t"}, [*SMALL, *image_args(made), *extra]))
-    one_line_message(str(err.value), f"config key '{key}'", *fragments)
+    message = one_line_message(str(err.value), f"config key '{key}'", *fragments)
+    assert "Vertical" not in message.split("has value")[1].split(":", 2)[-1]  # never offered: they split columns
 
 
 def test_hf_keys_belong_to_hf_sources_and_partition_args_to_flower():
