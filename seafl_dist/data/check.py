@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from ..settings import ConfigError
+from ..settings.data import HF
 from ..settings.plugins import is_import_path
 from .cifar import META, TEST, TRAIN, check_batch, check_meta
 from .cinic import CINIC_DIRS, _cinic_present, list_pngs, load_cinic10, read_png
@@ -76,7 +77,7 @@ def check_dataset(d, seed: int) -> DataCheck:
 
 
 def _check(d, root: Path, seed: int) -> DataCheck:
-    if is_import_path(d.name) or d.name == "digits":
+    if is_import_path(d.name) or d.name == "digits" or d.name.startswith(HF):
         return _loaded(d, root, seed)
     if d.name == "mnist":
         return _idx_set("mnist", root / "MNIST" / "raw", "train", "t10k", 10, d.download)
@@ -98,13 +99,17 @@ def _check(d, root: Path, seed: int) -> DataCheck:
 
 def _loaded(d, root: Path, seed: int) -> DataCheck:
     from .loaders import load_dataset
-    common = dict(download=False, seed=seed, test_fraction=d.test_fraction, emnist_split=d.emnist_split)
+    common = dict(download=False, seed=seed, test_fraction=d.test_fraction, emnist_split=d.emnist_split,
+                      files=d.files, columns=d.columns, splits=d.splits)
     train = load_dataset(d.name, root, train=True, **common)
     test = load_dataset(d.name, root, train=False, **common)
-    if train.inputs == "samples":  # a LightningDataModule (data/datamodule.py): set up, prepare_data not run
-        return DataCheck(train.name, "a LightningDataModule", num_classes=train.num_classes, n_test=len(test),
-                         samples=(train, test))
-    return DataCheck(train.name, "bundled with scikit-learn" if d.name == "digits" else "a user's loader",
+    if train.inputs == "samples":  # a LightningDataModule (data/datamodule.py, set up, prepare_data not run) or a
+        from .datamodule import is_datamodule_path  # loader's samples of any shape (data/custom.py)
+        return DataCheck(train.name, "a Hugging Face dataset" if d.name.startswith(HF) else "a LightningDataModule"
+                         if is_datamodule_path(d.name) else "a user's loader",
+                         num_classes=train.num_classes, n_test=len(test), samples=(train, test))
+    return DataCheck(train.name, "bundled with scikit-learn" if d.name == "digits" else "a Hugging Face dataset"
+                     if d.name.startswith(HF) else "a user's loader",
                      train.labels.numpy(), train.num_classes, tuple(train.images.shape[1:]), len(test),
                      vocab=train.vocab)
 

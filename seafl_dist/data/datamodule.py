@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 from ..settings.plugins import is_datamodule_class, makes_datamodule, plugin_error, resolve, root_kwargs
-from .samples import SampleDataset, declared_labels
+from .samples import SampleDataset, sample_dataset
 
 _MODULES: dict[tuple, object] = {}  # (path, root, seed) -> the set-up DataModule's (train, test), per process
 
@@ -144,30 +144,7 @@ def _split(path: str, dm, hook: str, num_classes: int | None = None) -> SampleDa
     if len(dataset) == 0:
         raise plugin_error("data.name", path, f"its {hook}'s dataset is empty")
     collate = getattr(loader, "collate_fn", None) or default_collate
-    labels, image_shape = declared_labels(dataset, dm), None
-    first = dataset[0]
-    if isinstance(first, (tuple, list)) and len(first) == 2 and isinstance(first[0], torch.Tensor) \
-            and first[0].dim() == 3 and first[0].shape[-1] == first[0].shape[-2]:
-        image_shape = tuple(first[0].shape)  # an image sample: what a model builder is told
-    if labels is None:
-        labels = _pair_labels(dataset)
-    return SampleDataset(dataset, collate, path, labels=labels, image_shape=image_shape, num_classes=num_classes)
-
-
-def _pair_labels(dataset) -> np.ndarray | None:
-    """Every sample's label when the samples are ``(x, int label)`` pairs (a 0-d integer tensor counts), else None."""
-    out = np.empty(len(dataset), dtype=np.int64)
-    for i in range(len(dataset)):
-        item = dataset[i]
-        if not (isinstance(item, (tuple, list)) and len(item) == 2):
-            return None
-        y = item[1]
-        if isinstance(y, torch.Tensor) and y.dim() == 0 and not y.is_floating_point() and y.dtype != torch.bool:
-            y = int(y)
-        if isinstance(y, bool) or not isinstance(y, (int, np.integer)) or y < 0:
-            return None
-        out[i] = int(y)
-    return out
+    return sample_dataset(dataset, collate, path, owner=dm, num_classes=num_classes)
 
 
 def fingerprint(data: SampleDataset) -> str:

@@ -54,6 +54,8 @@ def keys(d) -> tuple[str | None, str | None]:
     """(the label key, the group key) the data section ``d`` names: ``data.partition_by`` is the group key of a
     ``natural`` partition and the label key of any other."""
     key = getattr(d, "partition_by", None)
+    if key is None and d.partition == "natural":  # a Hugging Face dataset's group column (data/hf.py)
+        key = (getattr(d, "columns", None) or {}).get("group")
     return (None, key) if d.partition == "natural" else (key, None)
 
 

@@ -59,7 +59,9 @@ import torch
 
 from ..settings.errors import ConfigError
 from ..settings.plugins import is_import_path
+from ..settings.data import HF
 from .custom import load_custom_dataset
+from .hf import clear as _clear_hf, load_hf
 from .datamodule import clear as _clear_datamodules, is_datamodule_path, load_split
 from .cifar import load_cifar10
 from .cinic import CINIC_CLASSES, load_cinic10  # noqa: F401  (CINIC_CLASSES: re-exported)
@@ -74,11 +76,19 @@ _CACHE: dict[tuple, ArrayDataset] = {}
 
 
 def load_dataset(name: str, root: str | Path = "data", train: bool = True, *, download: bool = False,
-                 seed: int = 0, test_fraction: float = 0.2, emnist_split: str = "balanced") -> ArrayDataset:
+                 seed: int = 0, test_fraction: float = 0.2, emnist_split: str = "balanced",
+                 files: dict | None = None, columns: dict | None = None, splits: dict | None = None) -> ArrayDataset:
     """The train (``train=True``) or test split of dataset ``name`` as an :class:`ArrayDataset`,
     cached per process. ``seed`` / ``test_fraction`` matter for digits only, ``emnist_split`` for
-    emnist only."""
+    emnist only, ``files`` / ``columns`` / ``splits`` for ``hf:<path>`` only (data/hf.py)."""
     root = Path(root).expanduser().resolve()
+    if name.startswith(HF):  # a Hugging Face dataset (data/hf.py); the test split's labels use train's classes
+        hf = dict(files=files, columns=columns, splits=splits)
+        key = (name, bool(train), str(root), repr(hf))
+        if key not in _CACHE:
+            classes = None if train else load_dataset(name, root, train=True, **hf).num_classes
+            _CACHE[key] = load_hf(name, root, train, **hf, num_classes=classes)
+        return _CACHE[key]
     if is_import_path(name) and is_datamodule_path(name):  # a LightningDataModule (data/datamodule.py)
         return load_split(name, root, train, seed=seed, prepare=download)
     if is_import_path(name):  # a user's loader (seafl_dist.data.custom); the test split's labels use train's classes
@@ -116,6 +126,7 @@ def clear_cache() -> None:
     """Forget every loaded dataset and DataModule (tests; or to free memory)."""
     _CACHE.clear()
     _clear_datamodules()
+    _clear_hf()
 
 
 # ---- digits (bundled) -------------------------------------------------------------------

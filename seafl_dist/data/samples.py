@@ -81,6 +81,39 @@ def declared_labels(dataset, owner=None) -> np.ndarray | None:
     return None
 
 
+def sample_dataset(dataset, collate, name: str, *, owner=None, num_classes: int | None = None) -> "SampleDataset":
+    """``dataset`` (map-style, not empty) and ``collate`` as a SampleDataset: its labels where declared
+    (:func:`declared_labels`, ``owner`` its DataModule) or read from ``(x, int label)`` samples, and the
+    image shape of ``(image (C, H, W) square, label)`` samples (what a user's model builder is told)."""
+    labels, image_shape = declared_labels(dataset, owner), None
+    first = dataset[0]
+    if isinstance(first, (tuple, list)) and len(first) == 2 and isinstance(first[0], torch.Tensor) \
+            and first[0].dim() == 3 and first[0].shape[-1] == first[0].shape[-2]:
+        image_shape = tuple(first[0].shape)
+    if labels is None:
+        labels = pair_labels(dataset)
+    return SampleDataset(dataset, collate, name, labels=labels, image_shape=image_shape, num_classes=num_classes)
+
+
+def pair_labels(dataset) -> np.ndarray | None:
+    """Every sample's label when the samples are ``(x, int label)`` pairs (a 0-d integer tensor counts), else None."""
+    out = np.empty(len(dataset), dtype=np.int64)
+    for i in range(len(dataset)):
+        item = dataset[i]
+        if not (isinstance(item, (tuple, list)) and len(item) == 2):
+            return None
+        y = item[1]
+        if isinstance(y, torch.Tensor) and y.dim() == 0 and not (y.is_floating_point() or y.is_complex()
+                                                                 or y.dtype == torch.bool):
+            y = int(y)
+        elif isinstance(y, np.ndarray) and y.ndim == 0 and np.issubdtype(y.dtype, np.integer):
+            y = int(y)
+        if isinstance(y, bool) or not isinstance(y, (int, np.integer)) or y < 0:
+            return None
+        out[i] = int(y)
+    return out
+
+
 def field_value(sample, key: str):
     """``sample``'s value under ``key``: a dict's entry, a tuple's or list's position (``key`` ``"0"``, ``"1"``, ...),
     an object's attribute; a 0-d tensor or numpy scalar as a Python scalar. KeyError where there is none."""
@@ -169,6 +202,13 @@ class SampleDataset:
     def field(self, key: str) -> list:
         """Every sample's value under ``key`` (:func:`field_value`), in row order; ConfigError naming the first sample
         that has none."""
+        column = getattr(self.dataset, "column", None)  # a Hugging Face dataset's rows (data/hf.py): read at once
+        if key not in self._fields and column is not None:
+            try:
+                self._fields[key] = [v.item() if isinstance(v, np.generic) else v for v in column(key)]
+            except KeyError as err:
+                raise ConfigError(f"config key 'data.partition_by' has value {key!r}; allowed: a column of "
+                                  f"{self.name} ({err.args[0]})") from None
         if key not in self._fields:
             values = []
             for i in range(len(self.dataset)):

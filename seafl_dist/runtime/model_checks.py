@@ -33,7 +33,7 @@ def check_inputs(cfg: Config, inputs: str) -> None:
     if name not in MODELS or MODELS[name].inputs == inputs:
         return
     fits = ", ".join(m for m, cls in MODELS.items() if cls.inputs == inputs)
-    what = {"tokens": "token ids", "images": "images"}.get(inputs, "a DataModule's, of any structure")
+    what = {"tokens": "token ids", "images": "images"}.get(inputs, "of any structure (a DataModule's, or a loader's that are not images)")
     raise ConfigError(f"config key 'model.name' has value {name!r}; allowed: {fits + ' or ' if fits else ''}an import path for "
                       f"data.name={cfg.data.name}, whose samples are {what}; {name} takes "
                       f"{MODELS[name].inputs.replace('tokens', 'token ids')}")

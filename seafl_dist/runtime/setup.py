@@ -22,7 +22,7 @@ from seafl_dist.data.labels import class_labels, keys, sample_groups
 from seafl_dist.data.natural import natural_partition
 from seafl_dist.data.partition import label_counts
 from seafl_dist.models import build_model
-from seafl_dist.settings.plugins import is_import_path
+from seafl_dist.settings.plugins import FLWR, is_import_path
 from seafl_dist.codecs import UpdateCodec
 from seafl_dist.sim import Lookahead, Scheduler, SpeedModel, stream_seed
 from seafl_dist.sim.clock import scaled_upload
@@ -94,10 +94,11 @@ class Experiment:
         hist = label_counts(labels, self.shards, max(self.train.num_classes, int(labels.max(initial=-1)) + 1)) \
             if labels is not None and not self.cfg.privacy.withheld else None  # under DP: devices' data
         d = self.cfg.data
-        natural = d.partition == "natural"  # a writer's shard: no concentration involved
+        natural = d.partition == "natural" or d.partition.startswith(FLWR)  # no concentration involved
         held = {"device_holdout": d.device_holdout} if d.device_holdout else {}  # the shards are the training parts
         return {"dataset": self.train.name, "method": d.partition,
                 **({"partition_by": d.partition_by} if d.partition_by is not None else {}),
+                **({"partition_args": d.partition_args} if d.partition_args is not None else {}),
                 "concentration": None if natural else d.concentration,
                 **held, **({"device_test": d.device_test} if d.device_test != "split" else {}),
                 "n_samples": np.array(self.n_samples, dtype=np.int64),
@@ -173,6 +174,9 @@ def make_shards(cfg: Config, train) -> tuple[list[np.ndarray], list[str] | None]
             raise ConfigError(f"config key 'devices.concurrency' has value {cfg.devices.concurrency}; allowed: at "
                               f"most the {len(shards)} devices of {train.name}'s groups (devices.num=null: all)")
         return shards, writers
+    if d.partition.startswith(FLWR):  # a Flower Datasets partitioner: Flower's own rows (data/flower.py)
+        from seafl_dist.data.flower import flower_partition
+        return flower_partition(d.partition, d.partition_args, train, cfg.devices.num), None
     labels = class_labels(train, label_key)
     if labels is None:  # samples without integer labels (a DataModule's): what needs none can still be made
         if d.partition != "iid":
@@ -201,7 +205,8 @@ def prepare(cfg: Config, *, local_rank: int = 0, need_test: bool = True, fetch=N
         determinism.apply()
 
     def load(download: bool):
-        common = dict(download=download, seed=cfg.data_seed, test_fraction=d.test_fraction, emnist_split=d.emnist_split)
+        common = dict(download=download, seed=cfg.data_seed, test_fraction=d.test_fraction, emnist_split=d.emnist_split,
+                      files=d.files, columns=d.columns, splits=d.splits)
         return (load_dataset(d.name, d.root, train=True, **common),
                 load_dataset(d.name, d.root, train=False, **common) if need_test else None)
 

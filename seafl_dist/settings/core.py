@@ -297,7 +297,8 @@ OMITTED_AT_DEFAULT = {("devices", "profile"): None, ("devices", "dropout"): None
                       ("algorithm", "update_norm_factor"): None, ("run", "stop_on_divergence"): False,
                       ("run", "target_metric"): "accuracy", ("run", "target_mode"): "max",
                       ("data", "device_holdout"): 0.0, ("data", "device_test"): "split",
-                      ("data", "partition_by"): None,
+                      ("data", "partition_by"): None, ("data", "files"): None, ("data", "columns"): None,
+                      ("data", "splits"): None, ("data", "partition_args"): None,
                       ("run", "device_eval_every"): None, ("run", "device_eval_sample"): None}
 
 

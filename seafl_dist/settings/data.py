@@ -11,9 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from seafl_dist.settings.domains import SEEDS, Text, check_fields, plugin_or
+from seafl_dist.settings.domains import SEEDS, OneOf, Text, check_fields
 from seafl_dist.settings.errors import _fail
 from seafl_dist.settings.keys import key
+from seafl_dist.settings.plugins import FLWR, HF
 
 WITHOUT_WRITERS = ("digits", "mnist", "emnist", "cifar10", "cinic10")  # built-in datasets natural cannot split
 WITH_WRITERS = ("femnist", "shakespeare")  # LEAF's: one writer (a FEMNIST writer, a Shakespeare role) a device
@@ -21,17 +22,37 @@ TOKEN_DATASETS = ("shakespeare",)  # built-in datasets of token sequences; every
 EMNIST_SPLITS = ("byclass", "bymerge", "balanced", "letters", "digits", "mnist")  # torchvision's EMNIST.splits
 
 
+
+
+HF_OR_PLUGIN = OneOf(WITHOUT_WRITERS + WITH_WRITERS, plugin=True, prefix=HF)
+FLWR_OR_PLUGIN = OneOf(("dirichlet", "iid", "natural"), plugin=True, prefix=FLWR)
+
+
 @dataclass(kw_only=True)
 class DataConfig:
     name: str = key("digits", "the dataset: `digits` (bundled), `mnist`, `emnist`, `cifar10`, `cinic10`, `femnist` "
                     "(LEAF's JSON files, by writer), `shakespeare` (LEAF's, by role: next-character prediction), "
-                    "`pkg.module:loader`, or `pkg.module:MyDataModule` (a LightningDataModule, docs/extending.md)", plugin_or(WITHOUT_WRITERS + WITH_WRITERS))
+                    "`pkg.module:loader`, `pkg.module:MyDataModule` (a LightningDataModule, docs/extending.md), or "
+                    "`hf:<path>` (a Hugging Face dataset: saved with `save_to_disk`, a builder with `data.files`, "
+                    "or a hub name; needs `pip install -e \".[hf]\"`)", HF_OR_PLUGIN)
     root: str = key("data", "directory the on-disk datasets live in")
+    files: Optional[dict] = key(
+        None, "`hf:<builder>` only: the files of each split, as Hugging Face's `data_files` (`{train: a.parquet, "
+              "test: b.parquet}`; a value may be a list or a glob)",
+        note="With `data.files` the name after `hf:` is a builder of the `datasets` library: `parquet`, `csv`, "
+             "`json` or `imagefolder` (docs/datasets.md, \"Your data\").")
+    columns: Optional[dict] = key(
+        None, "`hf:` only: the columns `{input: ..., label: ..., group: ...}`; `null` or a key left out: `image` (or "
+              "`img`) and `label`, no group")
+    splits: Optional[dict] = key(
+        None, "`hf:` only: which of the dataset's splits are `{train: ..., test: ...}`; `null` or a key left out: "
+              "its `train` and `test`")
     download: bool = key(False, "fetch a missing MNIST, EMNIST or CIFAR-10 through torchvision (needs internet)")
     partition: str = key("dirichlet", "how samples are split into shards: `dirichlet` (label skew), `iid`, "
-                         "`natural` (one device per writer: femnist, shakespeare; or per group of `data.partition_by`), or "
-                         "`pkg.module:split`",
-                         plugin_or(("dirichlet", "iid", "natural")),
+                         "`natural` (one device per writer: femnist, shakespeare; or per group of `data.partition_by`), "
+                         "`pkg.module:split`, or `flwr:<Partitioner>` (a Flower Datasets partitioner, with "
+                         "`data.partition_args`)",
+                         FLWR_OR_PLUGIN,
                          note="`natural`: device k is the k-th writer (group) of an order seeded by `data.seed`, "
                               "with all of its training samples; `devices.num: null` takes every writer, N the "
                               "first N (docs/femnist.md).")
@@ -42,6 +63,11 @@ class DataConfig:
         note="Named as Flower Datasets' partitioners name it (`partition_by`): a key of dict samples, a position "
              "(`\"0\"`, `\"1\"`) of tuple samples, an attribute of other samples. Groups are named by their `str`; with "
              "`data.device_test: writers` a device's held-out data is the test samples of its group (docs/extending.md).")
+    partition_args: Optional[dict] = key(
+        None, "`flwr:<Partitioner>` only: its arguments, as Flower Datasets names them (`{partition_by: label, "
+              "alpha: 0.3, seed: 42}`); `num_partitions` is `devices.num`",
+        note="The partitioner's own `seed` seeds it (`data.seed` does not): the same arguments give the rows Flower "
+             "gives. Without a `seed` it takes Flower's default.")
     shards_overlap: bool = key(False, "a custom `data.partition` may give devices shared samples")
     concentration: float = key(0.3, "Dirichlet concentration over labels (smaller: more skew)", "(0, inf)")
     samples_per_device: Optional[int] = key(None, "fixed shard size, drawn without replacement; `null`: the "
@@ -66,6 +92,16 @@ class DataConfig:
 
     def __post_init__(self) -> None:
         check_fields(self, "data")
+        for name in ("files", "columns", "splits"):
+            if getattr(self, name) is not None and not self.name.startswith(HF):
+                _fail(f"data.{name}", getattr(self, name), f"null for data.name={self.name} (it is for hf:<path>)")
+        if self.partition_args is not None and not self.partition.startswith(FLWR):
+            _fail("data.partition_args", self.partition_args, f"null with data.partition={self.partition} (it is "
+                  "for flwr:<Partitioner>)")
+        if self.partition.startswith(FLWR) and (self.partition_by is not None or self.samples_per_device is not None):
+            bad = "partition_by" if self.partition_by is not None else "samples_per_device"
+            _fail(f"data.{bad}", getattr(self, bad), f"null with data.partition={self.partition} (name what the "
+                  "partitioner reads in data.partition_args)")
         if self.partition == "natural" and self.name in WITHOUT_WRITERS:
             _fail("data.partition", self.partition, f"dirichlet, iid or an import path for data.name={self.name}: "
                   f"natural makes each writer a device and {self.name} has no writers (femnist and shakespeare have)")

@@ -53,10 +53,12 @@ class Interval:
 
 @dataclass(frozen=True)
 class OneOf:
-    """One of ``choices`` (strings); with ``plugin``, also an import path ``pkg.module:callable``."""
+    """One of ``choices`` (strings); with ``plugin``, also an import path ``pkg.module:callable``; with ``prefix``,
+    also any value that starts with it (``hf:<path>``: what follows is checked by what reads it)."""
 
     choices: tuple
     plugin: bool = False
+    prefix: str = ""
 
 
 @dataclass(frozen=True)
@@ -137,12 +139,15 @@ def describe(domain: Any, tp: Any) -> str:
         return f"{noun} in {brackets[0]}{_num(domain.low)}, {_num(domain.high)}{brackets[1]}{tail}"
     if isinstance(domain, OneOf):
         text = "one of " + ", ".join(map(str, domain.choices))
+        text += f", or {domain.prefix}<name>" if domain.prefix else ""
         return text + (", or package.module:callable" if domain.plugin else "") + tail
     if isinstance(domain, ListOf):
         item = describe(domain.item, float if isinstance(domain.item, Interval) else str)
         return f"a list, each item {item}" + ("" if domain.empty else " (at least one)") + tail
     if isinstance(domain, Text):
         return "a non-empty string" + tail
+    if kind is dict:
+        return "a mapping" + tail
     return ("true or false" if kind is bool else f"a {getattr(kind, '__name__', kind)}") + tail
 
 
@@ -173,6 +178,10 @@ def check_value(key: str, value: Any, domain: Any, tp: Any) -> None:
         if not isinstance(value, bool):
             _fail(key, value, describe(domain, tp))
         return
+    if kind is dict:  # a mapping handed on as it is (what reads it checks its entries, in its own words)
+        if not isinstance(value, dict):
+            _fail(key, value, describe(domain, tp))
+        return
     if isinstance(domain, ListOf):
         if not isinstance(value, list) or (not value and not domain.empty):
             _fail(key, value, describe(domain, tp))
@@ -195,6 +204,8 @@ def _in(value: Any, domain: Any, kind: Any, key: str) -> bool:
         return domain is None or domain.contains(value)
     if not isinstance(value, str) or value == "":
         return False
+    if isinstance(domain, OneOf) and domain.prefix and value.startswith(domain.prefix) and value != domain.prefix:
+        return True
     if isinstance(domain, OneOf) and domain.plugin:
         plugins.check(key, value, domain.choices)  # its own one line: what is wrong with an import path
         return True

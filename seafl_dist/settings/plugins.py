@@ -48,9 +48,13 @@ _PATH = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*(\.[A-Za-z
 _RESOLVED: dict[str, Callable] = {}
 
 
+HF, FLWR = "hf:", "flwr:"  # data.name's and data.partition's prefixes: Hugging Face datasets, Flower's partitioners
+
+
 def is_import_path(name: Any) -> bool:
-    """Whether a config value names a callable by import path (``pkg.mod:fn``) rather than a built-in."""
-    return isinstance(name, str) and ":" in name
+    """Whether a config value names a callable by import path (``pkg.mod:fn``) rather than a built-in (or a
+    Hugging Face dataset ``hf:<path>``, or a Flower partitioner ``flwr:<Name>``)."""
+    return isinstance(name, str) and ":" in name and not name.startswith((HF, FLWR))
 
 
 def expected(key: str) -> str:

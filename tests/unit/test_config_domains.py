@@ -29,7 +29,9 @@ COMPANIONS = {"devices.num": ["devices.concurrency=1", "algorithm.buffer_size=1"
               "data.partition_by": ["data.name=fake_datasets:random_images"],  # a key: for a user's data (any callable)
               "run.device_eval_every": ["data.device_holdout=0.2"],  # evaluation needs held-out data
               "compression.error_feedback": ["compression.codec=topk", "runtime.placement=device"],  # true: both
-              "privacy.enabled": ["algorithm.name=fedbuff", "privacy.noise_multiplier=1"]}  # true: a rule and a z
+              "privacy.enabled": ["algorithm.name=fedbuff", "privacy.noise_multiplier=1"],  # true: a rule and a z
+              "data.files": ["data.name=hf:x"], "data.columns": ["data.name=hf:x"],  # a mapping: for hf:<path>
+              "data.splits": ["data.name=hf:x"], "data.partition_args": ["data.partition=flwr:IidPartitioner"]}
 # a value that only pairs with another key's (a model and a dataset of one kind of input: settings/core.py)
 VALUE_COMPANIONS = {("data.name", "shakespeare"): ["model.name=lstm"], ("model.name", "lstm"): ["data.name=shakespeare"]}
 TINY = ["run.max_aggregations=1", "logging.progress=none"]  # were a bad value taken, the run would be short
@@ -80,6 +82,8 @@ NOT_FINITE = [".nan", ".inf", "-.inf"]
 def bad_values(tp, domain) -> list[str]:
     kind, wrong = base_type(tp), ["{a: 1}", "[[1]]"]
     nulls = [] if optional(tp) else ["null"]
+    if kind is dict:  # a mapping: anything else is refused
+        return ["abc", "1", "true", "[1]", ""] + nulls
     if kind in (int, float):
         return outside(domain, kind) + ["abc", "true", "[1]", ""] + wrong + nulls
     if kind is bool:
@@ -95,6 +99,8 @@ def bad_values(tp, domain) -> list[str]:
 def edge_values(tp, domain) -> list[str]:
     kind = base_type(tp)
     nulls = ["null"] if optional(tp) else []
+    if kind is dict:
+        return ["{a: 1}"] + nulls
     if kind in (int, float):
         return edges(domain, kind) + nulls
     if kind is bool:
@@ -116,6 +122,8 @@ def test_every_key_declares_its_domain():
             assert isinstance(domain, ListOf), f"{key}: a list key declares its items, e.g. list_of('(0, 1]')"
         elif kind is str:
             assert isinstance(domain, (OneOf, Text)), key
+        elif kind is dict:  # a mapping handed on: what reads it checks its entries
+            assert domain is None, key
         else:
             assert kind is bool and domain is None, key
 
