@@ -121,6 +121,21 @@ def mark_refused(base, run_key: str) -> None:
         pass
 
 
+def said_before(text: str) -> bool:
+    """Under torchrun's agent: has an earlier attempt of this job (or another rank of this one) said ``text``
+    already? Counted in the agent's store, which outlives the attempts; a mistake found before any launch (a
+    config error) is then said once per job, not once per restart. Without an agent store: False."""
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return False
+    import hashlib
+    try:
+        store = dist.TCPStore(os.environ.get("MASTER_ADDR", "127.0.0.1"), int(os.environ.get("MASTER_PORT", "29500")),
+                              is_master=False, timeout=datetime.timedelta(seconds=5), wait_for_workers=False)
+        return store.add(f"seafl/said/{hashlib.sha256(text.encode()).hexdigest()[:16]}", 1) > 1
+    except Exception:  # noqa: BLE001 -- no store to ask: say it
+        return False
+
+
 def lead(base, run_key: str, world_size: int, plan: dict) -> Attempt:
     """Rank 0: open a new attempt with ``plan``; returns once every worker has joined it."""
     token = uuid.uuid4().hex[:16]
