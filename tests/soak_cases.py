@@ -47,7 +47,7 @@ def cases(tmp: Path, aggregations: int = 6) -> tuple[dict[str, list[str]], Path]
                        *feedback("qsgd", "compression.levels=2", "compression.bucket=128"),
                        "algorithm.server_opt.name=adagrad", "algorithm.server_opt.lr=0.01"],
     }
-    return {k: [*v, n, *EVERY] for k, v in out.items()}, mods
+    return {k: [*v, n, *EVERY, f"data.root={tmp / 'data'}"] for k, v in out.items()}, mods
 
 
 def kills(n_cases: int, rounds: int = 1) -> list[dict]:
