@@ -104,10 +104,7 @@ def save(run_dir: Path, state: dict) -> Path:
     atomic_save({"format": FORMAT, **stamp(), **state}, path)
     for old in checkpoints(run_dir)[:-KEEP]:
         old.unlink(missing_ok=True)
-    from seafl_dist.runtime import residuals
-    kept = [int(p.name[11:19]) for p in checkpoints(run_dir)]
-    residuals.prune(run_dir, kept, state.get("residuals", {}))  # the workers' files go with their checkpoint
-    return path
+    return path  # the workers' residual files go with their checkpoints: runtime/residuals.py retain()
 
 
 remove_all = remove_checkpoints  # every checkpoint and every temp file of a cut-short write
@@ -119,6 +116,18 @@ def feedback_unresumable(path, why: str) -> str:
     """Why a run with error feedback cannot resume from ``path`` (codecs/feedback.py), in one line."""
     return (f"checkpoint {path}: a run with compression.error_feedback cannot resume byte-identically {why}; delete it "
             f"to resume from an older checkpoint, if any, or start afresh ({OVERWRITE})")
+
+
+def residuals_missing(path: Path, state: dict) -> str | None:
+    """Why the workers' residual files checkpoint ``path`` names (runtime/residuals.py) are not all there at their
+    sizes, or None."""
+    for name, size in state["residuals"].items():
+        f = Path(path).parent / name
+        have = f.stat().st_size if f.exists() else None
+        if have != size:
+            return (f"its devices' residuals {f} are {'missing' if have is None else f'{have} bytes, not {size}'} "
+                    f"(the run dir was changed after the checkpoint)")
+    return None
 
 
 def load(path: Path, cfg, *, mmap: bool = False) -> dict:
@@ -156,8 +165,7 @@ def load(path: Path, cfg, *, mmap: bool = False) -> dict:
         raise CheckpointError(feedback_unresumable(path, "without its devices' residuals (a torchrun run of an "
                                                          "earlier seafl kept them on its workers)"))
     if cfg.compression.error_feedback and "residuals" in state:
-        from seafl_dist.runtime.residuals import check_listed
-        why = check_listed(path, state)
+        why = residuals_missing(path, state)
         if why:
             raise CheckpointError(feedback_unresumable(path, f"without its devices' residuals: {why}"))
     lengths = [("events.jsonl", state["events_bytes"]), ("metrics.csv", state["metrics_bytes"])]

@@ -36,9 +36,12 @@ from pathlib import Path
 
 import torch
 
+from seafl_dist.runtime.checkpoint import FORMAT, KEEP, atomic_save
+from seafl_dist.runtime.rundir import CHECKPOINT, checkpoints
 from seafl_dist.settings import ConfigError
 
 PATTERN = re.compile(r"^residuals-(\d{8})-rank(\d+)\.pt$")
+PATTERN_CKPT = CHECKPOINT
 
 
 def file_name(version: int, rank: int) -> str:
@@ -65,7 +68,6 @@ class WorkerResiduals:
         self.feedback.taken(job)
 
     def save(self, version: int) -> None:
-        from seafl_dist.runtime.checkpoint import FORMAT, atomic_save
         from seafl_dist.transport import SAVED, Header
         path = self.dir / file_name(version, self.rank)
         state = {int(d): r for d, r in self.feedback.state().items()}
@@ -90,23 +92,18 @@ def check_written(run_dir: Path, version: int, sizes: dict[int, int]) -> dict[st
     return out
 
 
+def retain(run_dir: Path, newest: dict[str, int] | None) -> None:
+    """After checkpoint.save: the residual files of the checkpoints it kept stay, the others go (``newest``: the
+    files the checkpoint just written names; None: it holds its residuals inline, or has none)."""
+    prune(run_dir, [int(PATTERN_CKPT.match(p.name).group(1)) for p in checkpoints(run_dir)], newest or {})
+
+
 def prune(run_dir: Path, kept_versions: list[int], newest: dict[str, int]) -> None:
     """Delete the residual files no kept checkpoint names (see the module's Retention)."""
     last = max(kept_versions, default=None)
     for version, _, path in files_of(run_dir):
         if version not in kept_versions or (version == last and path.name not in newest):
             path.unlink(missing_ok=True)
-
-
-def check_listed(path: Path, state: dict) -> str | None:
-    """Why the residual files checkpoint ``path`` lists are not all there at their sizes, or None."""
-    for name, size in state["residuals"].items():
-        f = Path(path).parent / name
-        have = f.stat().st_size if f.exists() else None
-        if have != size:
-            return (f"its devices' residuals {f} are {'missing' if have is None else f'{have} bytes, not {size}'} "
-                    f"(the run dir was changed after the checkpoint)")
-    return None
 
 
 def gather(path, devices=None) -> dict[int, torch.Tensor]:
@@ -128,7 +125,6 @@ def gather(path, devices=None) -> dict[int, torch.Tensor]:
 
 def needed_bytes(params: int, num_devices: int) -> int:
     """Disk that a run's residual checkpoints may take at once: KEEP kept, and one being written."""
-    from seafl_dist.runtime.checkpoint import KEEP
     return (KEEP + 1) * 4 * params * num_devices
 
 
@@ -137,7 +133,6 @@ def check_disk(cfg, model, num_devices: int, run_dir, free: int | None = None) -
     run dir's disk (what its checkpoints already hold there counts as free: they are replaced)."""
     if not cfg.compression.error_feedback:
         return
-    from seafl_dist.runtime.checkpoint import KEEP
     params = sum(p.numel() for p in model.parameters() if p.requires_grad)
     need = needed_bytes(params, num_devices)
     run_dir = Path(run_dir)

@@ -14,7 +14,7 @@ import torch
 
 from seafl_dist.report import write_json
 from seafl_dist.report.sinks import RunFileError
-from seafl_dist.runtime import checkpoint
+from seafl_dist.runtime import checkpoint, residuals
 from seafl_dist.runtime.summary import build_summary
 from seafl_dist.settings import dump_config
 from seafl_dist.train import load_flat
@@ -61,6 +61,7 @@ class Snapshots:
             **({"feedback": snap["feedback"]} if snap["feedback"] is not None else {}), **snap["devices"],
             **({"residuals": files} if files is not None else {}),  # the workers' files (runtime/residuals.py)
             **({"privacy": snap["privacy"]} if snap["privacy"] is not None else {})})  # m_k under DP
+        residuals.retain(self.dir, files)  # the workers' files go with their checkpoints
         self._saved_version, self._last_save = snap["version"], time.monotonic()
 
     def _checkpoint_last(self, quiet: bool = False) -> None:
@@ -92,8 +93,7 @@ class Snapshots:
         that wrote it (runtime/residuals.py; checkpoint.load refused, before anything was written, a checkpoint
         without them). Under torchrun the workers load their own (runtime/distributed.py)."""
         if self.cfg.compression.error_feedback and self._feedback() is not None:
-            from seafl_dist.runtime.residuals import gather
-            self._feedback().load(state["feedback"] if "feedback" in state else gather(self.resume))
+            self._feedback().load(state["feedback"] if "feedback" in state else residuals.gather(self.resume))
 
     def _kept(self) -> str:
         if self._saved_version is None:

@@ -30,9 +30,11 @@ def test_pruning_keeps_the_files_of_kept_checkpoints_and_only_the_newest_ones_it
 
 
 def test_a_checkpoint_prunes_and_a_finished_run_removes_every_residual_file(tmp_path):
-    for v in (1, 2, 3):
+    for v in (1, 2, 3):  # as runtime/snapshots.py writes a checkpoint
         touch(tmp_path, f"residuals-{v:08d}-rank1.pt")
-        checkpoint.save(tmp_path, {"version": v, "residuals": {f"residuals-{v:08d}-rank1.pt": 7}})
+        files = {f"residuals-{v:08d}-rank1.pt": 7}
+        checkpoint.save(tmp_path, {"version": v, "residuals": files})
+        residuals.retain(tmp_path, files)
     assert sorted(p.name for p in tmp_path.glob("residuals-*")) == ["residuals-00000002-rank1.pt",
                                                                     "residuals-00000003-rank1.pt"]
     touch(tmp_path, "residuals-00000004-rank1.pt.tmp")
@@ -48,8 +50,10 @@ def test_rank_0_names_a_file_it_cannot_see_or_whose_size_differs(tmp_path):
     with pytest.raises(RuntimeError, match="rank 0 sees no such file"):
         residuals.check_written(tmp_path, 5, {1: 7, 2: 7})
     state = {"residuals": {"residuals-00000005-rank1.pt": 7, "residuals-00000005-rank2.pt": 7}}
-    assert "residuals-00000005-rank2.pt are missing" in residuals.check_listed(tmp_path / "checkpoint-00000005.pt",
-                                                                               state)
+    assert "residuals-00000005-rank2.pt are missing" in checkpoint.residuals_missing(
+        tmp_path / "checkpoint-00000005.pt", state)
+    assert checkpoint.residuals_missing(tmp_path / "checkpoint-00000005.pt",
+                                        {"residuals": {"residuals-00000005-rank1.pt": 7}}) is None
 
 
 def test_gather_reads_the_devices_asked_for_from_every_listed_file(tmp_path):
