@@ -3,7 +3,7 @@ worker and on rank 0, in one torchrun job, each compared with its uninterrupted 
 
     nice python benchmarks/kill_soak.py [--rounds 3] [--world 3] [--dir DIR] [--cases dp-cap,churn]
 
-Each case runs 4 x rounds aggregations; round r kills worker rank 2 after aggregation 2 + 4r and rank 0 during
+Each case runs 4 x rounds + 2 aggregations; round r kills worker rank W - 1 after aggregation 2 + 4r and rank 0 during
 aggregation 4 + 4r (2 x rounds kills a case; torchrun restarts the job after each). Prints one row a case: kills,
 the resumes seen, and whether events.jsonl, metrics.csv, model.pt, device evaluation's files, train_log.csv and
 summary.json (but for wall time; DP's ε and participation counts included) equal the uninterrupted run's. A
@@ -48,7 +48,7 @@ def main() -> None:
     every, mods = cases(base, aggregations=4 * args.rounds + 2)
     names = args.cases.split(",") if args.cases else list(every)
     plan = {"cases": [{"args": every[n], "out": str(base / "w" / n)} for n in names],
-            "kills": kills(len(names), args.rounds)}
+            "kills": kills(len(names), args.rounds, worker=args.world - 1)}
     (base / "plan.json").write_text(json.dumps(plan))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TORCHELASTIC", "SEAFL_FAULT"))}
     env.update(OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join([str(TESTS), str(mods), str(ROOT)]))

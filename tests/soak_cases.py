@@ -50,12 +50,13 @@ def cases(tmp: Path, aggregations: int = 6) -> tuple[dict[str, list[str]], Path]
     return {k: [*v, n, *EVERY, f"data.root={tmp / 'data'}"] for k, v in out.items()}, mods
 
 
-def kills(n_cases: int, rounds: int = 1) -> list[dict]:
-    """Per case, ``rounds`` times: worker rank 2 killed after aggregation 2 + 4r, rank 0 during aggregation 4 + 4r."""
+def kills(n_cases: int, rounds: int = 1, worker: int = 2) -> list[dict]:
+    """Per case, ``rounds`` times: worker rank ``worker`` killed after aggregation 2 + 4r, rank 0 during aggregation
+    4 + 4r."""
     out = []
     for i in range(n_cases):
         for r in range(rounds):
-            out += [{"case": i, "fault": f"after_aggregate:{2 + 4 * r}:KILL@2"},
+            out += [{"case": i, "fault": f"after_aggregate:{2 + 4 * r}:KILL@{worker}"},
                     {"case": i, "fault": f"during_aggregate:{4 + 4 * r}"}]
     return out
 

@@ -1,11 +1,12 @@
-"""The kill soak at CI's size (issue 52): the newest features together under torchrun W = 3, each case killed twice
-(worker rank 2 after aggregation 2, rank 0 during aggregation 4) and restarted by torchrun, ends with its
+"""The kill soak at CI's size (issue 52): the newest features together under torchrun W = 2, each case killed twice
+(worker rank 1 after aggregation 2, rank 0 during aggregation 4) and restarted by torchrun, ends with its
 uninterrupted one-process run's bytes: events.jsonl, metrics.csv, model.pt, device evaluation's files, the
 LightningModule's train_log.csv, and summary.json but for wall time (with DP: its ε, δ, z, C and the largest
 participation count m, privacy's ledger). The cases (tests/soak_cases.py) cover DP with a cap, each codec with error
 feedback, each server optimizer, device evaluation, a DataModule split by a key, churn with availability windows
-and the Lightning loop. One torchrun job runs them all (tests/soak_driver.py): 10 kills, 11 attempts.
-benchmarks/kill_soak.py runs more kills a case.
+and the Lightning loop. One torchrun job runs them all (tests/soak_driver.py): 10 kills, 11 attempts, on W = 2 to
+spare CI one interpreter an attempt (tests/dist/test_residuals_dist.py kills W = 3 and resumes it under 5 and 1);
+benchmarks/kill_soak.py runs more kills a case, on W = 3.
 """
 import json
 import os
@@ -30,11 +31,11 @@ def soak(tmp_path_factory):
     base = tmp_path_factory.mktemp("soak")
     args, mods = cases(base)
     assert list(args) == NAMES
-    plan = {"cases": [{"args": args[n], "out": str(base / "w3" / n)} for n in NAMES], "kills": kills(len(NAMES))}
+    plan = {"cases": [{"args": args[n], "out": str(base / "w3" / n)} for n in NAMES], "kills": kills(len(NAMES), worker=1)}
     (base / "plan.json").write_text(json.dumps(plan))
     env = clean_env()
     env["PYTHONPATH"] = os.pathsep.join([str(TESTS), str(mods)] + [p for p in [env.get("PYTHONPATH")] if p])
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=3",
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
            f"--max-restarts={len(plan['kills'])}", str(TESTS / "soak_driver.py"), str(base / "plan.json")]
     proc = subprocess.run(cmd, cwd=base, env=env, capture_output=True, text=True, timeout=1200)
     assert proc.returncode == 0, proc.stderr[-5000:]

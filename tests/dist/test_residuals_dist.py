@@ -1,8 +1,8 @@
 """Error feedback's residuals in a torchrun run's checkpoints (issue 52; runtime/residuals.py).
 
 Each worker writes its devices' residuals at rank 0's checkpoint version, and rank 0's checkpoint names the files.
-One reference (one process, uninterrupted) and these launches:
-- W = 3, a worker SIGKILLed after aggregation 3, torchrun restarts it: the run ends with the reference's bytes;
+One reference (one process, uninterrupted) and these launches (a worker killed and restarted by torchrun, in every
+feature's company: tests/dist/test_kill_soak.py):
 - W = 3, rank 0 SIGKILLed during aggregation 5, no restart: checkpoints 3 and 4 are kept, each with the files of
   workers 1 and 2, whose residuals are, device for device, the ones a one-process run checkpoints at 4; the dir
   resumes to the reference's bytes in one process, and (a copy) under W = 5, whose workers hold other devices;
@@ -37,16 +37,6 @@ def killed(tmp_path_factory):
     proc = run_torchrun(3, *RUN, "--out", base / "run", cwd=base, fault="during_aggregate:5")
     assert proc.returncode != 0
     return base / "run"
-
-
-def test_a_killed_worker_restarts_to_the_uninterrupted_bytes(ref, tmp_path):
-    out = tmp_path / "run"
-    proc = run_torchrun(3, *RUN, "--out", out, cwd=tmp_path, restarts=2, fault="after_aggregate:3:KILL@2")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stderr.count("seafl: running quickstart") == 2, proc.stderr[-3000:]  # one restart
-    assert f"seafl: resumed {out} after aggregation 3" in proc.stderr
-    assert_same_run(ref, out)
-    assert not list(out.glob("residuals-*")), "a completed run keeps no residual files"
 
 
 def test_each_checkpoint_names_its_workers_files_and_they_hold_one_process_residuals(killed, tmp_path):
