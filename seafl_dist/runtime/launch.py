@@ -206,7 +206,8 @@ def launch_ranks(cfg, out_dir, target: Target, ranks: Ranks, interrupts: Interru
         hook = faults.from_env(rank=rank, world=world, pid_of=lambda r: int(attempt.store.get(f"pid/{r}")))
         with outcome(out, rank, on_interrupt=attempt.mark_interrupted):
             try:
-                run_distributed(cfg, out if rank == 0 else Path(attempt.plan["run_dir"]), rank=rank, world_size=world, local_rank=ranks.local_rank,
+                where = out if rank == 0 else Path(attempt.plan["run_dir"])  # workers: error feedback's files
+                run_distributed(cfg, where, rank=rank, world_size=world, local_rank=ranks.local_rank,
                                 store=attempt.store, pg_timeout_s=pg_timeout_s, resume=attempt.plan.get("checkpoint"),
                                 hook=hook)
             except KeyboardInterrupt as err:

@@ -145,7 +145,8 @@ def check_disk(cfg, model, num_devices: int, run_dir, free: int | None = None) -
     free += sum(p.stat().st_size for p in old if p.exists())
     if need > free:
         raise ConfigError(f"config key 'compression.error_feedback' has value True: the residual checkpoints of "
-                          f"{num_devices} devices ({4 * params / 1e6:.1f} MB a device; {KEEP} kept and one being written) take "
+                          f"{num_devices} devices ({4 * params / 1e6:.1f} MB a device; {KEEP} kept and one being "
+                          f"written) take "
                           f"{need / 1e9:.2f} GB, more than the {free / 1e9:.2f} GB free for {run_dir}; free disk, "
                           f"use another --out, fewer devices, or turn error feedback off")
 

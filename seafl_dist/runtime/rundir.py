@@ -40,7 +40,8 @@ PROVEN = ("config.yaml", "events.jsonl", "metrics.csv", "train_log.csv", "model.
 RUN_FILES = PROVEN + ("summary.json",)
 CHECKPOINT = re.compile(r"^checkpoint-(\d{8})\.pt$")
 # Temp names of the run's own atomic writes (runtime/checkpoint.py atomic_save, report/sinks.py write_json).
-TEMP_PATTERNS = ("checkpoint-*.pt.tmp", "residuals-*.pt.tmp", "model.pt.tmp", "summary.json.tmp", "partition.json.tmp", "partition.*.tmp.npz")
+TEMP_PATTERNS = ("checkpoint-*.pt.tmp", "residuals-*.pt.tmp", "model.pt.tmp", "summary.json.tmp", "partition.json.tmp",
+                 "partition.*.tmp.npz")
 
 
 # ---- the config comparer ------------------------------------------------------------------

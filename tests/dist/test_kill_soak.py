@@ -31,7 +31,8 @@ def soak(tmp_path_factory):
     base = tmp_path_factory.mktemp("soak")
     args, mods = cases(base)
     assert list(args) == NAMES
-    plan = {"cases": [{"args": args[n], "out": str(base / "w3" / n)} for n in NAMES], "kills": kills(len(NAMES), worker=1)}
+    plan = {"cases": [{"args": args[n], "out": str(base / "w3" / n)} for n in NAMES],
+            "kills": kills(len(NAMES), worker=1)}
     (base / "plan.json").write_text(json.dumps(plan))
     env = clean_env()
     env["PYTHONPATH"] = os.pathsep.join([str(TESTS), str(mods)] + [p for p in [env.get("PYTHONPATH")] if p])

@@ -47,9 +47,10 @@ def test_rank_0_names_a_file_it_cannot_see_or_whose_size_differs(tmp_path):
     assert residuals.check_written(tmp_path, 5, {1: 7}) == {"residuals-00000005-rank1.pt": 7}
     with pytest.raises(RuntimeError) as err:
         residuals.check_written(tmp_path, 5, {1: 8})
-    assert str(err.value) == (f"worker rank 1 wrote its devices' residuals to {tmp_path / 'residuals-00000005-rank1.pt'}"
-                              f" (8 bytes), but rank 0 sees 7 bytes: with compression.error_feedback on several "
-                              f"nodes, the run dir must be on a filesystem every node shares")
+    where = tmp_path / "residuals-00000005-rank1.pt"
+    assert str(err.value) == (f"worker rank 1 wrote its devices' residuals to {where} (8 bytes), but rank 0 sees 7 "
+                              f"bytes: with compression.error_feedback on several nodes, the run dir must be on a "
+                              f"filesystem every node shares")
     with pytest.raises(RuntimeError, match="rank 0 sees no such file"):
         residuals.check_written(tmp_path, 5, {1: 7, 2: 7})
     state = {"residuals": {"residuals-00000005-rank1.pt": 7, "residuals-00000005-rank2.pt": 7}}
