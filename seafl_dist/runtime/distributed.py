@@ -259,7 +259,7 @@ def run_distributed(cfg, out_dir, *, rank: int, world_size: int, local_rank: int
             run_worker(exp, rank, numel, watcher, links, progress, ends=ends,
                        residuals=(out_dir, gather(resume, mine) if resume else None) if feedback else None)
             return None
-        check_disk(cfg, exp.new_model(), exp.num_devices, out_dir)  # before anything is written
+        check_disk(cfg, exp, out_dir)  # error feedback's residual checkpoints, before anything is written
         watcher = Watcher(store, range(1, world_size), hb_limit)
         report = exp.partition_report()
         exp = keep_only(exp, [])  # rank 0 trains nothing: keep only what evaluation needs

@@ -13,7 +13,7 @@ def run_inprocess(cfg, out_dir, *, callbacks=(), resume=None, hook=NO_FAULT) -> 
     """Run (or, from checkpoint ``resume``, continue) ``cfg`` into ``out_dir``; returns the summary.
     ``hook``: the runner's test hook (runtime/faults.py)."""
     exp = prepare(cfg)
-    check_disk(cfg, exp.new_model(), exp.num_devices, out_dir)  # error feedback's residual checkpoints
+    check_disk(cfg, exp, out_dir)  # error feedback's residual checkpoints
     callbacks = list(callbacks) + make_callbacks(cfg, out_dir, resume)
     executor = InProcessExecutor(exp)
     try:

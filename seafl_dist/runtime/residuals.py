@@ -128,12 +128,14 @@ def needed_bytes(params: int, num_devices: int) -> int:
     return (KEEP + 1) * 4 * params * num_devices
 
 
-def check_disk(cfg, model, num_devices: int, run_dir, free: int | None = None) -> None:
+def check_disk(cfg, exp, run_dir, free: int | None = None) -> None:
     """Refuse, before anything is written, a run with error feedback whose residual checkpoints do not fit on the
-    run dir's disk (what its checkpoints already hold there counts as free: they are replaced)."""
+    run dir's disk (what its checkpoints already hold there counts as free: they are replaced). ``exp``: the
+    prepared run (its ``new_model()`` and ``num_devices``)."""
     if not cfg.compression.error_feedback:
         return
-    params = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    num_devices = exp.num_devices
+    params = sum(p.numel() for p in exp.new_model().parameters() if p.requires_grad)
     need = needed_bytes(params, num_devices)
     run_dir = Path(run_dir)
     if free is None:
@@ -146,7 +148,10 @@ def check_disk(cfg, model, num_devices: int, run_dir, free: int | None = None) -
     if need > free:
         raise ConfigError(f"config key 'compression.error_feedback' has value True: the residual checkpoints of "
                           f"{num_devices} devices ({4 * params / 1e6:.1f} MB a device; {KEEP} kept and one being "
-                          f"written) take "
-                          f"{need / 1e9:.2f} GB, more than the {free / 1e9:.2f} GB free for {run_dir}; free disk, "
+                          f"written) take {_size(need)}, more than the {_size(free)} free for {run_dir}; free disk, "
                           f"use another --out, fewer devices, or turn error feedback off")
+
+
+def _size(n: int) -> str:
+    return f"{n / 1e9:.2f} GB" if n >= 1e9 else f"{n / 1e6:.1f} MB"
 

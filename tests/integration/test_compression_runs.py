@@ -86,3 +86,16 @@ def test_a_checkpoint_without_residuals_is_refused_in_one_line(tmp_path, capsys)
     torch.save(state, path)
     line = refused(capsys, ["run", QUICKSTART, *overrides, "--out", out], out)
     assert "compression.error_feedback cannot resume byte-identically without its devices' residuals" in line
+
+
+def test_a_run_whose_residual_checkpoints_do_not_fit_on_the_disk_is_refused_before_anything_is_written(
+        tmp_path, capsys):
+    from tmpfs import tmpfs
+    # 10 LeNet-5 devices: 3 checkpoints (two kept, one being written) x 10 x 61,706 x 4 bytes = 7.4 MB > 4 MB
+    with tmpfs(tmp_path / "disk", "size=4m") as disk:
+        assert seafl_main(["run", str(QUICKSTART), *SMALL, *FEEDBACK, "--out", str(disk / "run")]) == 2
+        assert list(disk.iterdir()) == [], "nothing may be written"
+    line = capsys.readouterr().err.strip().splitlines()[-1]  # after "seafl: running ...", as the memory refusal
+    assert line == (f"seafl: error: config key 'compression.error_feedback' has value True: the residual checkpoints "
+                    f"of 10 devices (0.2 MB a device; 2 kept and one being written) take 7.4 MB, more than the 4.2 MB "
+                    f"free for {disk / 'run'}; free disk, use another --out, fewer devices, or turn error feedback off")

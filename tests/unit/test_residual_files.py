@@ -78,16 +78,26 @@ class Params(torch.nn.Module):
         self.frozen = torch.nn.Parameter(torch.zeros(1000), requires_grad=False)  # no residual
 
 
+class Run:
+    """What check_disk reads of a prepared run: its model and device count."""
+
+    def __init__(self, params, devices):
+        self.params, self.num_devices = params, devices
+
+    def new_model(self):
+        return Params(self.params)
+
+
 def test_the_disk_refusal_counts_three_checkpoints_of_every_device_and_the_old_files_as_free(tmp_path):
     cfg = load_config(QUICKSTART, EF)
     need = 3 * 4 * 250 * 100  # (KEEP + 1) checkpoints x 4 bytes x 250 parameters x 100 devices = 300,000 bytes
-    residuals.check_disk(cfg, Params(250), 100, tmp_path / "new", free=need)  # fits exactly
+    residuals.check_disk(cfg, Run(250, 100), tmp_path / "new", free=need)  # fits exactly
     with pytest.raises(ConfigError, match=r"^config key 'compression.error_feedback' has value True: .* 100 devices "
-                                          r"\(0.0 MB a device; 2 kept and one being written\) take 0.00 GB"):
-        residuals.check_disk(cfg, Params(250), 100, tmp_path / "new", free=need - 1)
+                                          r"\(0.0 MB a device; 2 kept and one being written\) take 0.3 MB, more than the 0.3 MB free"):
+        residuals.check_disk(cfg, Run(250, 100), tmp_path / "new", free=need - 1)
     (tmp_path / "checkpoint-00000003.pt").write_bytes(b"x" * 600)
     (tmp_path / "residuals-00000003-rank1.pt").write_bytes(b"x" * 400)
-    residuals.check_disk(cfg, Params(250), 100, tmp_path, free=need - 1000)  # they are replaced: they count
+    residuals.check_disk(cfg, Run(250, 100), tmp_path, free=need - 1000)  # they are replaced: they count
     with pytest.raises(ConfigError):
-        residuals.check_disk(cfg, Params(250), 100, tmp_path, free=need - 1001)
-    residuals.check_disk(load_config(QUICKSTART, []), Params(250), 100, tmp_path, free=0)  # no error feedback
+        residuals.check_disk(cfg, Run(250, 100), tmp_path, free=need - 1001)
+    residuals.check_disk(load_config(QUICKSTART, []), Run(250, 100), tmp_path, free=0)  # no error feedback
