@@ -58,6 +58,10 @@ def test_rank_0_names_a_file_it_cannot_see_or_whose_size_differs(tmp_path):
         tmp_path / "checkpoint-00000005.pt", state)
     assert checkpoint.residuals_missing(tmp_path / "checkpoint-00000005.pt",
                                         {"residuals": {"residuals-00000005-rank1.pt": 7}}) is None
+    assert checkpoint.residuals_missing(tmp_path / "checkpoint-00000005.pt",
+                                        {"residuals": {"residuals-00000005-rank1.pt": 8}}) == (
+        f"its devices' residuals {tmp_path / 'residuals-00000005-rank1.pt'} are 7 bytes, not 8 (the run dir was "
+        f"changed after the checkpoint)")
 
 
 def test_gather_reads_the_devices_asked_for_from_every_listed_file(tmp_path):
