@@ -233,9 +233,15 @@ def _say_mistake(err: Exception) -> None:
     """One line for a mistake found before the run starts. Under torchrun every rank finds the same one, and
     the first rank to exit makes torchrun stop the others: a worker that got there first would take rank 0's
     line with it. So rank 0 says it at once, and a worker only after WORKER_GRACE_S, by which time torchrun has
-    stopped it if rank 0 spoke; if rank 0 did not (a dataset missing on this node only), the worker says it."""
+    stopped it if rank 0 spoke; if rank 0 did not (a dataset missing on this node only), the worker says it.
+    A mistake an earlier torchrun attempt said already (runtime/elastic.py) is not said again."""
+    if getattr(err, "said", False):
+        return
     if os.environ.get("RANK", "0") != "0":
         time.sleep(WORKER_GRACE_S)
+    from seafl_dist.runtime.elastic import said_before
+    if said_before(str(err)):
+        return
     print(f"seafl: error: {err}", file=sys.stderr)
 
 

@@ -7,7 +7,9 @@ recomputed, taken at the end of an aggregation (the last consistent state, never
   staleness list the summary needs, the real seconds spent so far,
 - with a server optimizer (``algorithm.server_opt``), its m, v (float64) and step count,
 - with error feedback (``compression.error_feedback``), each device's residual before its first job not yet
-  aggregated (codecs/feedback.py); only one process holds them, so only one process resumes such a run,
+  aggregated (codecs/feedback.py): inline (``feedback``) from one process; under torchrun, where each worker
+  holds its devices' residuals, the names of the files the workers wrote at the same version (``residuals``;
+  runtime/residuals.py), which go with the checkpoint; either resumes under any W,
 - the byte lengths of ``events.jsonl`` and ``metrics.csv`` at that point (the run files are
   fsynced first, so the lengths are on disk before the checkpoint that records them), and with device
   evaluation on, those of ``device_metrics.csv`` and ``device_summary.csv`` and its last summary,
@@ -102,7 +104,7 @@ def save(run_dir: Path, state: dict) -> Path:
     atomic_save({"format": FORMAT, **stamp(), **state}, path)
     for old in checkpoints(run_dir)[:-KEEP]:
         old.unlink(missing_ok=True)
-    return path
+    return path  # the workers' residual files go with their checkpoints: runtime/residuals.py retain()
 
 
 remove_all = remove_checkpoints  # every checkpoint and every temp file of a cut-short write
@@ -112,8 +114,20 @@ remove_all = remove_checkpoints  # every checkpoint and every temp file of a cut
 
 def feedback_unresumable(path, why: str) -> str:
     """Why a run with error feedback cannot resume from ``path`` (codecs/feedback.py), in one line."""
-    return (f"checkpoint {path}: a run with compression.error_feedback cannot resume byte-identically {why}; resume "
-            f"it in one process from a checkpoint one process wrote, or start afresh ({OVERWRITE})")
+    return (f"checkpoint {path}: a run with compression.error_feedback cannot resume byte-identically {why}; delete it "
+            f"to resume from an older checkpoint, if any, or start afresh ({OVERWRITE})")
+
+
+def residuals_missing(path: Path, state: dict) -> str | None:
+    """Why the workers' residual files checkpoint ``path`` names (runtime/residuals.py) are not all there at their
+    sizes, or None."""
+    for name, size in state["residuals"].items():
+        f = Path(path).parent / name
+        have = f.stat().st_size if f.exists() else None
+        if have != size:
+            return (f"its devices' residuals {f} are {'missing' if have is None else f'{have} bytes, not {size}'} "
+                    f"(the run dir was changed after the checkpoint)")
+    return None
 
 
 def load(path: Path, cfg, *, mmap: bool = False) -> dict:
@@ -147,9 +161,13 @@ def load(path: Path, cfg, *, mmap: bool = False) -> dict:
     if why:
         raise CheckpointError(f"checkpoint {path}: {why}; resume with the run's own profile file (at any path), use "
                               f"another --out, or --overwrite to replace that run")
-    if cfg.compression.error_feedback and "feedback" not in state:
-        raise CheckpointError(feedback_unresumable(path, "without its devices' residuals (a torchrun run keeps them "
-                                                         "on its workers)"))
+    if cfg.compression.error_feedback and "feedback" not in state and "residuals" not in state:
+        raise CheckpointError(feedback_unresumable(path, "without its devices' residuals (a torchrun run of an "
+                                                         "earlier seafl kept them on its workers)"))
+    if cfg.compression.error_feedback and "residuals" in state:
+        why = residuals_missing(path, state)
+        if why:
+            raise CheckpointError(feedback_unresumable(path, f"without its devices' residuals: {why}"))
     lengths = [("events.jsonl", state["events_bytes"]), ("metrics.csv", state["metrics_bytes"])]
     if "device_eval" in state:  # device evaluation's files (runtime/device_eval.py)
         lengths += zip((DEVICE_METRICS, DEVICE_SUMMARY), state["device_eval"]["bytes"])

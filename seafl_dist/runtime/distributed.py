@@ -33,13 +33,14 @@ from seafl_dist.runtime.faults import NO_FAULT
 from seafl_dist.runtime.liveness import POLL_S, Heartbeat, StepCounter, Watcher
 from seafl_dist.runtime.server import Server, format_summary
 from seafl_dist.runtime.fetch import once_per_node, same_training_set
+from seafl_dist.runtime.residuals import check_disk, gather
 from seafl_dist.runtime.cpus import cpus_here, oversubscription
 from seafl_dist.runtime.setup import keep_only, pick_device, prepare
 from seafl_dist.runtime.worker import GONE_FAILED, GONE_INTERRUPTED, gone, run_worker
 from seafl_dist.train import FlatLayout
 from seafl_dist.train.plan import epoch_sizes
-from seafl_dist.transport import (BYE, JOB, LOGS, RESULT, STOP, Channel, Header, Mailbox, Outbox, TransportError,
-                                  decode_logs, make_links)
+from seafl_dist.transport import (BYE, JOB, LOGS, RESULT, SAVE, SAVED, STOP, TAKEN, Channel, Header, Mailbox, Outbox,
+                                  TransportError, decode_logs, make_links)
 
 
 class WorkerLost(RuntimeError):
@@ -101,7 +102,7 @@ class DistributedExecutor:
     stall_floor_s = 3.0
 
     def __init__(self, world_size: int, numel: int, watcher: Watcher, timeout_s: float, placement: Placement,
-                 links=(Channel(), Channel()), ends=None):
+                 links=(Channel(), Channel()), ends=None, residuals_on: bool = False):
         self.world, self.numel = world_size, numel
         self.placement = placement
         self.watcher, self.timeout = watcher, timeout_s
@@ -111,7 +112,10 @@ class DistributedExecutor:
         self.owed: dict[int, tuple[int, float]] = {}  # job -> (worker rank, when it was sent)
         self.results: dict[int, torch.Tensor] = {}
         self.logs: dict[int, dict] = {}  # job -> what its module logged (LOGS, ahead of its RESULT)
-        self.feedback = None  # error feedback's residuals live on the workers, not in rank 0's checkpoints
+        self.feedback = None  # error feedback's residuals live on the workers, which write them (runtime/residuals.py)
+        self.residuals_on = residuals_on
+        self.came_from: dict[int, int] = {}  # job -> the worker that sent it (error feedback: told when it is taken)
+        self.saved: dict[int, tuple[int, int]] = {}  # worker -> (version, bytes) of its last residual file
         self.failed = False
 
     def submit(self, spec, start: torch.Tensor) -> None:
@@ -135,6 +139,10 @@ class DistributedExecutor:
                 self.results[h.job] = payload
                 self.owed.pop(h.job, None)
                 self.placement.done(h.job)
+                if self.residuals_on:
+                    self.came_from[h.job] = r
+            if h.kind == SAVED:
+                self.saved[r] = (h.version, h.job)
         return bool(got)
 
     def _check_alive(self, job: int) -> None:
@@ -158,7 +166,24 @@ class DistributedExecutor:
                     raise RuntimeError(f"job {job} was never submitted")
                 if not self._pump(wait_s=POLL_S):
                     self._check_alive(job)
+            if self.residuals_on:  # the worker may forget the residual this job replaced (runtime/residuals.py)
+                self.outbox.send(self.came_from.pop(job), Header(TAKEN, job=job))
             return self.results.pop(job)
+        except BaseException:
+            self.failed = True
+            raise
+
+    def save_residuals(self, version: int, run_dir) -> dict[str, int]:
+        """Every worker writes its devices' residuals as of aggregation ``version`` (runtime/residuals.py); returns
+        the files, once each worker said it wrote its own and rank 0 sees it."""
+        from seafl_dist.runtime.residuals import check_written
+        try:
+            for r in self.workers:
+                self.outbox.send(r, Header(SAVE, version=version))
+            while any(self.saved.get(r, (None,))[0] != version for r in self.workers):
+                if not self._pump(wait_s=POLL_S):
+                    self._check_alive(-1)
+            return check_written(run_dir, version, {r: self.saved[r][1] for r in self.workers})
         except BaseException:
             self.failed = True
             raise
@@ -226,18 +251,23 @@ def run_distributed(cfg, out_dir, *, rank: int, world_size: int, local_rank: int
     upload = UpdateCodec(cfg.compression, FlatLayout.of(exp.new_model())).wire  # what a RESULT carries (codecs/)
     ends = open_ends(rank, world_size, numel, links, upload)
     try:
+        feedback = cfg.compression.error_feedback  # residuals: written and read by their workers (runtime/residuals.py)
         if rank > 0:
             watcher = Watcher(store, [0], hb_limit)
-            exp = keep_only(exp, placement.devices_of(rank, exp.num_devices))  # devices.num null: the writers
-            run_worker(exp, rank, numel, watcher, links, progress, ends=ends)
+            mine = placement.devices_of(rank, exp.num_devices)
+            exp = keep_only(exp, mine)  # devices.num null: the writers
+            run_worker(exp, rank, numel, watcher, links, progress, ends=ends,
+                       residuals=(out_dir, gather(resume, mine) if resume else None) if feedback else None)
             return None
+        check_disk(cfg, exp, out_dir)  # error feedback's residual checkpoints, before anything is written
         watcher = Watcher(store, range(1, world_size), hb_limit)
         report = exp.partition_report()
         exp = keep_only(exp, [])  # rank 0 trains nothing: keep only what evaluation needs
         print(f"seafl: running {cfg.name} ({cfg.algorithm.name}) on {world_size} ranks ({backend}): rank 0 "
               f"aggregates, {world_size - 1} workers train; output in {out_dir}", file=sys.stderr)
         from seafl_dist.report.wandb_sink import make_callbacks
-        executor = DistributedExecutor(world_size, numel, watcher, cfg.runtime.timeout_s, placement, links, ends)
+        executor = DistributedExecutor(world_size, numel, watcher, cfg.runtime.timeout_s, placement, links, ends,
+                                       residuals_on=feedback)
         summary = Server(exp, executor, out_dir, callbacks=make_callbacks(cfg, out_dir, resume),
                          partition_report=report, resume=resume, hook=hook).run()
         print(format_summary(summary))

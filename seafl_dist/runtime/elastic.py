@@ -21,6 +21,12 @@ two runs in a row in one script never mix. Rank 0 decides alone (it owns the run
 ranks need not see it), and also agrees the run dir across attempts when none was given: the
 first attempt's default (``runs/<name>-<timestamp>``) is kept in the agent's store.
 
+A refusal is said once. A run that cannot start (another config's run in the dir, a checkpoint that cannot be
+resumed, a run that does not fit on the disk, a dataset missing: a ConfigError or FileNotFoundError on any rank
+of an attempt) would be refused again by every restart torchrun has left, so it marks ``<run>/refused`` in the
+agent's store. Rank 0 of a later attempt that finds the mark decides ``refused``: every rank ends at once,
+exit 2, without saying it again (:class:`Refused`), so the one line of the first attempt stands alone.
+
 Interrupts stop the job, they are not turned into restarts. Every rank that stops on a signal
 adds 1 to ``<run>/<token>/interrupted``. When rank 0 of a new attempt finds that every rank of the
 previous attempt stopped that way, the job was interrupted (SIGTERM/SIGUSR1 from Slurm, Ctrl-C):
@@ -38,6 +44,8 @@ import time
 import uuid
 
 import torch.distributed as dist
+
+from seafl_dist.settings import ConfigError
 
 _launches = 0  # launches started in this process: names each run's keys in the agent's store
 
@@ -90,6 +98,42 @@ def previous_interrupted(base, run_key: str) -> bool:
     prev = base.get(f"{run_key}/attempt").decode()
     world = int(base.get(f"{run_key}/{prev}/world"))
     return base.add(f"{run_key}/{prev}/interrupted", 0) >= world
+
+
+class Refused(ConfigError):
+    """The run was refused by an earlier attempt of this launch, which said why; the CLI says nothing more."""
+    said = True
+
+    def __init__(self):
+        super().__init__("refused by an earlier attempt of this torchrun job (its error above says why)")
+
+
+def refused_before(base, run_key: str) -> bool:
+    """Did an earlier attempt of this launch refuse the run (see the module's "said once")?"""
+    return base.check([f"{run_key}/refused"])
+
+
+def mark_refused(base, run_key: str) -> None:
+    """Record that this launch's run is refused, so torchrun's restarts end at once (best effort)."""
+    try:
+        base.set(f"{run_key}/refused", "1")
+    except Exception:  # noqa: BLE001 -- the agent's store may be gone; then so are the restarts
+        pass
+
+
+def said_before(text: str) -> bool:
+    """Under torchrun's agent: has an earlier attempt of this job (or another rank of this one) said ``text``
+    already? Counted in the agent's store, which outlives the attempts; a mistake found before any launch (a
+    config error) is then said once per job, not once per restart. Without an agent store: False."""
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return False
+    import hashlib
+    try:
+        store = dist.TCPStore(os.environ.get("MASTER_ADDR", "127.0.0.1"), int(os.environ.get("MASTER_PORT", "29500")),
+                              is_master=False, timeout=datetime.timedelta(seconds=5), wait_for_workers=False)
+        return store.add(f"seafl/said/{hashlib.sha256(text.encode()).hexdigest()[:16]}", 1) > 1
+    except Exception:  # noqa: BLE001 -- no store to ask: say it
+        return False
 
 
 def lead(base, run_key: str, world_size: int, plan: dict) -> Attempt:

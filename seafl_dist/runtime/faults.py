@@ -1,6 +1,6 @@
 """The ``SEAFL_FAULT`` test hook (documented, not for production): stop a run at an exact point.
 
-    SEAFL_FAULT=POINT:N[:ACTION][@RANK]
+    SEAFL_FAULT=POINT:N[:ACTION][@RANK][#ATTEMPT]
 
 ACTION is a signal (``KILL``, the default, ``TERM``, ``USR1`` ...) or ``HANG`` (sleep until
 killed); RANK is a rank or ``*`` (every rank, rank 0 last). Points:
@@ -11,8 +11,9 @@ killed); RANK is a rank or ``*`` (every rank, rank 0 last). Points:
 The aggregation points fire on rank 0, after it flushed the run files; the signal goes to
 ``@RANK``'s process (default: rank 0 itself; another rank's pid comes from the c10d store, so
 that rank must run on rank 0's node). ``before_group`` fires on ``@RANK`` itself. A hook fires
-once, and only in torchrun's first attempt (``TORCHELASTIC_RESTART_COUNT`` 0 or unset): a
-restarted attempt that passes the same point again goes on.
+once, and only in torchrun's first attempt (``TORCHELASTIC_RESTART_COUNT`` 0 or unset), or in attempt ATTEMPT
+when given (a soak that kills one rank in each of several restarts, tests/soak_driver.py): a restarted attempt
+that passes the same point again goes on.
 
 The runner builds the hook (:func:`from_env`) and hands it to the server, whose loop only calls
 ``hook.at(point, version, flush)``; without ``SEAFL_FAULT`` that is :data:`NO_FAULT`, which does nothing.
@@ -72,8 +73,8 @@ class Fault(NoFault):
 def from_env(*, rank: int = 0, world: int = 1, pid_of=None, environ=None) -> NoFault:
     """The hook ``SEAFL_FAULT`` asks for on this rank, or :data:`NO_FAULT`."""
     environ = os.environ if environ is None else environ
-    spec = environ.get("SEAFL_FAULT")
-    if not spec or environ.get("TORCHELASTIC_RESTART_COUNT", "0") != "0":
+    spec, _, attempt = (environ.get("SEAFL_FAULT") or "").partition("#")
+    if not spec or environ.get("TORCHELASTIC_RESTART_COUNT", "0") != (attempt or "0"):
         return NO_FAULT
     fault = Fault(spec, rank=rank, world=world, pid_of=pid_of)
     # a before_group fault fires on its own rank; an aggregation point on rank 0, where the loop is

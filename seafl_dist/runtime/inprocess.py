@@ -4,6 +4,7 @@ from __future__ import annotations
 from seafl_dist.report.wandb_sink import make_callbacks
 from seafl_dist.runtime.executor import InProcessExecutor
 from seafl_dist.runtime.faults import NO_FAULT
+from seafl_dist.runtime.residuals import check_disk
 from seafl_dist.runtime.server import Server
 from seafl_dist.runtime.setup import prepare
 
@@ -12,6 +13,7 @@ def run_inprocess(cfg, out_dir, *, callbacks=(), resume=None, hook=NO_FAULT) -> 
     """Run (or, from checkpoint ``resume``, continue) ``cfg`` into ``out_dir``; returns the summary.
     ``hook``: the runner's test hook (runtime/faults.py)."""
     exp = prepare(cfg)
+    check_disk(cfg, exp, out_dir)  # error feedback's residual checkpoints
     callbacks = list(callbacks) + make_callbacks(cfg, out_dir, resume)
     executor = InProcessExecutor(exp)
     try:

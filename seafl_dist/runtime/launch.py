@@ -172,7 +172,13 @@ def launch_ranks(cfg, out_dir, target: Target, ranks: Ranks, interrupts: Interru
         if rank == 0:
             out = Path(out_dir) if out_dir is not None else \
                 Path(elastic.agree_run_dir(base, run_key, str(default_out_dir(cfg.name))))
-            plan, error = _plan_for_all(cfg, out, target, elastic.previous_interrupted(base, run_key))
+            if elastic.refused_before(base, run_key):  # said once, by an earlier attempt: torchrun's restarts end
+                plan = {"action": "refused"}
+            else:
+                plan, error = _plan_for_all(cfg, out, target, elastic.previous_interrupted(base, run_key))
+                if plan["action"] == "error":
+                    elastic.mark_refused(base, run_key)
+            plan["run_dir"] = str(out)  # the workers write error feedback's residuals there (runtime/residuals.py)
             attempt = elastic.lead(base, run_key, world, plan)
         else:
             attempt = elastic.join(base, run_key, rank)
@@ -184,6 +190,8 @@ def launch_ranks(cfg, out_dir, target: Target, ranks: Ranks, interrupts: Interru
         raise error
     if action == "error":
         raise ConfigError(attempt.plan["error"])
+    if action == "refused":
+        raise elastic.Refused()
     if action == "interrupted":
         attempt.mark_interrupted()
         raise RunInterrupted("the previous attempt was interrupted (every rank stopped on a signal): an interrupt "
@@ -198,13 +206,15 @@ def launch_ranks(cfg, out_dir, target: Target, ranks: Ranks, interrupts: Interru
         hook = faults.from_env(rank=rank, world=world, pid_of=lambda r: int(attempt.store.get(f"pid/{r}")))
         with outcome(out, rank, on_interrupt=attempt.mark_interrupted):
             try:
-                run_distributed(cfg, out, rank=rank, world_size=world, local_rank=ranks.local_rank,
+                where = out if rank == 0 else Path(attempt.plan["run_dir"])  # workers: error feedback's files
+                run_distributed(cfg, where, rank=rank, world_size=world, local_rank=ranks.local_rank,
                                 store=attempt.store, pg_timeout_s=pg_timeout_s, resume=attempt.plan.get("checkpoint"),
                                 hook=hook)
             except KeyboardInterrupt as err:
                 print(f"seafl: rank {rank} stopped: {err or 'interrupted'}", file=sys.stderr)
                 raise
-            except (ConfigError, FileNotFoundError):  # bad input: one line, from rank 0 (the CLI's)
+            except (ConfigError, FileNotFoundError):  # bad input: one line, from rank 0 (the CLI's), said once
+                elastic.mark_refused(attempt.base, run_key)
                 raise
             except Exception as err:
                 print(f"seafl: error on rank {rank}: {type(err).__name__}: {err}", file=sys.stderr)
@@ -220,11 +230,8 @@ def _plan_for_all(cfg, out: Path, target: Target, interrupted: bool) -> tuple[di
     """Rank 0's decision, as the other ranks receive it (and the error to raise here, if any)."""
     if interrupted:
         return {"action": "interrupted"}, None
-    from seafl_dist.runtime.checkpoint import CheckpointError, feedback_unresumable
     try:
         decided = decide(cfg, out, target)
-        if decided.action == "resume" and cfg.compression.error_feedback:  # residuals live on workers (codecs/)
-            raise CheckpointError(feedback_unresumable(decided.checkpoint, "under torchrun"))
     except (ConfigError, FileNotFoundError, RunFileError) as err:  # another config's run, a busy or unwritable dir
         return {"action": "error", "error": str(err)}, err
     return {"action": decided.action, "checkpoint": str(decided.checkpoint) if decided.checkpoint else None}, None

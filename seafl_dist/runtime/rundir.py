@@ -40,7 +40,8 @@ PROVEN = ("config.yaml", "events.jsonl", "metrics.csv", "train_log.csv", "model.
 RUN_FILES = PROVEN + ("summary.json",)
 CHECKPOINT = re.compile(r"^checkpoint-(\d{8})\.pt$")
 # Temp names of the run's own atomic writes (runtime/checkpoint.py atomic_save, report/sinks.py write_json).
-TEMP_PATTERNS = ("checkpoint-*.pt.tmp", "model.pt.tmp", "summary.json.tmp", "partition.json.tmp", "partition.*.tmp.npz")
+TEMP_PATTERNS = ("checkpoint-*.pt.tmp", "residuals-*.pt.tmp", "model.pt.tmp", "summary.json.tmp", "partition.json.tmp",
+                 "partition.*.tmp.npz")
 
 
 # ---- the config comparer ------------------------------------------------------------------
@@ -164,9 +165,13 @@ def checkpoints(run_dir: Path) -> list[Path]:
 
 
 def remove_checkpoints(run_dir: Path) -> None:
-    """Delete every checkpoint and every temp file of a cut-short write."""
+    """Delete every checkpoint, the workers' residual files (runtime/residuals.py), and every temp file of a
+    cut-short write."""
     for p in checkpoints(run_dir):
         p.unlink(missing_ok=True)
+    if Path(run_dir).is_dir():
+        for p in Path(run_dir).glob("residuals-*-rank*.pt"):
+            p.unlink(missing_ok=True)
     remove_temps(run_dir)
 
 

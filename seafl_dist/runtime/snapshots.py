@@ -14,7 +14,7 @@ import torch
 
 from seafl_dist.report import write_json
 from seafl_dist.report.sinks import RunFileError
-from seafl_dist.runtime import checkpoint
+from seafl_dist.runtime import checkpoint, residuals
 from seafl_dist.runtime.summary import build_summary
 from seafl_dist.settings import dump_config
 from seafl_dist.train import load_flat
@@ -39,12 +39,16 @@ class Snapshots:
             self._write_checkpoint()
         self.hook.at("after_aggregate", version, self.writer.flush)
 
-    def _write_checkpoint(self) -> None:
+    def _write_checkpoint(self, last: bool = False) -> None:
         snap = self._snap
         if snap is None or snap["version"] == self._saved_version:
             return
+        on_workers = getattr(self.executor, "residuals_on", False)  # error feedback under torchrun
+        if last and on_workers:  # the workers may be gone: the last complete checkpoint stands (runtime/residuals.py)
+            return
         self.writer.flush(sync=True)  # the recorded lengths must be on disk before the checkpoint is
         self.devices.flush(sync=True)
+        files = self.executor.save_residuals(snap["version"], self.dir) if on_workers else None
         checkpoint.save(self.dir, {
             "config": dump_config(self.cfg), "version": snap["version"], "time": snap["time"],
             "versions": {int(v): t.detach().cpu() for v, t in snap["versions"].items()},
@@ -55,13 +59,15 @@ class Snapshots:
             **({"profile_sha256": self.profile_sha256} if self.profile_sha256 else {}),
             **({"server_opt": snap["server_opt"].to_dict()} if self.server_opt.active else {}),
             **({"feedback": snap["feedback"]} if snap["feedback"] is not None else {}), **snap["devices"],
+            **({"residuals": files} if files is not None else {}),  # the workers' files (runtime/residuals.py)
             **({"privacy": snap["privacy"]} if snap["privacy"] is not None else {})})  # m_k under DP
+        residuals.retain(self.dir, files)  # the workers' files go with their checkpoints
         self._saved_version, self._last_save = snap["version"], time.monotonic()
 
     def _checkpoint_last(self, quiet: bool = False) -> None:
         """On the way out: keep the last consistent state; a failure here must not hide the first one."""
         try:
-            self._write_checkpoint()
+            self._write_checkpoint(last=True)
         except BaseException as err:
             if not quiet:
                 print(f"seafl: could not write a checkpoint: {type(err).__name__}: {err}", file=sys.stderr)
@@ -83,10 +89,11 @@ class Snapshots:
         return getattr(self.executor, "feedback", None)
 
     def _restore_feedback(self, state: dict) -> None:
-        """Error feedback: the residuals the checkpoint holds (checkpoint.load and runtime/launch.py refused, before
-        anything was written, a checkpoint without them and a resume under torchrun, whose workers hold them)."""
-        if self.cfg.compression.error_feedback:
-            self._feedback().load(state["feedback"])
+        """Error feedback in one process: the residuals the checkpoint holds, inline or in the files of the workers
+        that wrote it (runtime/residuals.py; checkpoint.load refused, before anything was written, a checkpoint
+        without them). Under torchrun the workers load their own (runtime/distributed.py)."""
+        if self.cfg.compression.error_feedback and self._feedback() is not None:
+            self._feedback().load(state["feedback"] if "feedback" in state else residuals.gather(self.resume))
 
     def _kept(self) -> str:
         if self._saved_version is None:

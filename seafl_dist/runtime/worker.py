@@ -15,7 +15,9 @@ import time
 
 from seafl_dist.runtime.executor import GroupTrainer, JobSpec
 from seafl_dist.runtime.liveness import POLL_S, StepCounter
-from seafl_dist.transport import BYE, JOB, LOGS, RESULT, STOP, Channel, Header, Mailbox, Outbox, encode_logs
+from seafl_dist.runtime.residuals import WorkerResiduals
+from seafl_dist.transport import (BYE, JOB, LOGS, RESULT, SAVE, STOP, TAKEN, Channel, Header, Mailbox, Outbox,
+                                  encode_logs)
 
 
 class RankZeroLost(RuntimeError):
@@ -34,19 +36,27 @@ def gone(rank: int, h: Header) -> BaseException:
         RuntimeError(f"worker rank {rank} failed (its own error says why)")
 
 
-def run_worker(exp, rank: int, numel: int, watcher, links=(Channel(), Channel()), progress=None, ends=None) -> int:
+def run_worker(exp, rank: int, numel: int, watcher, links=(Channel(), Channel()), progress=None, ends=None,
+               residuals=None) -> int:
     """Serve rank 0 until it says STOP; return the number of jobs trained.
 
     ``progress`` (a liveness.StepCounter) is bumped for every message handled and every optimiser
     step, so rank 0 can tell a long job from a stuck worker. Messages are also taken in between
     optimiser steps, so rank 0's farewell (it failed or was interrupted) ends a long job at once.
     A result leaves the GPU (if any) as it was trained: the outbox copies it to the host on a
-    side stream while the next job trains."""
+    side stream while the next job trains.
+
+    ``residuals``: with error feedback, (run dir, this worker's devices' residuals from the checkpoint resumed or
+    None): TAKEN and SAVE messages are handled as runtime/residuals.py says."""
     progress = progress if progress is not None else StepCounter()
     trainer = GroupTrainer(exp)
     down, up = links
     mailbox, outbox = ends or (Mailbox([0], numel, down), Outbox(up))
     inbox = _Inbox(mailbox, rank, progress)
+    if residuals is not None:
+        run_dir, loaded = residuals
+        trainer.feedback.load(loaded)
+        inbox.residuals = WorkerResiduals(trainer.feedback, run_dir, rank, outbox)
     trained = 0
     while True:
         if inbox.take(timeout=0 if inbox.queue else POLL_S):
@@ -83,6 +93,7 @@ class _Inbox:
         self.mailbox, self.rank, self.progress = mailbox, rank, progress
         self.versions, self.queue, self.newest = {}, [], -1
         self.stopped = False
+        self.residuals = None  # error feedback: a residuals.WorkerResiduals
         self.every, self._last = poll_every_s, 0.0
 
     def take(self, timeout: float) -> bool:
@@ -92,6 +103,10 @@ class _Inbox:
                 self.stopped = True
             elif h.kind == BYE:
                 raise gone(0, h)
+            elif h.kind == TAKEN:
+                self.residuals.taken(h.job)
+            elif h.kind == SAVE:
+                self.residuals.save(h.version)
             elif h.kind == JOB:
                 self.progress.step()
                 if payload is not None:

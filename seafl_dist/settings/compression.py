@@ -42,7 +42,9 @@ class CompressionConfig:
                                     "run whose residuals do not fit in memory is refused before anything is "
                                     "written. A dropped job never trains, so it leaves its device's residual as it "
                                     "was; an update the server rejects was sent, so its residual stands (a "
-                                    "non-finite one is reset to zero). Residuals are in the checkpoints.")
+                                    "non-finite one is reset to zero). Residuals are in the checkpoints (under torchrun each "
+                                    "worker writes its devices'); a run whose residual checkpoints do not fit on the "
+                                    "run dir's disk is refused before anything is written.")
 
     def __post_init__(self) -> None:
         check_fields(self, "compression")

@@ -28,7 +28,12 @@ RESULT = 2  # worker -> rank 0: the trained model of a job (payload always)
 STOP = 3  # rank 0 -> worker: no more jobs; answer BYE after the results already sent
 BYE = 4  # worker -> rank 0: last message of this worker
 LOGS = 5  # worker -> rank 0: what the job's module logged ({name: value}), before its RESULT
-KINDS = {JOB: "job", RESULT: "result", STOP: "stop", BYE: "bye", LOGS: "logs"}
+# error feedback under torchrun (runtime/residuals.py), no payload:
+TAKEN = 6  # rank 0 -> worker: the server took job ``job``'s upload (a resume never trains it again)
+SAVE = 7  # rank 0 -> worker: write your devices' residuals as of aggregation ``version``
+SAVED = 8  # worker -> rank 0: written (``version``; ``job``: the file's bytes)
+KINDS = {JOB: "job", RESULT: "result", STOP: "stop", BYE: "bye", LOGS: "logs", TAKEN: "taken", SAVE: "save",
+         SAVED: "saved"}
 MAX_LOG_BYTES = 1 << 20
 
 

@@ -61,11 +61,15 @@ def test_killed_run_with_error_feedback_resumes_to_the_same_bytes(tmp_path):
     assert stopped.returncode == -signal.SIGKILL and checkpoint_versions(out) == [2]
     state = torch.load(out / "checkpoint-00000002.pt", weights_only=True)
     assert state["feedback"] and all(r.shape == (61706,) for r in state["feedback"].values())
-    # under torchrun the workers would need those residuals: refused before anything is written
+    # torchrun may resume it too: its workers read their devices' residuals from it (runtime/residuals.py)
     from seafl_dist.runtime.launch import Target, _plan_for_all
+    from seafl_dist.runtime.residuals import gather
     from seafl_dist.settings import load_config
     plan, err = _plan_for_all(load_config(QUICKSTART, overrides), out, Target(), False)
-    assert plan["action"] == "error" and "compression.error_feedback cannot resume" in str(err)
+    assert plan["action"] == "resume" and err is None
+    mine = gather(out / "checkpoint-00000002.pt", [d for d in range(10) if d % 2 == 0])  # worker 1 of W = 3
+    assert mine and sorted(mine) == sorted(d for d in state["feedback"] if d % 2 == 0)
+    assert all(torch.equal(mine[d], state["feedback"][d]) for d in mine)
     resumed = cli(*run_args(overrides, out))
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"resumed {out} after aggregation 2" in resumed.stderr
@@ -82,3 +86,16 @@ def test_a_checkpoint_without_residuals_is_refused_in_one_line(tmp_path, capsys)
     torch.save(state, path)
     line = refused(capsys, ["run", QUICKSTART, *overrides, "--out", out], out)
     assert "compression.error_feedback cannot resume byte-identically without its devices' residuals" in line
+
+
+def test_a_run_whose_residual_checkpoints_do_not_fit_on_the_disk_is_refused_before_anything_is_written(
+        tmp_path, capsys):
+    from tmpfs import tmpfs
+    # 10 LeNet-5 devices: 3 checkpoints (two kept, one being written) x 10 x 61,706 x 4 bytes = 7.4 MB > 4 MB
+    with tmpfs(tmp_path / "disk", "size=4m") as disk:
+        assert seafl_main(["run", str(QUICKSTART), *SMALL, *FEEDBACK, "--out", str(disk / "run")]) == 2
+        assert list(disk.iterdir()) == [], "nothing may be written"
+    line = capsys.readouterr().err.strip().splitlines()[-1]  # after "seafl: running ...", as the memory refusal
+    assert line == (f"seafl: error: config key 'compression.error_feedback' has value True: the residual checkpoints "
+                    f"of 10 devices (0.2 MB a device; 2 kept and one being written) take 7.4 MB, more than the 4.2 MB "
+                    f"free for {disk / 'run'}; free disk, use another --out, fewer devices, or turn error feedback off")

@@ -77,6 +77,12 @@ def test_a_fault_fires_on_its_rank_in_the_first_attempt_only():
     assert isinstance(faults.from_env(rank=0, world=3, environ=env), faults.Fault)
     assert faults.from_env(rank=2, world=3, environ=env) is faults.NO_FAULT  # rank 0 sends it
     assert faults.from_env(rank=0, environ={**env, "TORCHELASTIC_RESTART_COUNT": "1"}) is faults.NO_FAULT
+    # '#N': in attempt N only (a soak's kills, one per restart)
+    second = {"SEAFL_FAULT": "after_aggregate:3:KILL@2#2"}
+    for count, armed in (("0", False), ("1", False), ("2", True), ("3", False)):
+        got = faults.from_env(rank=0, world=3, environ={**second, "TORCHELASTIC_RESTART_COUNT": count})
+        assert isinstance(got, faults.Fault) is armed, count
+    assert faults.from_env(rank=0, world=3, environ={**second, "TORCHELASTIC_RESTART_COUNT": "2"}).target == 2
     hang = {"SEAFL_FAULT": "before_group:0:HANG@1"}
     assert faults.from_env(rank=1, environ=hang) is not faults.NO_FAULT
     assert faults.from_env(rank=0, environ=hang) is faults.NO_FAULT

@@ -1,0 +1,157 @@
+"""Error feedback's residuals in a torchrun run's checkpoints (``compression.error_feedback``, codecs/feedback.py).
+
+Under torchrun a device's residual lives on the one worker that trains its jobs (``runtime.placement: device``),
+so each worker writes its own devices' residuals, and rank 0's checkpoint names those files:
+
+- **Taken.** When rank 0's server takes a job's upload (it aggregates it), it sends that job's worker a TAKEN
+  message, the distributed form of one process's ``ErrorFeedback.taken``: the worker may forget the residual
+  the job replaced. So a worker holds no more than one process does between checkpoints.
+- **Save.** A checkpoint at aggregation V (rank 0, runtime/snapshots.py) sends every worker SAVE(V). A worker
+  takes it between two optimiser steps, writes ``residuals-<V:08d>-rank<r>.pt`` (``{device: r_k}``, each
+  device's residual before its first job not yet taken, as one process checkpoints it) atomically (temp,
+  fsync, rename, dir fsync: checkpoint.atomic_save), and answers SAVED with the file's bytes. Rank 0 writes
+  ``checkpoint-<V:08d>.pt`` only once every worker answered and it sees every file at its size, and that
+  checkpoint lists them (``residuals``: {name: bytes}): a rank-0 checkpoint on disk is a complete one. A kill
+  between the two leaves files no checkpoint names; the next checkpoint's pruning removes them.
+- **Retention.** Files go with their checkpoint: those of a version no kept checkpoint has (checkpoint.KEEP),
+  or of the newest version but not named by it, are deleted after each checkpoint; a finished run or a fresh
+  start deletes them all (rundir.remove_checkpoints).
+- **Resume, under any W.** Residuals are keyed by device, so a worker of any later attempt, with any W, reads
+  the residuals of the devices it now holds from every listed file (memory-mapped: it reads only its own), and
+  one process (``W = 1``) reads them all. A one-process checkpoint keeps its residuals inline (``feedback``),
+  unchanged, and a torchrun resume of it reads them from there.
+- **On the way out** (a signal, a lost rank) rank 0 writes no new checkpoint of such a run: its workers may be
+  gone, so the last periodic checkpoint (``run.checkpoint_every``/``_s``) is the one resumed.
+- **Disk.** A run is refused before anything is written when its residual checkpoints (``KEEP`` + the one being
+  written, 4 bytes a trainable parameter a device) do not fit on the run dir's disk (:func:`check_disk`).
+
+Why per-worker ``torch.save`` files and not ``torch.distributed.checkpoint``: docs/failures.md ("Error feedback's
+residuals") gives the measurements (benchmarks/residual_checkpoint.py).
+"""
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import torch
+
+from seafl_dist.runtime.checkpoint import FORMAT, KEEP, atomic_save
+from seafl_dist.runtime.rundir import CHECKPOINT, checkpoints
+from seafl_dist.settings import ConfigError
+
+PATTERN = re.compile(r"^residuals-(\d{8})-rank(\d+)\.pt$")
+PATTERN_CKPT = CHECKPOINT
+
+
+def file_name(version: int, rank: int) -> str:
+    return f"residuals-{version:08d}-rank{rank}.pt"
+
+
+def files_of(run_dir: Path) -> list[tuple[int, int, Path]]:
+    """(version, rank, path) of every residual file in ``run_dir``."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        return []
+    return sorted((int(m.group(1)), int(m.group(2)), p) for p in run_dir.iterdir() if (m := PATTERN.match(p.name)))
+
+
+# ---- a worker -------------------------------------------------------------------------------
+
+class WorkerResiduals:
+    """A worker's side: forget what the server took, write its devices' residuals when rank 0 says SAVE."""
+
+    def __init__(self, feedback, run_dir: Path, rank: int, outbox):
+        self.feedback, self.dir, self.rank, self.outbox = feedback, Path(run_dir), rank, outbox
+
+    def taken(self, job: int) -> None:
+        self.feedback.taken(job)
+
+    def save(self, version: int) -> None:
+        from seafl_dist.transport import SAVED, Header
+        path = self.dir / file_name(version, self.rank)
+        state = {int(d): r for d, r in self.feedback.state().items()}
+        atomic_save({"format": FORMAT, "version": version, "rank": self.rank, "residuals": state}, path)
+        self.outbox.send(0, Header(SAVED, version=version, job=path.stat().st_size))
+
+
+# ---- rank 0 ---------------------------------------------------------------------------------
+
+def check_written(run_dir: Path, version: int, sizes: dict[int, int]) -> dict[str, int]:
+    """The files the workers said they wrote (``{rank: bytes}``), as rank 0 sees them: ``{name: bytes}``."""
+    out = {}
+    for rank, size in sorted(sizes.items()):
+        path = Path(run_dir) / file_name(version, rank)
+        have = path.stat().st_size if path.exists() else None
+        if have != size:
+            raise RuntimeError(f"worker rank {rank} wrote its devices' residuals to {path} ({size} bytes), but rank 0 "
+                               f"sees {'no such file' if have is None else f'{have} bytes'}: with "
+                               f"compression.error_feedback on several nodes, the run dir must be on a filesystem "
+                               f"every node shares")
+        out[path.name] = size
+    return out
+
+
+def retain(run_dir: Path, newest: dict[str, int] | None) -> None:
+    """After checkpoint.save: the residual files of the checkpoints it kept stay, the others go (``newest``: the
+    files the checkpoint just written names; None: it holds its residuals inline, or has none)."""
+    prune(run_dir, [int(PATTERN_CKPT.match(p.name).group(1)) for p in checkpoints(run_dir)], newest or {})
+
+
+def prune(run_dir: Path, kept_versions: list[int], newest: dict[str, int]) -> None:
+    """Delete the residual files no kept checkpoint names (see the module's Retention)."""
+    last = max(kept_versions, default=None)
+    for version, _, path in files_of(run_dir):
+        if version not in kept_versions or (version == last and path.name not in newest):
+            path.unlink(missing_ok=True)
+
+
+def gather(path, devices=None) -> dict[int, torch.Tensor]:
+    """The residuals checkpoint ``path`` holds, inline or in its workers' files; only ``devices`` if given."""
+    path = Path(path)
+    state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    if "feedback" in state:
+        found = state["feedback"]
+    else:
+        found = {}
+        for name in state.get("residuals", {}):
+            part = torch.load(path.parent / name, map_location="cpu", weights_only=True, mmap=True)["residuals"]
+            found.update(part)
+    keep = None if devices is None else set(devices)
+    return {int(d): r.clone() for d, r in found.items() if keep is None or int(d) in keep}
+
+
+# ---- the disk ---------------------------------------------------------------------------------
+
+def needed_bytes(params: int, num_devices: int) -> int:
+    """Disk that a run's residual checkpoints may take at once: KEEP kept, and one being written."""
+    return (KEEP + 1) * 4 * params * num_devices
+
+
+def check_disk(cfg, exp, run_dir, free: int | None = None) -> None:
+    """Refuse, before anything is written, a run with error feedback whose residual checkpoints do not fit on the
+    run dir's disk (what its checkpoints already hold there counts as free: they are replaced). ``exp``: the
+    prepared run (its ``new_model()`` and ``num_devices``)."""
+    if not cfg.compression.error_feedback:
+        return
+    num_devices = exp.num_devices
+    params = sum(p.numel() for p in exp.new_model().parameters() if p.requires_grad)
+    need = needed_bytes(params, num_devices)
+    run_dir = Path(run_dir)
+    if free is None:
+        probe = run_dir
+        while not probe.exists():
+            probe = probe.parent
+        free = shutil.disk_usage(probe).free
+    old = list(run_dir.glob("checkpoint-*.pt")) + [p for _, _, p in files_of(run_dir)]
+    free += sum(p.stat().st_size for p in old if p.exists())
+    if need > free:
+        raise ConfigError(f"config key 'compression.error_feedback' has value True: the residual checkpoints of "
+                          f"{num_devices} devices ({4 * params / 1e6:.1f} MB a device; {KEEP} kept and one being "
+                          f"written) take {_size(need)}, more than the {_size(free)} free for {run_dir}; free disk, "
+                          f"use another --out, fewer devices, or turn error feedback off")
+
+
+def _size(n: int) -> str:
+    return f"{n / 1e9:.2f} GB" if n >= 1e9 else f"{n / 1e6:.1f} MB"
+
