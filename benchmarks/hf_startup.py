@@ -1,10 +1,11 @@
 """What a Hugging Face source costs at start-up against the IDX reader, on 60,000 MNIST-sized rows.
 
-    python benchmarks/hf_startup.py [--dir DIR] [--rows 60000] [--repeats 3]
+    python benchmarks/hf_startup.py [--dir DIR] [--rows 60000] [--repeats 3] [--mnist DATA_ROOT]
 
-The rows are synthetic (28x28 uint8 noise, labels 0..9), made here: this VM cannot download MNIST, and what is
-timed is reading and decoding, which does not depend on the pixels' values (PNG sizes do a little; MNIST's
-digits compress better than noise, so the PNG figures here are an upper bound). The same rows are written
+With ``--mnist DATA_ROOT`` the rows are real MNIST's (DATA_ROOT/MNIST/raw, e.g. as benchmarks/make_mnist.py
+rebuilds it): its first ``--rows`` training images and the test set. Without it they are synthetic (28x28 uint8
+noise, labels 0..9): what is timed is reading and decoding, which does not depend on the pixels' values except
+through PNG sizes (noise compresses worse than digits, so the synthetic PNG figures are an upper bound). The same rows are written
 three ways: MNIST's IDX files (the built-in ``mnist`` reader), a ``save_to_disk`` DatasetDict whose ``image``
 column is an HF ``Image`` (PNG bytes, as MNIST on the Hub is stored), and one whose ``image`` column is a raw
 ``Array2D`` of uint8. Each load runs in a fresh process (``load_dataset(..., train=True)`` of seafl_dist, the
@@ -44,12 +45,26 @@ def write_idx(path: Path, array: np.ndarray) -> None:
                      + array.astype(np.uint8).tobytes())
 
 
-def make(root: Path, n: int) -> None:
+def read_idx(path: Path) -> np.ndarray:
+    data = path.read_bytes()
+    ndim = data[3]
+    shape = struct.unpack(f">{ndim}I", data[4:4 + 4 * ndim])
+    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim).reshape(shape)
+
+
+def make(root: Path, n: int, mnist: Path | None = None) -> None:
     import datasets
     from PIL import Image
-    g = np.random.default_rng(0)
-    splits = {"train": (g.integers(0, 256, (n, 28, 28), dtype=np.uint8), g.integers(0, 10, n)),
-              "test": (g.integers(0, 256, (100, 28, 28), dtype=np.uint8), g.integers(0, 10, 100))}
+    if mnist is not None:  # real MNIST: the first n training rows, the whole test set
+        raw_in = mnist / "MNIST" / "raw"
+        splits = {"train": (read_idx(raw_in / "train-images-idx3-ubyte")[:n],
+                            read_idx(raw_in / "train-labels-idx1-ubyte")[:n].astype(np.int64)),
+                  "test": (read_idx(raw_in / "t10k-images-idx3-ubyte"),
+                           read_idx(raw_in / "t10k-labels-idx1-ubyte").astype(np.int64))}
+    else:
+        g = np.random.default_rng(0)
+        splits = {"train": (g.integers(0, 256, (n, 28, 28), dtype=np.uint8), g.integers(0, 10, n)),
+                  "test": (g.integers(0, 256, (100, 28, 28), dtype=np.uint8), g.integers(0, 10, 100))}
     raw = root / "MNIST" / "raw"
     raw.mkdir(parents=True)
     for split, prefix in (("train", "train"), ("test", "t10k")):
@@ -70,10 +85,11 @@ def main() -> None:
     ap.add_argument("--dir", type=Path, default=None)
     ap.add_argument("--rows", type=int, default=60000)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--mnist", type=Path, default=None, help="a data root holding real MNIST (MNIST/raw)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         root = Path(tmp)
-        make(root, args.rows)
+        make(root, args.rows, args.mnist)
         rows = {}
         for label, name in (("IDX reader (mnist)", "mnist"), ("HF save_to_disk, Image (PNG)", "hf:hf_png"),
                             ("HF save_to_disk, Array2D uint8", "hf:hf_array")):
@@ -82,7 +98,8 @@ def main() -> None:
                     for _ in range(args.repeats)]
             rows[label] = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
     base = rows["IDX reader (mnist)"]
-    print(f"{args.rows} rows of 28x28 uint8, medians of {args.repeats} fresh processes")
+    what = "real MNIST" if args.mnist else "synthetic 28x28 uint8"
+    print(f"{args.rows} rows of {what}, medians of {args.repeats} fresh processes")
     print(f"{'source':34} {'import s':>9} {'import cpu':>10} {'load s':>8} {'load cpu':>9} {'load cpu / IDX':>15}")
     for label, r in rows.items():
         print(f"{label:34} {r['import_s']:9.2f} {r['import_cpu']:10.2f} {r['load_s']:8.2f} {r['load_cpu']:9.2f} "
