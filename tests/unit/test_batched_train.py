@@ -10,7 +10,9 @@ from seafl_dist.models import build_model
 from seafl_dist.train import flatten, train_job, train_jobs
 from seafl_dist.train.batched import batchable, epoch_sizes
 
-TOL = 1e-4  # relative L2 difference, fp32, to the job alone in the fused step's layout (NCHW)
+TOL = 1e-4  # relative L2 difference, fp32, to the job alone in the fused step's layout (NCHW), or 10x how far
+# a 1e-7 change of the job's start moves it, whichever is larger: on CI's CPU VGG-16's job 2 came out 5.5e-4 from
+# the lone job (2026-11-28), its near-tie max-pools (below) amplifying the grouped convolution's other rounding
 # ... and to the job alone as it trains (numerics version 2: channels-last on a CPU where the model
 # allows it): other rounding of the same math, which VGG-16 at width 0.125 on noise images amplifies.
 # Its last 2x2 max-pool meets near-ties (a conv of a nearly zero input gives its bias at every
@@ -77,9 +79,15 @@ def check_jobs(name, channels, size, augment, width, *, lr, dtype, tol):
         same_layout = train_job(nchw, starts[j], data, shards[j], epochs=EPOCHS[j], seed=seeds[j], **common)
         assert rel_l2(alone, starts[j]) > 5 * tol  # it trained
         err, err_layout = rel_l2(together[j], same_layout), rel_l2(together[j], alone)
+        floor = 0.0
+        if dtype == torch.float32:  # how far a 1e-7 change of the start moves the lone job (tests/gpu's standard)
+            g = torch.Generator().manual_seed(j)
+            nudged = starts[j] * (1 + 1e-7 * torch.randn(starts[j].shape, generator=g))
+            floor = rel_l2(train_job(nchw, nudged, data, shards[j], epochs=EPOCHS[j], seed=seeds[j], **common),
+                           same_layout)
         print(f"{name} {dtype} job {j}: relative L2 {err:.2e}, {err_layout:.2e} to the job as it trains alone "
-              f"(moved {rel_l2(alone, starts[j]):.2e})")
-        assert err <= tol, f"{name} job {j}: relative L2 {err:.2e}"
+              f"(moved {rel_l2(alone, starts[j]):.2e}; a 1e-7 nudge of the start moves it {floor:.2e})")
+        assert err <= max(tol, 10 * floor), f"{name} job {j}: relative L2 {err:.2e} (1e-7 nudge: {floor:.2e})"
         assert err_layout <= (tol if dtype == torch.float64 else LAYOUT_TOL), f"{name} job {j}: {err_layout:.2e}"
         if name != "lenet5":  # batch-norm statistics are per job: num_batches_tracked counts its own steps
             i = names.index("stem.1.num_batches_tracked" if name == "resnet18" else "features.1.num_batches_tracked")

@@ -33,14 +33,15 @@ REFUSED = {f"{section}.{key}" for section, keys in {
     "clock": ["sec_per_sample", "download_s", "upload_s", "compute_scale", "idle.distribution", "idle.s", "idle.a",
               "idle.max", "idle.resample"],
     "data": ["name", "root", "download", "partition", "partition_by", "shards_overlap", "concentration", "samples_per_device",
-             "test_fraction", "emnist_split", "augment", "seed", "device_holdout", "device_test"],
+             "test_fraction", "emnist_split", "augment", "seed", "device_holdout", "device_test", "files", "columns",
+             "splits", "partition_args"],
     "model": ["name", "width"],
     "run": ["seed", "max_aggregations", "max_time", "target_accuracy", "eval_every", "targets", "stop_on_divergence",
             "target_metric", "target_mode", "device_eval_every", "device_eval_sample"],
     "runtime": ["precision", "batch_jobs", "deterministic"],
     "compression": ["codec", "levels", "bucket", "fraction", "error_feedback"],
     "privacy": ["enabled", "clipping_bound", "noise_multiplier", "epsilon", "delta", "accountant", "seafl_form",
-                "max_participation"]}.items() for key in keys}
+                "max_participation", "diagnostics", "secure_noise"]}.items() for key in keys}
 
 
 def schema_keys(cls=Config, prefix=""):
