@@ -9,7 +9,7 @@ Where each dataset is looked for (``root`` is ``data.root``):
 ===========  ==================================================================  =================
 name         files                                                               via
 ===========  ==================================================================  =================
-digits       bundled with scikit-learn (1,797 8x8 digits), nothing on disk        sklearn
+digits       bundled with scikit-learn (1,797 8x8 digits), nothing on disk        own CSV reader
 mnist        root/MNIST/raw/{train,t10k}-{images-idx3,labels-idx1}-ubyte          own IDX reader
 emnist       root/EMNIST/raw/emnist-<split>-{train,test}-{images-idx3,labels-     own IDX reader
              idx1}-ubyte
@@ -41,7 +41,8 @@ Choices, so that they are written down:
   ``<that folder>/.<split>.seafl-cache.npz`` (uint8 arrays, keyed by the file list), which later
   loads and other ranks read instead; a read-only root just skips the cache.
 - digits has no official split: a stratified hold-out of ``test_fraction``, seeded by ``seed``
-  (scikit-learn ``train_test_split``); train and test for one (seed, fraction) are disjoint and
+  (scikit-learn ``train_test_split``'s rows, computed in :mod:`.digits` without importing
+  scikit-learn, whose import costs each process seconds); train and test for one (seed, fraction) are disjoint and
   cover the 1,797 images. Images are upscaled once to 28x28 (bilinear) so LeNet-5 fits them.
 
 A missing dataset with ``download=False`` raises :class:`DatasetNotFoundError`, naming the
@@ -67,6 +68,7 @@ from .cifar import load_cifar10
 from .cinic import CINIC_CLASSES, load_cinic10  # noqa: F401  (CINIC_CLASSES: re-exported)
 from .dataset import NORMALIZATION, ArrayDataset
 from .femnist import load_femnist
+from .digits import read_digits, stratified_split
 from .shakespeare import load_shakespeare
 from .idx import gunzip_missing, read_pair
 from .missing import DataError, DatasetNotFoundError, not_found as _not_found  # noqa: F401  (re-exported)
@@ -132,25 +134,18 @@ def clear_cache() -> None:
 # ---- digits (bundled) -------------------------------------------------------------------
 
 def digits_split(labels: np.ndarray, seed: int, test_fraction: float) -> tuple[np.ndarray, np.ndarray]:
-    """Sorted (train, test) row indices: a stratified hold-out of ``test_fraction``, seeded."""
-    from sklearn.model_selection import train_test_split
-
-    if not 0 < test_fraction < 1:
-        raise ValueError(f"test_fraction={test_fraction} must be in (0, 1)")
-    tr, te = train_test_split(np.arange(len(labels)), test_size=test_fraction, random_state=seed, stratify=labels)
-    return np.sort(tr), np.sort(te)
+    """Sorted (train, test) row indices: a stratified hold-out of ``test_fraction``, seeded
+    (scikit-learn ``train_test_split``'s rows, computed without importing it: :mod:`.digits`)."""
+    return stratified_split(labels, seed, test_fraction)
 
 
 def _load_digits(train: bool, seed: int, test_fraction: float) -> ArrayDataset:
-    from sklearn.datasets import load_digits
-
-    digits = load_digits()
-    x = torch.tensor(digits.images, dtype=torch.float32).unsqueeze(1) / 16.0  # values 0..16
+    pixels, labels = read_digits()
+    x = torch.tensor(pixels, dtype=torch.float32).unsqueeze(1) / 16.0  # values 0..16
     x = torch.nn.functional.interpolate(x, size=(28, 28), mode="bilinear", align_corners=False)
     images = (x * 255).round().clamp(0, 255).to(torch.uint8)
     scaled = images.to(torch.float64) / 255  # statistics of all 1,797 images (no labels involved)
     mean, std = (float(scaled.mean()),), (float(scaled.std()),)
-    labels = np.asarray(digits.target, dtype=np.int64)
     tr, te = digits_split(labels, seed, test_fraction)
     rows = torch.from_numpy(tr if train else te)
     return ArrayDataset(images[rows].contiguous(), torch.from_numpy(labels)[rows], 10, "digits", mean, std,
