@@ -163,8 +163,10 @@ def test_requeued_job_continues_in_the_same_run_dir(slurm, submit, references, t
     """`scontrol requeue` mid-run: the job stops the run (summary interrupted), starts again with the same
     command and run dir (the default one, runs/<config stem>-<job id>, found again by the requeued job) and
     ends with the trace of an uninterrupted run, having resumed from the checkpoint the first attempt
-    wrote on its way out rather than starting over."""
-    long = [*SMALL, "run.max_aggregations=40"]
+    wrote on its way out rather than starting over. With top-k error feedback (issue 52): the worker's residuals
+    are checkpointed on the way out too (residuals-<V>-rank1.pt) and read back, so model.pt is the same bytes."""
+    long = [*SMALL, "run.max_aggregations=40", "compression.codec=topk", "compression.fraction=0.1",
+            "compression.error_feedback=true", "runtime.placement=device"]
     ref = references(tmp_path / "ref", *long)
     log = tmp_path / "job.out"
     job = submit("--parsable", "--cpus-per-task=1", f"--chdir={tmp_path}", f"--output={log}",
@@ -192,6 +194,7 @@ def test_requeued_job_continues_in_the_same_run_dir(slurm, submit, references, t
     assert "(restart 0)" in text and "(restart 1)" in text, text
     assert status(out) == "completed", text
     same_trace(out, ref)
+    assert (out / "model.pt").read_bytes() == (ref.dir() / "model.pt").read_bytes()
     after_requeue = text.split("(restart 1)", 1)[1].split("\n", 1)[1]  # what the second attempt printed
     assert re.search(r"seafl: resumed \S+ after aggregation [1-9]", after_requeue), text
 
