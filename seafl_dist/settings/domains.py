@@ -26,7 +26,7 @@ from typing import Any
 from seafl_dist.settings import plugins
 from seafl_dist.settings.errors import _fail
 
-SEEDS = "[0, 4294967295]"  # a seed key's domain: numpy's legacy seeding and scikit-learn's random_state take seeds below 2**32
+SEEDS = "[0, 4294967295]"  # a seed key's domain: numpy's legacy seeding (RandomState: the digits' split, data/digits.py) takes seeds below 2**32
 
 
 @dataclass(frozen=True)

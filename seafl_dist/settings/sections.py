@@ -207,8 +207,8 @@ class ModelConfig:
 @dataclass(kw_only=True)
 class RunConfig:
     seed: int = key(0, "seed of every random stream of the run (and of the data split unless `data.seed`)", SEEDS,
-                    note="Seeds run from 0 to 2³² − 1 (`data.seed` too): scikit-learn's split of the digits and "
-                         "numpy's legacy seeding take no others, so a larger or negative seed is refused when the "
+                    note="Seeds run from 0 to 2³² − 1 (`data.seed` too): the digits' split and numpy's legacy "
+                         "seeding (RandomState) take no others, so a larger or negative seed is refused when the "
                          "config loads.")
     max_aggregations: Optional[int] = key(200, "stop after this many aggregations; `null`: no limit (then "
                                           "`run.max_time` or `run.target_accuracy` must be set)", "[1, inf]")
