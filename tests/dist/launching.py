@@ -34,6 +34,24 @@ def clean_env(fault: str | None = None) -> dict:
     return env
 
 
+def run_batch(world: int, cases: dict[str, list], where: Path, timeout=900) -> tuple[subprocess.CompletedProcess, dict]:
+    """Every case (name -> overrides of the tiny quickstart) run one after another by ONE torchrun job of ``world``
+    ranks (tests/soak_driver.py, no kills), each into ``where/<name>``: the launch and every rank's interpreter
+    start are paid once for all of them. (the finished process, {name: run dir}); the driver stops at the first
+    case that fails, so a returncode of 0 means every case ran to its end."""
+    import json as _json
+    tests = Path(__file__).resolve().parents[1]
+    outs = {name: where / name for name in cases}
+    plan = where / "plan.json"
+    plan.write_text(_json.dumps({"cases": [{"args": [str(a) for a in args], "out": str(outs[n])}
+                                           for n, args in cases.items()], "kills": []}))
+    env = clean_env()
+    env["PYTHONPATH"] = os.pathsep.join([str(tests)] + [p for p in [env.get("PYTHONPATH")] if p])
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={world}",
+           "--max-restarts=0", str(tests / "soak_driver.py"), str(plan)]
+    return subprocess.run(cmd, cwd=where, env=env, capture_output=True, text=True, timeout=timeout), outs
+
+
 def run_torchrun(world: int, *run_args, cwd, timeout=240, restarts: int = 0, fault=None) -> subprocess.CompletedProcess:
     return subprocess.run(torchrun_cmd(world, *run_args, restarts=restarts), cwd=cwd, env=clean_env(fault),
                           capture_output=True, text=True, timeout=timeout)

@@ -2,7 +2,8 @@
 
 Each algorithm runs once in this pytest process (the in-process runner, via the CLI's
 ``main``) and once under torchrun on CPU/gloo; W = 2, 3 and 4 are spread over the
-algorithms to keep the suite short. Checked: events.jsonl byte-identical, metrics.csv equal
+algorithms to keep the suite short, and one torchrun job per W runs all of its algorithms (launching.run_batch).
+Checked: events.jsonl byte-identical, metrics.csv equal
 (accuracy and loss within 1e-6; bit-identical in practice with one thread per rank), the same
 summary apart from wall time, every rank exiting 0, and nothing written but rank 0's run dir.
 """
@@ -12,7 +13,7 @@ import json
 import pytest
 import torch
 
-from launching import run_torchrun
+from launching import run_batch
 from small_runs import PER_ALGORITHM, QUICKSTART, SMALL
 from seafl_dist.cli import main as seafl_main
 
@@ -62,21 +63,37 @@ def assert_same_metrics(ref_path, got_path):
                 assert r[key] == g[key], (key, r, g)
 
 
+@pytest.fixture(scope="module")
+def on_ranks(tmp_path_factory):
+    """on_ranks(case) -> (the torchrun job's finished process, the case's run dir): one job per W runs all of its
+    cases (launching.run_batch), each case an algorithm, or "placement" (seafl2 with runtime.placement=device)."""
+    jobs = {}
+
+    def get(case):
+        world = 3 if case == "placement" else WORLD[case]
+        if world not in jobs:
+            cases = {n: overrides(n) for n in PER_ALGORITHM if WORLD[n] == world}
+            if world == 3:
+                cases["placement"] = [*overrides("seafl2"), "runtime.placement=device"]
+            jobs[world] = run_batch(world, cases, tmp_path_factory.mktemp(f"w{world}"))
+        proc, outs = jobs[world]
+        return proc, outs[case], set(outs)
+    return get
+
+
 @pytest.mark.parametrize("name", list(PER_ALGORITHM))
-def test_distributed_run_matches_inprocess(name, inprocess, tmp_path):
+def test_distributed_run_matches_inprocess(name, inprocess, on_ranks):
     ref = inprocess(name)
     world = WORLD[name]
-    cwd = tmp_path / "cwd"
-    cwd.mkdir()
-    proc = run_torchrun(world, *overrides(name), "--out", "run", cwd=cwd)
+    proc, got, names = on_ranks(name)
     assert proc.returncode == 0, f"torchrun exit {proc.returncode}:\n{proc.stderr[:3000]}\n...\n{proc.stderr[-3000:]}"  # every rank exited 0
     assert "seafl: error" not in proc.stderr and "seafl: rank" not in proc.stderr, proc.stderr[-3000:]
     assert f"on {world} ranks (gloo)" in proc.stderr
-    assert proc.stdout.count(f"({name}): completed") == 1  # only rank 0 prints the summary
+    # only rank 0 prints the summary, once a run (the job's "placement" case runs seafl2 too)
+    assert proc.stdout.count(f"({name}): completed") == 1 + (name == "seafl2" and "placement" in names)
 
-    # Only rank 0 wrote anything, and only the run dir.
-    got = cwd / "run"
-    assert sorted(p.name for p in cwd.iterdir()) == ["run"]
+    # Only rank 0 wrote anything, and only the run dirs (beside the job's plan).
+    assert {p.name for p in got.parent.iterdir()} == names | {"plan.json"}
     assert {p.name for p in got.iterdir()} == {p.name for p in ref.iterdir()} == RUN_FILES
 
     # The same schedule, the same aggregations, the same models.
@@ -101,13 +118,12 @@ def test_distributed_run_matches_inprocess(name, inprocess, tmp_path):
         assert notified & aggregated, "a partially trained update should take part in an aggregation"
 
 
-def test_fixed_device_placement_matches_inprocess(inprocess, tmp_path):
+def test_fixed_device_placement_matches_inprocess(inprocess, on_ranks):
     """runtime.placement=device (device k on worker 1 + k mod (W-1), each worker holding only its
     devices' rows) gives the same run as the default balanced placement and as one process."""
     ref = inprocess("seafl2")
-    proc = run_torchrun(3, *overrides("seafl2"), "runtime.placement=device", "--out", "run", cwd=tmp_path)
+    proc, got, _ = on_ranks("placement")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    got = tmp_path / "run"
     assert (got / "events.jsonl").read_bytes() == (ref / "events.jsonl").read_bytes()
     assert (got / "model.pt").read_bytes() == (ref / "model.pt").read_bytes()
     assert_same_metrics(ref / "metrics.csv", got / "metrics.csv")

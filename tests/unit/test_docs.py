@@ -141,7 +141,7 @@ def test_each_check_catches_its_mistake(tmp_path, monkeypatch):
                      "broken.md:15: `seafl run CONFIG [--outdir DIR]`: seafl run has no option --outdir",
                      "broken.md:19: Python block does not compile",
                      "broken.md:23: YAML config is refused: config key 'algorithm.theta'",
-                     "broken.md:29: the test command is 'pytest'; .ci/run runs 'python -m pytest -q'"]:
+                     "broken.md:29: the test command is 'pytest'; .ci/run runs 'python -m pytest -q "]:
         assert expected in found, f"missing {expected!r} in:\n{found}"
     assert "broken.md:35: `seafl run quickstart --outt x`: unrecognized arguments: --outt" in found, found
     assert "broken.md:37: no script slurm/gone.sbatch" in found, found
