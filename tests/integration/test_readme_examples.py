@@ -69,7 +69,7 @@ def shared():
 @pytest.mark.parametrize("line, text", EXAMPLES, ids=[f"README.md:{n}" for n, _ in EXAMPLES])
 def test_a_readme_example_ends_well(line, text, tmp_path, shared):
     name = named_dir(text)
-    if sum(named_dir(t) == name for _, t in EXAMPLES) > 1:
+    if name is not None and sum(named_dir(t) == name for _, t in EXAMPLES) > 1:
         tmp_path = shared.setdefault(name, tmp_path)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(tmp_path), os.environ.get("PYTHONPATH", "")]),
            # `seafl` and `torchrun` of this interpreter's environment, as an activated venv gives them
