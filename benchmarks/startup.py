@@ -46,13 +46,14 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     rows = {name: [sys.executable, "-c", code] for name, code in ROWS.items()}
+    run = "a 1-aggregation quickstart run"
     with tempfile.TemporaryDirectory() as tmp:
-        rows["a 1-aggregation quickstart run"] = [
-            sys.executable, "-m", "seafl_dist", "run", str(ROOT / "configs" / "quickstart.yaml"),
-            "run.max_aggregations=1", "runtime.threads=1", "logging.progress=none", "--out", f"{tmp}/run",
-            "--overwrite"]
-        times = {name: [] for name in rows}
-        for _ in range(args.repeats):  # interleaved, so a burst of load hits every row alike
+        times = {name: [] for name in [*rows, run]}
+        for r in range(args.repeats):  # interleaved, so a burst of load hits every row alike
+            # a fresh run dir each time: the same config's completed dir would be returned at once
+            rows[run] = [sys.executable, "-m", "seafl_dist", "run", str(ROOT / "configs" / "quickstart.yaml"),
+                         "run.max_aggregations=1", "runtime.threads=1", "logging.progress=none", "--out",
+                         f"{tmp}/run{r}"]
             for name, argv in rows.items():
                 times[name].append(cpu_of(argv))
     base = statistics.median(times["import torch"])
