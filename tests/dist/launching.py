@@ -34,11 +34,13 @@ def clean_env(fault: str | None = None) -> dict:
     return env
 
 
-def run_batch(world: int, cases: dict[str, list], where: Path, timeout=900) -> tuple[subprocess.CompletedProcess, dict]:
+def run_batch(world: int, cases: dict[str, list], where: Path, timeout=900,
+              paths=()) -> tuple[subprocess.CompletedProcess, dict]:
     """Every case (name -> overrides of the tiny quickstart) run one after another by ONE torchrun job of ``world``
     ranks (tests/soak_driver.py, no kills), each into ``where/<name>``: the launch and every rank's interpreter
     start are paid once for all of them. (the finished process, {name: run dir}); the driver stops at the first
-    case that fails, so a returncode of 0 means every case ran to its end."""
+    case that fails, so a returncode of 0 means every case ran to its end. ``paths``: folders of users' modules the
+    ranks must import (put on their PYTHONPATH after tests/)."""
     import json as _json
     tests = Path(__file__).resolve().parents[1]
     outs = {name: where / name for name in cases}
@@ -46,7 +48,7 @@ def run_batch(world: int, cases: dict[str, list], where: Path, timeout=900) -> t
     plan.write_text(_json.dumps({"cases": [{"args": [str(a) for a in args], "out": str(outs[n])}
                                            for n, args in cases.items()], "kills": []}))
     env = clean_env()
-    env["PYTHONPATH"] = os.pathsep.join([str(tests)] + [p for p in [env.get("PYTHONPATH")] if p])
+    env["PYTHONPATH"] = os.pathsep.join([str(tests), *map(str, paths)] + [p for p in [env.get("PYTHONPATH")] if p])
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={world}",
            "--max-restarts=0", str(tests / "soak_driver.py"), str(plan)]
     return subprocess.run(cmd, cwd=where, env=env, capture_output=True, text=True, timeout=timeout), outs

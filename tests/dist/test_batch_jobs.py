@@ -1,4 +1,5 @@
-"""runtime.batch_jobs = G > 1 end to end, in one process and across torchrun ranks: what training
+"""runtime.batch_jobs = G > 1 end to end in one process (across torchrun ranks: a case of
+test_features_on_ranks.py's one torchrun job, to this file's standard): what training
 produced -- the final model, every evaluation's accuracy and loss, every aggregation weight --
 stays within fp32 rounding of G = 1 (a fused step without momentum moves accuracies by up to 0.36
 and the model by 0.26 here). The schedule cannot differ (it is computed from the config before
@@ -10,7 +11,6 @@ import pytest
 import torch
 
 import trained
-from launching import run_torchrun
 from small_runs import PER_ALGORITHM, QUICKSTART, SMALL
 from seafl_dist.cli import main as seafl_main
 
@@ -37,14 +37,9 @@ def inprocess(out, *extra):
     return json.loads((out / "summary.json").read_text())
 
 
-def test_batched_jobs_train_as_g1_in_one_process_and_across_ranks(tmp_path):
+def test_batched_jobs_train_as_g1_in_one_process(tmp_path):
+    """(Across ranks: tests/dist/test_features_on_ranks.py, in its one torchrun job.)"""
     inprocess(tmp_path / "g1")
     inprocess(tmp_path / "g4", "runtime.batch_jobs=4")
     assert any(ev["event"] == "notify" for ev in trained.events(tmp_path / "g1"))  # partial jobs are part of the groups
     assert_trained_alike(tmp_path / "g1", tmp_path / "g4")
-
-    cwd = tmp_path / "cwd"
-    cwd.mkdir()
-    proc = run_torchrun(3, *ARGS, "runtime.batch_jobs=3", "--out", "run", cwd=cwd)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert_trained_alike(tmp_path / "g1", cwd / "run")

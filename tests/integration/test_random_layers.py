@@ -2,7 +2,7 @@
 seeded stream (runtime/executor.py job_seeds), so two runs, and a run killed and resumed, end
 byte-identical. A model the fused step cannot train exactly (Dropout, BatchNorm with
 momentum=None) at runtime.batch_jobs=4 is trained one job at a time, says why in one line, and
-ends byte-identical to G = 1. (torchrun W = 3: tests/dist/test_random_layers_dist.py.)"""
+ends byte-identical to G = 1. (torchrun W = 3: tests/dist/test_features_on_ranks.py.)"""
 import os
 
 import pytest
