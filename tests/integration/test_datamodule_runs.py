@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from datamodules import ARGS, write
 from device_runs import CHURN, write_profile
@@ -18,6 +19,8 @@ from resuming import assert_same_run, checkpoint_versions
 from seafl_dist.report.device_eval import read_device_metrics
 from one_line import one_error_line
 from small_runs import QUICKSTART, SMALL
+from seafl_dist.cli import main as seafl_main
+from seafl_dist.data import clear_cache
 
 
 def env_with(folder):
@@ -31,18 +34,38 @@ def seafl(folder, *args, out, env=None):
                           env=env or env_with(folder), cwd=folder, capture_output=True, text=True, timeout=300)
 
 
+@pytest.fixture
+def here(monkeypatch, capsys):
+    """``seafl run`` of the tiny quickstart in this process (no interpreter start: the suite's time goes to the runs),
+    as a finished process: (exit code, stdout, stderr)."""
+    def run(folder, *args, out, dry=False):
+        monkeypatch.syspath_prepend(str(folder))
+        capsys.readouterr()
+        threads = torch.get_num_threads()
+        try:
+            with torch.random.fork_rng(devices=[]):
+                code = seafl_main(["run", str(QUICKSTART), *SMALL, *args, "--out", str(out),
+                                   *(["--dry-run"] if dry else [])])
+        finally:
+            torch.set_num_threads(threads)
+            clear_cache()
+        cap = capsys.readouterr()
+        return subprocess.CompletedProcess([], code, cap.out, cap.err)
+    return run
+
+
 @pytest.fixture(scope="module")
 def mod(tmp_path_factory):
     folder = tmp_path_factory.mktemp("dm")
     return folder, write(folder)
 
 
-def test_both_loops_train_a_datamodules_dict_samples_to_the_same_bits(mod, tmp_path):
+def test_both_loops_train_a_datamodules_dict_samples_to_the_same_bits(mod, tmp_path, here):
     folder, name = mod
     args = [*ARGS(name), "data.partition=dirichlet"]
-    plain = seafl(folder, *args, out=tmp_path / "plain")
+    plain = here(folder, *args, out=tmp_path / "plain")
     assert plain.returncode == 0, plain.stderr[-3000:]
-    lightning = seafl(folder, *args, "train.loop=lightning", out=tmp_path / "lightning")
+    lightning = here(folder, *args, "train.loop=lightning", out=tmp_path / "lightning")
     assert lightning.returncode == 0, lightning.stderr[-3000:]
     for file in ("model.pt", "metrics.csv", "events.jsonl"):
         assert (tmp_path / "plain" / file).read_bytes() == (tmp_path / "lightning" / file).read_bytes(), file
@@ -55,21 +78,21 @@ def test_both_loops_train_a_datamodules_dict_samples_to_the_same_bits(mod, tmp_p
     assert [sum(h) for h in hist] == part["n_samples"] and sum(part["n_samples"]) == 400
 
 
-def test_an_iid_split_needs_no_labels(mod, tmp_path):
+def test_an_iid_split_needs_no_labels(mod, tmp_path, here):
     folder, name = mod
-    proc = seafl(folder, *ARGS(name, "Unlabelled"), out=tmp_path / "r")
+    proc = here(folder, *ARGS(name, "Unlabelled"), out=tmp_path / "r")
     assert proc.returncode == 0, proc.stderr[-3000:]
     part = json.loads((tmp_path / "r" / "partition.json").read_text())
     assert "label_histograms" not in part and part["n_samples"] == [40] * 10
 
 
-def test_dirichlet_from_a_key_of_the_samples_is_dirichlet_from_the_declared_labels_byte_for_byte(mod, tmp_path):
+def test_dirichlet_from_a_key_of_the_samples_is_dirichlet_from_the_declared_labels_byte_for_byte(mod, tmp_path, here):
     """SpeakersDM's samples are WordsDM's with no labels declared and the class also under "topic": with
     data.partition_by=topic the split, and so the whole run, is WordsDM's with its declared labels."""
     folder, name = mod
-    declared = seafl(folder, *ARGS(name), "data.partition=dirichlet", out=tmp_path / "declared")
+    declared = here(folder, *ARGS(name), "data.partition=dirichlet", out=tmp_path / "declared")
     assert declared.returncode == 0, declared.stderr[-3000:]
-    keyed = seafl(folder, *ARGS(name, "SpeakersDM"), "data.partition=dirichlet", "data.partition_by=topic",
+    keyed = here(folder, *ARGS(name, "SpeakersDM"), "data.partition=dirichlet", "data.partition_by=topic",
                   f"data.root={tmp_path}", out=tmp_path / "keyed")
     assert keyed.returncode == 0, keyed.stderr[-3000:]
     for file in ("model.pt", "metrics.csv", "events.jsonl"):
@@ -81,7 +104,7 @@ def test_dirichlet_from_a_key_of_the_samples_is_dirichlet_from_the_declared_labe
 
 
 def test_a_natural_partition_by_a_group_key_makes_each_speaker_a_device_with_its_own_test_samples(mod, tmp_path,
-                                                                                                  monkeypatch):
+                                                                                                  monkeypatch, here):
     folder, name = mod
     monkeypatch.syspath_prepend(str(folder))
     user = importlib.import_module(name)  # a speaker is drawn per row by a seed of its own: the split does not move it
@@ -89,12 +112,10 @@ def test_a_natural_partition_by_a_group_key_makes_each_speaker_a_device_with_its
             (("train", 400, 2), ("test", 120, 3))}
     args = [*ARGS(name, "SpeakersDM"), "data.partition=natural", "data.partition_by=speaker", "devices.num=null",
             "data.device_test=writers", "run.device_eval_every=3", "run.eval_every=3", f"data.root={tmp_path}"]
-    dry = subprocess.run([sys.executable, "-m", "seafl_dist", "run", str(QUICKSTART), *SMALL, *args, "--out",
-                          str(tmp_path / "r"), "--dry-run"], env=env_with(folder), cwd=folder, capture_output=True,
-                         text=True, timeout=300)
+    dry = here(folder, *args, out=tmp_path / "r", dry=True)
     assert dry.returncode == 0, dry.stderr[-3000:]
     assert "devices: 10 simulated (one per value of 'speaker'), 4 training at once" in dry.stdout
-    proc = seafl(folder, *args, out=tmp_path / "r")
+    proc = here(folder, *args, out=tmp_path / "r")
     assert proc.returncode == 0, proc.stderr[-3000:]
     part = json.loads((tmp_path / "r" / "partition.json").read_text())
     assert part["method"] == "natural" and part["partition_by"] == "speaker" and part["device_test"] == "writers"
@@ -107,7 +128,8 @@ def test_a_natural_partition_by_a_group_key_makes_each_speaker_a_device_with_its
     assert summary["status"] == "completed" and summary["device_eval"]["metrics"]["test_acc"]["devices"] == 10
 
 
-def test_a_killed_run_of_speakers_with_churn_and_w_and_b_resumes_to_the_uninterrupted_bytes_and_reports(mod, tmp_path):
+def test_a_killed_run_of_speakers_with_churn_and_w_and_b_resumes_to_the_uninterrupted_bytes_and_reports(mod, tmp_path,
+                                                                                                     monkeypatch, here):
     """Everything else keeps working with any data: a DataModule split by a group key, under a device profile and
     dropouts, logging to W&B offline, killed after aggregation 3 (checkpoint at 2) and run again, ends with the
     uninterrupted run's bytes, each version logged to W&B once, and `seafl report` draws it."""
@@ -122,7 +144,10 @@ def test_a_killed_run_of_speakers_with_churn_and_w_and_b_resumes_to_the_uninterr
             "run.device_eval_every=2", "run.checkpoint_every=2", "run.checkpoint_every_s=null", f"data.root={tmp_path}"]
     wandb = ["logging.wandb.enabled=true", "logging.wandb.mode=offline"]
     env = {**offline_env(tmp_path, env_with(folder)), "OMP_NUM_THREADS": "1"}
-    ref = seafl(folder, *args, *wandb, out=tmp_path / "ref", env=env)
+    for k, v in env.items():  # the uninterrupted run in this process, W&B's folders under tmp_path as the others'
+        if k.startswith("WANDB_") or k == "NETRC":
+            monkeypatch.setenv(k, v)
+    ref = here(folder, *args, *wandb, out=tmp_path / "ref")
     assert ref.returncode == 0, ref.stderr[-3000:]
     out = tmp_path / "run"
     killed = seafl(folder, *args, *wandb, out=out, env={**env, "SEAFL_FAULT": "after_aggregate:3"})
@@ -163,19 +188,17 @@ def test_a_killed_run_of_speakers_with_churn_and_w_and_b_resumes_to_the_uninterr
      ["devices.num", "11", "at most the 10 groups of data.partition_by=speaker", "or null"]),
     (["data.partition_by=label"], ["data.partition_by", "'label'", "null with data.partition=iid"]),
 ])
-def test_what_does_not_fit_is_refused_in_one_line(mod, tmp_path, extra, fragments):
+def test_what_does_not_fit_is_refused_in_one_line(mod, tmp_path, extra, fragments, here):
     folder, name = mod
-    proc = seafl(folder, *ARGS(name), *[e.format(m=name) for e in extra], out=tmp_path / "r")
+    proc = here(folder, *ARGS(name), *[e.format(m=name) for e in extra], out=tmp_path / "r")
     assert proc.returncode == 2
     one_error_line(proc.stderr, *fragments)
     assert not (tmp_path / "r").exists()
 
 
-def test_a_dry_run_sets_it_up_and_probes_the_model_but_prepares_and_writes_nothing(mod, tmp_path):
+def test_a_dry_run_sets_it_up_and_probes_the_model_but_prepares_and_writes_nothing(mod, tmp_path, here):
     folder, name = mod
-    proc = subprocess.run([sys.executable, "-m", "seafl_dist", "run", str(QUICKSTART), *SMALL, *ARGS(name, "Prepared"),
-                           f"data.root={tmp_path / 'data'}", "--out", str(tmp_path / "r"), "--dry-run"],
-                          env=env_with(folder), cwd=folder, capture_output=True, text=True, timeout=300)
+    proc = here(folder, *ARGS(name, "Prepared"), f"data.root={tmp_path / 'data'}", out=tmp_path / "r", dry=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert f"data: {name}:Prepared (a LightningDataModule): 400 training and 120 test samples" in proc.stdout
     assert f"model: {name}:bag_of_words (width 1), 388 parameters" in proc.stdout
