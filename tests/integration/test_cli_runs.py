@@ -1,10 +1,13 @@
 """The CLI end to end on the bundled digits data: every algorithm, its run dir, its trace, determinism.
 
-Each run is tiny (10 devices, 4 in flight, 6 aggregations, one torch thread) so that the cost is
-mostly the interpreter importing torch and Lightning; one thread also keeps a run quick when other
-processes share the cores (two spinning intra-op threads on two busy cores are many times slower).
+Each run is tiny (10 devices, 4 in flight, 6 aggregations, one torch thread); one thread also keeps a
+run quick when other processes share the cores (two spinning intra-op threads on two busy cores are many
+times slower). The runs are in this process (``here``: no interpreter start importing torch and Lightning),
+but for the one through the installed console script and the console script's own check.
 """
+import contextlib
 import csv
+import io
 import json
 import re
 import shutil
@@ -13,8 +16,11 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
+from seafl_dist.cli import main as seafl_main
+from seafl_dist.data import clear_cache
 from seafl_dist.report.trace import check_run
 from small_runs import PER_ALGORITHM, QUICKSTART, SMALL
 
@@ -25,6 +31,24 @@ FILES = ("config.yaml", "events.jsonl", "metrics.csv", "summary.json")
 def seafl(*args, cwd=None, command=None, timeout=300):
     cmd = command or [sys.executable, "-m", "seafl_dist"]
     return subprocess.run([*cmd, *map(str, args)], cwd=cwd or ROOT, capture_output=True, text=True, timeout=timeout)
+
+
+def here(*args, cwd=None):
+    """``seafl ARGS`` in this process, as a finished process: (exit code, stdout, stderr); argparse's
+    refusal (SystemExit) is its exit code, as in a real process."""
+    out, err = io.StringIO(), io.StringIO()
+    threads = torch.get_num_threads()
+    try:
+        with contextlib.chdir(cwd or ROOT), torch.random.fork_rng(devices=[]), \
+                contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = seafl_main([*map(str, args)])
+            except SystemExit as exit:
+                code = exit.code
+    finally:
+        torch.set_num_threads(threads)
+        clear_cache()
+    return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
 
 
 def console_script():
@@ -42,7 +66,7 @@ def run_dir(tmp_path_factory):
     def get(name):
         if name not in _RUNS:
             out = tmp_path_factory.mktemp(name) / "run"
-            proc = seafl("run", QUICKSTART, *SMALL, f"algorithm.name={name}", *PER_ALGORITHM[name], "--out", out)
+            proc = here("run", QUICKSTART, *SMALL, f"algorithm.name={name}", *PER_ALGORITHM[name], "--out", out)
             assert proc.returncode == 0, proc.stderr[-3000:]
             _RUNS[name] = (out, proc)
         return _RUNS[name]
@@ -98,8 +122,8 @@ def test_each_algorithm_writes_a_valid_run_dir(run_dir, name):
 @pytest.mark.parametrize("name", ["fedbuff", "fedasync"])
 def test_baselines_with_a_finite_staleness_limit_wait_like_seafl(tmp_path, name):
     """PLATO's setup: FedBuff / FedAsync with beta = 1 block on stragglers (never notify them)."""
-    proc = seafl("run", QUICKSTART, *SMALL, f"algorithm.name={name}", "algorithm.staleness_limit=1",
-                 "run.max_aggregations=12", "--out", tmp_path / "r")
+    proc = here("run", QUICKSTART, *SMALL, f"algorithm.name={name}", "algorithm.staleness_limit=1",
+                "run.max_aggregations=12", "--out", tmp_path / "r")
     assert proc.returncode == 0, proc.stderr[-3000:]
     cfg = yaml.safe_load((tmp_path / "r" / "config.yaml").read_text())
     assert cfg["algorithm"]["staleness_limit"] == 1
@@ -125,7 +149,7 @@ def test_seafl2_notified_jobs_upload_early(run_dir):
 
 def test_rerun_is_byte_identical_and_lands_in_the_default_out_dir(run_dir, tmp_path):
     first, _ = run_dir("seafl")
-    proc = seafl("run", QUICKSTART, *SMALL, "algorithm.name=seafl", cwd=tmp_path)
+    proc = here("run", QUICKSTART, *SMALL, "algorithm.name=seafl", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     made = list((tmp_path / "runs").iterdir())
     assert len(made) == 1 and re.fullmatch(r"quickstart-\d{8}-\d{6}", made[0].name), made
@@ -136,7 +160,7 @@ def test_rerun_is_byte_identical_and_lands_in_the_default_out_dir(run_dir, tmp_p
 
 def test_another_seed_gives_another_trace(run_dir, tmp_path):
     first, _ = run_dir("seafl")
-    # the installed console script, where there is one (else python -m)
+    # a real process: the installed console script, where there is one (else python -m)
     proc = seafl("run", QUICKSTART, *SMALL, "algorithm.name=seafl", "run.seed=1", "--out", tmp_path / "s1",
                  command=console_script())
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -154,8 +178,8 @@ def test_console_script_is_installed():
 
 def test_overrides_may_follow_options(tmp_path):
     out = tmp_path / "late"
-    proc = seafl("run", str(QUICKSTART), "--out", str(out), *SMALL, "run.max_aggregations=2")
+    proc = here("run", str(QUICKSTART), "--out", str(out), *SMALL, "run.max_aggregations=2")
     assert proc.returncode == 0, proc.stderr
     assert json.loads((out / "summary.json").read_text())["aggregations"] == 2
-    bad = seafl("run", str(QUICKSTART), "--out", str(out), "--bogus")
+    bad = here("run", str(QUICKSTART), "--out", str(out), "--bogus")
     assert bad.returncode == 2 and "--bogus" in bad.stderr

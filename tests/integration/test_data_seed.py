@@ -1,18 +1,29 @@
-"""``data.seed`` holds the data split fixed while ``run.seed`` varies training and the schedule (SPEC "Data")."""
+"""``data.seed`` holds the data split fixed while ``run.seed`` varies training and the schedule (SPEC "Data").
+The runs are in this process (no interpreter start importing torch and Lightning)."""
+import contextlib
+import io
 import json
-import subprocess
-import sys
 from pathlib import Path
 
+import torch
+
+from seafl_dist.cli import main as seafl_main
+from seafl_dist.data import clear_cache
 from small_runs import QUICKSTART, SMALL
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def run(out, *overrides):
-    proc = subprocess.run([sys.executable, "-m", "seafl_dist", "run", str(QUICKSTART), *SMALL, *overrides,
-                           "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    err = io.StringIO()
+    threads = torch.get_num_threads()
+    try:
+        with contextlib.chdir(ROOT), torch.random.fork_rng(devices=[]), contextlib.redirect_stderr(err):
+            code = seafl_main(["run", str(QUICKSTART), *SMALL, *overrides, "--out", str(out)])
+    finally:
+        torch.set_num_threads(threads)
+        clear_cache()
+    assert code == 0, err.getvalue()[-3000:]
     return json.loads((out / "partition.json").read_text()), (out / "events.jsonl").read_text()
 
 

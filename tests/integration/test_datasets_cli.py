@@ -1,14 +1,20 @@
-"""`seafl run` end to end on every dataset format (tiny generated files) and every model."""
+"""`seafl run` end to end on every dataset format (tiny generated files) and every model, in this process
+(``here``: no interpreter start importing torch and Lightning)."""
+import contextlib
+import io
 import json
 import pickle
 import subprocess
-import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from one_line import one_error_line
+from seafl_dist.cli import main as seafl_main
+from seafl_dist.data import clear_cache
 from fake_datasets import RunsCommand, random_images, write_cifar, write_cinic, write_idx
 
 QUICKSTART = str(Path(__file__).resolve().parents[2] / "configs" / "quickstart.yaml")
@@ -17,9 +23,30 @@ TINY = ["devices.num=4", "devices.concurrency=2", "algorithm.buffer_size=1", "tr
         "run.max_aggregations=2", "data.partition=iid", "logging.progress=none", "runtime.threads=1"]
 
 
+# the warnings Python's default filters hide in a real process (but in __main__)
+HIDDEN = (DeprecationWarning, PendingDeprecationWarning, ImportWarning, ResourceWarning)
+
+
+def here(*args):
+    """``seafl ARGS`` in this process, as a finished process: (exit code, stdout, stderr). A warning the run
+    raises is on its stderr, as a real process would show it (pytest would record it instead), so that
+    ``one_error_line`` still fails on one."""
+    out, err = io.StringIO(), io.StringIO()
+    threads = torch.get_num_threads()
+    try:
+        with torch.random.fork_rng(devices=[]), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), \
+                warnings.catch_warnings(record=True) as caught:
+            code = seafl_main([*map(str, args)])
+    finally:
+        torch.set_num_threads(threads)
+        clear_cache()
+    shown = "".join(warnings.formatwarning(w.message, w.category, w.filename, w.lineno, w.line)
+                    for w in caught if not issubclass(w.category, HIDDEN))
+    return subprocess.CompletedProcess(args, code, out.getvalue(), shown + err.getvalue())
+
+
 def seafl_run(out, *overrides):
-    proc = subprocess.run([sys.executable, "-m", "seafl_dist", "run", QUICKSTART, *TINY, *overrides,
-                           "--out", str(out)], capture_output=True, text=True, timeout=300)
+    proc = here("run", QUICKSTART, *TINY, *overrides, "--out", out)
     assert proc.returncode == 0, proc.stderr
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["aggregations"] == 2
@@ -57,9 +84,7 @@ def test_digits_with_small_cnns(tmp_path, model):
 
 
 def test_missing_dataset_is_a_clear_error(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "seafl_dist", "run", QUICKSTART, "data.name=cifar10",
-                           f"data.root={tmp_path}", "--out", str(tmp_path / "run")], capture_output=True, text=True,
-                          timeout=120)
+    proc = here("run", QUICKSTART, "data.name=cifar10", f"data.root={tmp_path}", "--out", tmp_path / "run")
     assert proc.returncode == 2
     assert "cifar10" in proc.stderr and str(tmp_path) in proc.stderr and "data.download" in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -120,7 +145,6 @@ def test_unknown_emnist_split_is_one_line(tmp_path):
 
 def assert_one_error_line(tmp_path, overrides, fragments):
     """``seafl run`` exits 2 with exactly one ``seafl: error:`` line holding ``fragments``, no traceback."""
-    proc = subprocess.run([sys.executable, "-m", "seafl_dist", "run", QUICKSTART, *TINY, *overrides,
-                           "--out", str(tmp_path / "run")], capture_output=True, text=True, timeout=300)
+    proc = here("run", QUICKSTART, *TINY, *overrides, "--out", tmp_path / "run")
     assert proc.returncode == 2, proc.stderr
     one_error_line(proc.stderr, *fragments)
