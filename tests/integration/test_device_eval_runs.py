@@ -4,6 +4,7 @@ and resumed run gives the uninterrupted run's files; a module's own test_step; F
 import csv
 import json
 import math
+import subprocess
 
 import numpy as np
 import pytest
@@ -13,7 +14,8 @@ from docs_pages import ROOT, read_page
 from docs_checks import page_modules
 from leaf_files import write_leaf
 from resuming import SMALL, assert_same_run, checkpoint_versions, cli, reference, run_args
-from seafl_dist.data import load_dataset
+from seafl_dist.cli import main as seafl_main
+from seafl_dist.data import clear_cache, load_dataset
 from seafl_dist.data.holdout import HeldOut, writer_holdout
 from seafl_dist.data.labels import sample_groups
 from seafl_dist.models import build_model
@@ -26,6 +28,24 @@ from small_runs import QUICKSTART
 
 HOLDOUT = ["data.device_holdout=0.25", "run.device_eval_every=2", "run.device_eval_sample=6", "run.checkpoint_every=3"]
 DEVICE_FILES = ("device_metrics.csv", "device_summary.csv")
+
+
+@pytest.fixture
+def here(capsys):
+    """``seafl ARGS`` in this process (no interpreter start), as a finished process: (exit code, stdout, stderr).
+    The killed and the resumed runs stay real processes (``cli``)."""
+    def run(*args):
+        capsys.readouterr()
+        threads = torch.get_num_threads()
+        try:
+            with torch.random.fork_rng(devices=[]):
+                code = seafl_main([str(a) for a in args])
+        finally:
+            torch.set_num_threads(threads)
+            clear_cache()
+        cap = capsys.readouterr()
+        return subprocess.CompletedProcess(args, code, cap.out, cap.err)
+    return run
 
 
 def final_flat(model, run_dir):
@@ -140,11 +160,11 @@ def test_a_module_with_its_own_test_step_is_evaluated_by_it_on_each_device(tmp_p
     assert summary["worst10_mean"] == pytest.approx(np.mean(worst))
 
 
-def test_femnist_writers_own_test_data_and_a_writer_without_any(tmp_path):
+def test_femnist_writers_own_test_data_and_a_writer_without_any(tmp_path, here):
     writers = {"f0000_14": (5, 2), "f0001_41": (3, 0), "f0002_07": (4, 2), "f0003_33": (2, 1), "f0004_28": (6, 3)}
     made = write_leaf(tmp_path, writers)
     out = tmp_path / "run"
-    proc = cli("run", QUICKSTART, f"data.root={tmp_path}", "data.name=femnist", "data.partition=natural",
+    proc = here("run", QUICKSTART, f"data.root={tmp_path}", "data.name=femnist", "data.partition=natural",
                "devices.num=null", "devices.concurrency=2", "algorithm.buffer_size=1", "train.epochs=1",
                "train.batch_size=4", "run.max_aggregations=3", "logging.progress=none", "runtime.threads=1",
                "data.device_test=writers", "run.device_eval_every=1", "--out", out)

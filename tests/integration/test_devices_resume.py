@@ -7,15 +7,37 @@ resume); a profile of other content is refused in one line, and the run dir is l
 """
 import json
 import shutil
+import subprocess
 
 import pytest
+import torch
 
 from device_runs import churn_overrides, write_profile
 from one_line import one_error_line
 from resuming import assert_same_run, checkpoint_versions, cli, dir_bytes, reference, run_args
+from seafl_dist.cli import main as seafl_main
+from seafl_dist.data import clear_cache
 from small_runs import SMALL
 
 EVERY_2 = ["run.checkpoint_every=2", "run.checkpoint_every_s=null"]
+
+
+@pytest.fixture
+def here(capsys):
+    """``seafl ARGS`` in this process (no interpreter start), as a finished process: (exit code, stdout, stderr).
+    For the refused resumes; the killed runs and the resumed one stay real processes (``cli``)."""
+    def run(*args):
+        capsys.readouterr()
+        threads = torch.get_num_threads()
+        try:
+            with torch.random.fork_rng(devices=[]):
+                code = seafl_main([str(a) for a in args])
+        finally:
+            torch.set_num_threads(threads)
+            clear_cache()
+        cap = capsys.readouterr()
+        return subprocess.CompletedProcess(args, code, cap.out, cap.err)
+    return run
 
 
 def _mid_start_in_flight(run_dir, version: int) -> bool:
@@ -45,27 +67,27 @@ def test_killed_profiled_run_resumes_to_the_same_bytes_from_a_moved_profile(tmp_
     assert_same_run(ref, out)
 
 
-def test_resume_with_a_profile_of_other_content_is_refused(tmp_path):
+def test_resume_with_a_profile_of_other_content_is_refused(tmp_path, here):
     profile = write_profile(tmp_path / "devices.csv")
     out = tmp_path / "run"
     stopped = cli(*run_args(churn_overrides(profile) + EVERY_2, out), fault="after_aggregate:2")
     assert stopped.returncode != 0 and checkpoint_versions(out) == [2]
     profile.write_text(profile.read_text().replace("phone,0.03", "phone,0.04"))
     before = dir_bytes(out)
-    refused = cli("run", "--resume", out)
+    refused = here("run", "--resume", out)
     assert refused.returncode == 2
     one_error_line(refused.stderr, "devices.profile", "other content")
     assert dir_bytes(out) == before
 
 
-def test_a_run_without_a_profile_resumed_with_one_is_refused(tmp_path):
+def test_a_run_without_a_profile_resumed_with_one_is_refused(tmp_path, here):
     """devices.profile's path is free on resume, but none -> one is not a moved profile: the whole schedule changes."""
     out = tmp_path / "run"
     stopped = cli(*run_args([*SMALL, *EVERY_2], out), fault="after_aggregate:2")
     assert stopped.returncode != 0 and checkpoint_versions(out) == [2]
     profile = write_profile(tmp_path / "devices.csv")
     before = dir_bytes(out)
-    refused = cli("run", "--resume", out, f"devices.profile={profile}")
+    refused = here("run", "--resume", out, f"devices.profile={profile}")
     assert refused.returncode == 2
     one_error_line(refused.stderr, "devices.profile", str(profile), "the run had none")
     assert dir_bytes(out) == before

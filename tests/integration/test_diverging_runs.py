@@ -8,15 +8,21 @@ loss ~1.8e6 against ~2.3 at version 0) on every machine. The last bits of a run'
 machines (docs/running.md), so no number a run computes is written here: the tests check what holds everywhere
 (where, which rule, loss > 10·L₀, how the printed numbers relate), and compare two runs byte for byte only
 where both ran on the machine at hand."""
+import io
 import json
 import re
 import statistics
+import subprocess
+from contextlib import redirect_stderr, redirect_stdout
 
 import pytest
+import torch
 
 import seafl_dist
 from one_line import one_line
 from resuming import QUICKSTART, SMALL, checkpoint_versions, cli, run_args, summary
+from seafl_dist.cli import main as seafl_main
+from seafl_dist.data import clear_cache
 from seafl_dist.report.sinks import METRIC_COLUMNS
 from seafl_dist.settings import parse_override
 
@@ -29,6 +35,20 @@ LINE = re.compile(r"seafl: warning: the run diverged at version 1 \(virtual time
                   r"aggregation 1 at 4\.6 s: (?P<jobs>.*?); (?P<what>going on|stopping) .*")
 JOB = re.compile(r"device (\d+) job (\d+) norm (\S+) = (\S+)× the buffer's median (\S+)")
 GUARDED = re.compile(r"update norm (?P<norm>\S+) > 1\.5 × the last (?P<n>\d+) accepted median norm (?P<median>\S+)")
+
+
+def here(*args):
+    """``seafl ARGS`` in this process (no interpreter start), as a finished process: (exit code, stdout, stderr).
+    The runs that are killed, resumed or spawn a sweep's child stay real processes (``cli``)."""
+    out, err = io.StringIO(), io.StringIO()
+    threads = torch.get_num_threads()
+    try:
+        with torch.random.fork_rng(devices=[]), redirect_stdout(out), redirect_stderr(err):
+            code = seafl_main([str(a) for a in args])
+    finally:
+        torch.set_num_threads(threads)
+        clear_cache()
+    return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
 
 
 def warnings(stderr: str) -> list[str]:
@@ -54,7 +74,7 @@ def check_warning(line: str) -> str:
 @pytest.fixture(scope="module")
 def diverged(tmp_path_factory):
     out = tmp_path_factory.mktemp("diverged") / "run"
-    proc = cli(*run_args(BLOWS_UP, out))
+    proc = here(*run_args(BLOWS_UP, out))
     assert proc.returncode == 0, proc.stderr[-3000:]
     return out, proc
 
@@ -76,7 +96,7 @@ def test_a_run_that_diverges_says_so_once_and_goes_on(diverged):
 def test_stop_on_divergence_ends_the_run_diverged_a_finished_status(diverged, tmp_path):
     ref, _ = diverged
     out = tmp_path / "stopped"
-    proc = cli(*run_args([*BLOWS_UP, "run.stop_on_divergence=true"], out))
+    proc = here(*run_args([*BLOWS_UP, "run.stop_on_divergence=true"], out))
     assert proc.returncode == 0, proc.stderr[-3000:]
     (line,) = warnings(proc.stderr)
     assert check_warning(line) == "stopping" and line.endswith("; stopping (run.stop_on_divergence)")
@@ -91,7 +111,7 @@ def test_stop_on_divergence_ends_the_run_diverged_a_finished_status(diverged, tm
         json.dumps(last)  # it ends at aggregation 1's evaluation
     assert (last["time"], last["version"], last["accuracy"]) == (4.58, 1, 0.1)  # one class for every image
     assert evals[0]["version"] == 0 and last["loss"] > 10 * evals[0]["loss"] > 0
-    again = cli(*run_args([*BLOWS_UP, "run.stop_on_divergence=true"], out))
+    again = here(*run_args([*BLOWS_UP, "run.stop_on_divergence=true"], out))
     assert again.returncode == 0 and "already holds a diverged run of this config" in again.stderr
     # the API's result: what summary.json says (a rerun returns the finished run as it is)
     result = seafl_dist.run(str(QUICKSTART), out=out, **dict(parse_override(o) for o in
@@ -101,9 +121,9 @@ def test_stop_on_divergence_ends_the_run_diverged_a_finished_status(diverged, tm
 
 def test_a_sweep_counts_a_diverged_run_as_finished(tmp_path):
     args = ["sweep", QUICKSTART, *BLOWS_UP, "run.stop_on_divergence=true", "--seeds", "0", "--out", tmp_path / "s"]
-    first = cli(*args)
+    first = cli(*args)  # a real process: the sweep spawns its run as a child
     assert first.returncode == 0, first.stderr[-3000:]
-    again = cli(*args)
+    again = here(*args)  # nothing left to spawn: it only skips
     assert again.returncode == 0 and "skip  seed=0 (diverged)" in again.stderr, again.stderr[-3000:]
 
 
@@ -130,7 +150,7 @@ def test_the_guards_accepted_norms_are_kept_in_checkpoints(tmp_path):
     guarded = [*SMALL, "run.max_aggregations=12", "algorithm.name=fedasync", "algorithm.update_norm_factor=1.5",
                "run.checkpoint_every=1"]
     ref, out = tmp_path / "ref", tmp_path / "killed"
-    assert cli(*run_args(guarded, ref)).returncode == 0
+    assert here(*run_args(guarded, ref)).returncode == 0
     aggs = [json.loads(line) for line in (ref / "events.jsonl").read_text().splitlines() if '"aggregate"' in line]
     judged = [(version, GUARDED.fullmatch(a["updates"][0].get("reason") or ""))
               for version, a in enumerate(aggs, start=1)]

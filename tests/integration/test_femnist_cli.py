@@ -1,12 +1,15 @@
 """`seafl run` on FEMNIST (tiny files in LEAF's format) with one device per writer, end to end."""
 import json
 import subprocess
-import sys
 
 import numpy as np
+import pytest
+import torch
 
 import seafl_dist
 from one_line import one_error_line
+from seafl_dist.cli import main as seafl_main
+from seafl_dist.data import clear_cache
 from seafl_dist.report.trace import check_run
 
 from leaf_files import WRITERS, write_leaf
@@ -16,11 +19,25 @@ NATURAL = ["data.name=femnist", "data.partition=natural", "devices.num=null", "d
            "logging.progress=none", "runtime.threads=1"]
 
 
-def seafl(*args):
-    return subprocess.run([sys.executable, "-m", "seafl_dist", *args], capture_output=True, text=True, timeout=300)
+@pytest.fixture
+def seafl(capsys):
+    """``seafl ARGS`` in this process (no interpreter start: the suite's time goes to the runs), as a finished
+    process: (exit code, stdout, stderr)."""
+    def run(*args):
+        capsys.readouterr()
+        threads = torch.get_num_threads()
+        try:
+            with torch.random.fork_rng(devices=[]):
+                code = seafl_main([str(a) for a in args])
+        finally:
+            torch.set_num_threads(threads)
+            clear_cache()
+        cap = capsys.readouterr()
+        return subprocess.CompletedProcess(args, code, cap.out, cap.err)
+    return run
 
 
-def test_run_with_every_writer_a_device(tmp_path):
+def test_run_with_every_writer_a_device(tmp_path, seafl):
     made = write_leaf(tmp_path)
     out = tmp_path / "run"
     proc = seafl("run", "quickstart", f"data.root={tmp_path}", *NATURAL, "--out", str(out))
@@ -44,7 +61,7 @@ def test_run_with_every_writer_a_device(tmp_path):
     assert again.returncode == 0 and (out / "summary.json").read_bytes() == before, again.stderr
 
 
-def test_bad_input_is_one_line(tmp_path):
+def test_bad_input_is_one_line(tmp_path, seafl):
     write_leaf(tmp_path)
     bad = tmp_path / "femnist" / "test" / "all_data_1_niid_1_keep_0_test_9.json"
     obj = json.loads(bad.read_text())

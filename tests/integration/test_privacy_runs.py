@@ -4,12 +4,15 @@ and, when it leaves too few devices, ends the run stalled; a target ε calibrate
 first lines say so; a run killed in the middle resumes to the same bytes (the counts m_k are in the checkpoint)."""
 import json
 import re
+import subprocess
 from collections import Counter
 
 import pytest
 import torch
 
 from resuming import assert_same_run, checkpoint_versions, cli, reference, run_args, summary
+from seafl_dist.cli import main as seafl_main
+from seafl_dist.data import clear_cache
 from seafl_dist.privacy import epsilon, sensitivity
 from seafl_dist.privacy.sensitivity import seafl_sensitivity
 from seafl_dist.report.build import write_report
@@ -21,6 +24,24 @@ Z = 0.8
 PRIVATE = ["algorithm.name=fedbuff", "privacy.enabled=true", f"privacy.noise_multiplier={Z}",
            "privacy.clipping_bound=2", "privacy.max_participation=3"]
 EVERY_2 = ["run.checkpoint_every=2", "run.checkpoint_every_s=null"]
+
+
+@pytest.fixture
+def here(capsys):
+    """``seafl ARGS`` in this process (no interpreter start), as a finished process: (exit code, stdout, stderr).
+    The killed and the resumed runs stay real processes (``cli``)."""
+    def run(*args):
+        capsys.readouterr()
+        threads = torch.get_num_threads()
+        try:
+            with torch.random.fork_rng(devices=[]):
+                code = seafl_main([str(a) for a in args])
+        finally:
+            torch.set_num_threads(threads)
+            clear_cache()
+        cap = capsys.readouterr()
+        return subprocess.CompletedProcess(args, code, cap.out, cap.err)
+    return run
 
 
 def aggregates(run):
@@ -75,11 +96,11 @@ def test_a_cap_that_leaves_too_few_devices_ends_the_run_stalled_and_says_why(tmp
     assert len(aggregates(out)) <= 5  # 10 devices, one inclusion each, 2 a buffer
 
 
-def test_a_target_epsilon_calibrates_z_before_the_first_job_and_the_first_lines_say_so(tmp_path):
+def test_a_target_epsilon_calibrates_z_before_the_first_job_and_the_first_lines_say_so(tmp_path, here):
     out = tmp_path / "r"
     args = [*SMALL, "algorithm.name=fedbuff", "privacy.enabled=true", "privacy.epsilon=4",
             "privacy.max_participation=3"]
-    proc = cli(*run_args(args, out))
+    proc = here(*run_args(args, out))
     assert proc.returncode == 0, proc.stderr[-3000:]
     line = next(x for x in proc.stderr.splitlines() if x.startswith("seafl: privacy:"))
     z = summary(out)["privacy"]["noise_multiplier"]
