@@ -11,11 +11,16 @@ scaling off their defaults), FedAsync and FedAvg, so that a change to what the s
 (a server optimizer, say) cannot move any rule's bytes unseen.
 Without that history (a shallow clone) the test cannot make the old files and skips, saying so.
 """
+import json
+import os
+import subprocess
+import sys
+
 import pytest
 
-from old_code import package_at, run
+from old_code import package_at
 from resuming import reference
-from small_runs import SMALL
+from small_runs import QUICKSTART, SMALL
 from seafl_dist import versions
 
 # per numerics version (seafl_dist/versions.py): a commit whose built-in traces today's code must
@@ -39,10 +44,52 @@ def old_package(tmp_path_factory):
     return package_at(BEFORE_BY_NUMERICS[versions.NUMERICS], tmp_path_factory.mktemp("before"))
 
 
+# the old package's runs, one after another in one process of it (one interpreter start, not one a case): each
+# as tests/resuming.py's reference() runs today's code, its exit code (or what it raised) into a JSON file
+DRIVER = """\
+import json, sys
+import torch
+from seafl_dist.cli import main
+from seafl_dist.data import clear_cache
+runs, codes = json.loads(sys.argv[1]), {}
+for case, argv in runs.items():
+    threads = torch.get_num_threads()
+    try:
+        with torch.random.fork_rng(devices=[]):
+            codes[case] = main(argv)
+    except BaseException as err:
+        codes[case] = repr(err)
+    finally:
+        torch.set_num_threads(threads)
+        clear_cache()
+with open(sys.argv[2], "w") as f:
+    json.dump(codes, f)
+"""
+
+
+@pytest.fixture(scope="module")
+def before(old_package, tmp_path_factory, request):
+    """{case: (its run dir by the old code, its exit code), the old process's stderr} for the cases this session
+    runs, all made by one process of the old package (one torch thread, PYTHONPATH the old package)."""
+    where = tmp_path_factory.mktemp("old-runs")
+    chosen = sorted({item.callspec.params["case"] for item in request.session.items
+                     if item.module is request.module and hasattr(item, "callspec") and "case" in item.callspec.params})
+    runs = {case: ["run", str(QUICKSTART), *SMALL, *CASES[case], "--out", str(where / case)] for case in chosen}
+    env = {k: v for k, v in os.environ.items() if k != "SEAFL_FAULT"}
+    env["OMP_NUM_THREADS"] = "1"
+    env["PYTHONPATH"] = str(old_package)
+    proc = subprocess.run([sys.executable, "-c", DRIVER, json.dumps(runs), str(where / "codes.json")], cwd=where,
+                          env=env, capture_output=True, text=True, timeout=300 * len(runs))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    codes = json.loads((where / "codes.json").read_text())
+    return {case: (where / case, codes[case]) for case in chosen}, proc.stderr
+
+
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_a_built_in_runs_files_are_the_ones_the_code_before_wrote(case, old_package, tmp_path):
-    run(old_package, tmp_path / "before", CASES[case])
+def test_a_built_in_runs_files_are_the_ones_the_code_before_wrote(case, before, tmp_path):
+    (old, code), stderr = before[0][case], before[1]
+    assert code == 0, stderr[-3000:]
     reference(tmp_path / "now", [*SMALL, *CASES[case]])  # today's code in this process: no interpreter start
     for name in ("config.yaml", "events.jsonl", "metrics.csv", "model.pt"):
-        assert (tmp_path / "now" / name).read_bytes() == (tmp_path / "before" / name).read_bytes(), name
+        assert (tmp_path / "now" / name).read_bytes() == (old / name).read_bytes(), name
     assert not (tmp_path / "now" / "train_log.csv").exists()

@@ -21,6 +21,7 @@ from device_runs import CHURN, write_profile  # noqa: E402
 from hf_datasets import WRITERS, image_arrays, image_dataset, text_files, token_rows  # noqa: E402
 from one_line import one_line_message  # noqa: E402
 from resuming import assert_same_run, checkpoint_versions  # noqa: E402
+from seafl_dist.cli import main as seafl_main  # noqa: E402
 from seafl_dist.data import ArrayDataset, clear_cache, load_dataset  # noqa: E402
 from seafl_dist.data.samples import SampleDataset  # noqa: E402
 from seafl_dist.runtime.setup import prepare  # noqa: E402
@@ -59,6 +60,33 @@ def seafl(made, *args, out, env=None):
     env = env or dict(os.environ, PYTHONPATH=os.pathsep.join([str(folder), os.environ.get("PYTHONPATH", "")]))
     return subprocess.run([sys.executable, "-m", "seafl_dist", "run", str(QUICKSTART), *SMALL, *args, "--out", str(out)],
                           env=env, cwd=folder, capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture
+def here(made, monkeypatch, capsys):
+    """``seafl`` (above) in this process, no interpreter start: a finished process (exit code, stdout, stderr).
+    ``wandb_in``: W&B's settings in the environment as wandb_runs.offline_env makes them (no key, no network)."""
+    def run(*args, out, wandb_in=None):
+        monkeypatch.chdir(made[0])
+        monkeypatch.delenv("SEAFL_FAULT", raising=False)
+        if wandb_in is not None:
+            from wandb_runs import offline_env
+            for key in [k for k in os.environ if k.startswith("WANDB_")]:
+                monkeypatch.delenv(key)
+            for key, value in offline_env(wandb_in).items():
+                if key.startswith("WANDB_") or key == "NETRC":
+                    monkeypatch.setenv(key, value)
+        capsys.readouterr()
+        threads = torch.get_num_threads()
+        try:
+            with torch.random.fork_rng(devices=[]):
+                code = seafl_main(["run", str(QUICKSTART), *SMALL, *args, "--out", str(out)])
+        finally:
+            torch.set_num_threads(threads)
+            clear_cache()
+        cap = capsys.readouterr()
+        return subprocess.CompletedProcess([], code, cap.out, cap.err)
+    return run
 
 
 def test_both_sources_read_their_rows_through_the_datasets_own_formatting(made):
@@ -121,8 +149,8 @@ def test_a_flower_partitioner_gives_each_device_the_rows_flower_gives(made, part
     assert record["method"] == f"flwr:{partitioner}" and record["partition_args"] == args
 
 
-def test_a_text_dataset_of_parquet_files_trains_an_lstm_end_to_end(made, tmp_path):
-    proc = seafl(made, *text_args(made), "data.partition=flwr:IidPartitioner", out=tmp_path / "r")
+def test_a_text_dataset_of_parquet_files_trains_an_lstm_end_to_end(made, tmp_path, here):
+    proc = here(*text_args(made), "data.partition=flwr:IidPartitioner", out=tmp_path / "r")
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads((tmp_path / "r" / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["best"] > 0.5  # 4 classes: chance is 0.25
@@ -132,7 +160,8 @@ def test_a_text_dataset_of_parquet_files_trains_an_lstm_end_to_end(made, tmp_pat
     assert np.sum(part["label_histograms"], axis=0).tolist() == np.bincount(token_rows(400, 0)[:, -1] % 4).tolist()
 
 
-def test_a_killed_image_run_under_churn_and_w_and_b_resumes_to_the_uninterrupted_bytes_and_reports(made, tmp_path):
+def test_a_killed_image_run_under_churn_and_w_and_b_resumes_to_the_uninterrupted_bytes_and_reports(made, tmp_path,
+                                                                                                     here):
     """The image set (save_to_disk) split by Flower's Dirichlet over its label column, with held-out rows
     evaluated on the devices, a device profile and dropouts, W&B offline: killed after aggregation 3 (checkpoint
     at 2) and run again it ends with the uninterrupted run's bytes, learns, and `seafl report` draws it."""
@@ -147,7 +176,7 @@ def test_a_killed_image_run_under_churn_and_w_and_b_resumes_to_the_uninterrupted
             "run.checkpoint_every_s=null", "logging.wandb.enabled=true", "logging.wandb.mode=offline"]
     base = dict(os.environ, PYTHONPATH=os.pathsep.join([str(made[0]), os.environ.get("PYTHONPATH", "")]))
     env = {**offline_env(tmp_path, base), "OMP_NUM_THREADS": "1"}
-    ref = seafl(made, *args, out=tmp_path / "ref", env=env)
+    ref = here(*args, out=tmp_path / "ref", wandb_in=tmp_path)  # uninterrupted, in this process
     assert ref.returncode == 0, ref.stderr[-3000:]
     out = tmp_path / "run"
     killed = seafl(made, *args, out=out, env={**env, "SEAFL_FAULT": "after_aggregate:3"})

@@ -8,9 +8,11 @@ naming ``model.name`` (exit 2, no run dir), in ``--dry-run`` too. A module with 
 never fused (``runtime.batch_jobs`` > 1): one line says why, and the run is the one-at-a-time run.
 """
 import json
+import logging
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -19,6 +21,7 @@ import torch
 from one_line import one_error_line
 from resuming import QUICKSTART, SMALL, assert_same_run, checkpoint_versions, reference, run_args
 from seafl_dist.cli import main as seafl_main
+from seafl_dist.data import clear_cache
 from seafl_dist.report.trainlog import read_train_log
 
 TESTS = Path(__file__).resolve().parents[1]
@@ -35,6 +38,58 @@ def seafl(*args, fault=None, extra_path=None):
         env["SEAFL_FAULT"] = fault
     return subprocess.run([sys.executable, "-m", "seafl_dist", *map(str, args)], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=300)
+
+
+# the warning filters a fresh interpreter starts with (no -W, no PYTHONWARNINGS, no -X dev), first match wins
+FRESH_FILTERS = [("default", DeprecationWarning, "__main__"), ("ignore", DeprecationWarning, ""),
+                 ("ignore", PendingDeprecationWarning, ""), ("ignore", ImportWarning, ""), ("ignore", ResourceWarning, "")]
+
+
+class LightningConsole(logging.Handler):
+    """What a fresh interpreter's Lightning prints (its packages give their loggers a console handler when the root
+    logger has none): each record of its loggers once, as a line of this process's stderr."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen = []
+
+    def emit(self, record):
+        if not any(r is record for r in self.seen):  # a record may pass two of the loggers (pytest's root propagates)
+            self.seen.append(record)
+            sys.stderr.write(self.format(record) + "\n")
+
+
+@pytest.fixture
+def here(monkeypatch, capsys):
+    """``seafl`` (above) in this process, no interpreter start: a finished process (exit code, stdout, stderr).
+    Its stderr holds what a real process's console would beyond seafl's own lines: Lightning's log records and the
+    warnings the interpreter's default filters show."""
+    def run(*args):
+        monkeypatch.chdir(ROOT)
+        monkeypatch.delenv("SEAFL_FAULT", raising=False)
+        capsys.readouterr()
+        console = LightningConsole()
+        loggers = [logging.getLogger(name) for name in ("lightning", "lightning.pytorch", "lightning.fabric")]
+        for lg in loggers:
+            lg.addHandler(console)
+        threads = torch.get_num_threads()
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.resetwarnings()
+                for action, category, module in FRESH_FILTERS:
+                    warnings.filterwarnings(action, category=category, module=module, append=True)
+                with torch.random.fork_rng(devices=[]):
+                    code = seafl_main([str(a) for a in args])
+            for w in caught:
+                sys.stderr.write(warnings.formatwarning(w.message, w.category, w.filename, w.lineno, w.line))
+        finally:
+            for lg in loggers:
+                lg.removeHandler(console)
+            torch.set_num_threads(threads)
+            clear_cache()
+        cap = capsys.readouterr()
+        return subprocess.CompletedProcess(list(args), code, cap.out, cap.err)
+    return run
 
 
 @pytest.fixture(scope="module")
@@ -75,9 +130,9 @@ def test_a_killed_and_resumed_logging_run_is_the_uninterrupted_run(logged_run, t
     assert (killed / "train_log.csv").read_bytes() == (logged_run / "train_log.csv").read_bytes()
 
 
-def test_the_lightning_loop_gives_the_plain_loops_bytes(logged_run, tmp_path):
+def test_the_lightning_loop_gives_the_plain_loops_bytes(logged_run, tmp_path, here):
     out = tmp_path / "lightning"
-    proc = seafl(*run_args([*LOGGING, "train.loop=lightning"], out))
+    proc = here(*run_args([*LOGGING, "train.loop=lightning"], out))
     assert proc.returncode == 0, proc.stderr[-2000:]
     for name in ("events.jsonl", "metrics.csv", "train_log.csv", "model.pt"):
         assert (out / name).read_bytes() == (logged_run / name).read_bytes(), name
@@ -85,18 +140,18 @@ def test_the_lightning_loop_gives_the_plain_loops_bytes(logged_run, tmp_path):
     assert all(line.startswith("seafl: ") for line in proc.stderr.splitlines() if line.strip()), proc.stderr[-2000:]
 
 
-def test_a_built_in_model_logs_nothing_and_trains_alike_in_both_loops(tmp_path):
+def test_a_built_in_model_logs_nothing_and_trains_alike_in_both_loops(tmp_path, here):
     plain = reference(tmp_path / "plain", SMALL)
-    proc = seafl(*run_args([*SMALL, "train.loop=lightning"], tmp_path / "lightning"))
+    proc = here(*run_args([*SMALL, "train.loop=lightning"], tmp_path / "lightning"))
     assert proc.returncode == 0, proc.stderr[-2000:]
     for name in ("events.jsonl", "metrics.csv", "model.pt"):
         assert (tmp_path / "lightning" / name).read_bytes() == (plain / name).read_bytes(), name
     assert not (plain / "train_log.csv").exists() and '"logged"' not in (plain / "events.jsonl").read_text()
 
 
-def test_hooks_are_never_fused_and_one_line_says_why(tmp_path):
+def test_hooks_are_never_fused_and_one_line_says_why(tmp_path, here):
     one = reference(tmp_path / "one", HOOKS)
-    proc = seafl(*run_args([*HOOKS, "runtime.batch_jobs=3"], tmp_path / "three"))
+    proc = here(*run_args([*HOOKS, "runtime.batch_jobs=3"], tmp_path / "three"))
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "runtime.batch_jobs=3: training one job at a time" in proc.stderr
     assert "it overrides Lightning's on_train_epoch_start, which only a job's own loop runs" in proc.stderr
@@ -105,11 +160,11 @@ def test_hooks_are_never_fused_and_one_line_says_why(tmp_path):
         assert (tmp_path / "three" / name).read_bytes() == (one / name).read_bytes(), name
 
 
-def test_clipping_is_a_jobs_own_and_never_fused(tmp_path):
+def test_clipping_is_a_jobs_own_and_never_fused(tmp_path, here):
     clip = [*SMALL, "train.grad_clip_val=0.1", "train.grad_clip_algorithm=value"]
     one = reference(tmp_path / "one", clip)
     unclipped = reference(tmp_path / "unclipped", SMALL)
-    proc = seafl(*run_args([*clip, "runtime.batch_jobs=2"], tmp_path / "two"))
+    proc = here(*run_args([*clip, "runtime.batch_jobs=2"], tmp_path / "two"))
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "train.grad_clip_val is 0.1" in proc.stderr
     assert (tmp_path / "two" / "model.pt").read_bytes() == (one / "model.pt").read_bytes()

@@ -4,16 +4,21 @@ each version once. Read back from the run's ``.wandb`` files (W&B's record log: 
 log of ``wandb_internal_pb2.Record`` protobufs, read by seafl_dist.report.wandb_files), with no
 API key and no network."""
 import csv
+import io
 import json
 import os
 import subprocess
 import sys
+from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import pytest
+import torch
 
 pytest.importorskip("wandb.proto.wandb_internal_pb2")
 
+from seafl_dist.cli import main as seafl_main  # noqa: E402
+from seafl_dist.data import clear_cache  # noqa: E402
 from seafl_dist.report.wandb_files import offline_files, read_offline_run  # noqa: E402
 from wandb_runs import history_across, logged_versions, offline_env  # noqa: E402
 
@@ -37,11 +42,33 @@ def seafl_offline(tmp: Path, out: Path, *overrides, fault=None):
                           capture_output=True, text=True, env=offline_env(tmp, fault=fault), timeout=600)
 
 
+def seafl_here(tmp: Path, out: Path, *overrides):
+    """``seafl_offline`` in this process (no interpreter start), W&B's settings in the environment as
+    ``offline_env`` makes them: a finished process (exit code, stdout, stderr)."""
+    (tmp / "tiny.yaml").write_text(TINY)
+    stdout, stderr = io.StringIO(), io.StringIO()
+    with pytest.MonkeyPatch.context() as mp:  # module-scoped fixtures use it too
+        for key in [k for k in os.environ if k.startswith("WANDB_") or k == "SEAFL_FAULT"]:
+            mp.delenv(key)
+        for key, value in offline_env(tmp).items():
+            if key.startswith("WANDB_") or key == "NETRC":
+                mp.setenv(key, value)
+        threads = torch.get_num_threads()
+        try:
+            with torch.random.fork_rng(devices=[]), redirect_stdout(stdout), redirect_stderr(stderr):
+                code = seafl_main(["run", str(tmp / "tiny.yaml"), "logging.wandb.enabled=true",
+                                   "logging.wandb.mode=offline", *overrides, "--out", str(out)])
+        finally:
+            torch.set_num_threads(threads)
+            clear_cache()
+    return subprocess.CompletedProcess([], code, stdout.getvalue(), stderr.getvalue())
+
+
 @pytest.fixture(scope="module")
 def offline_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("wb")
     out = tmp / "run"
-    proc = seafl_offline(tmp, out, "logging.wandb.group=g1", "logging.wandb.tags=[tiny,test]",
+    proc = seafl_here(tmp, out, "logging.wandb.group=g1", "logging.wandb.tags=[tiny,test]",
                          "logging.wandb.job_type=" + "K" * 70)  # a sweep sets its grid point's label
     assert proc.returncode == 0, proc.stdout + proc.stderr
     files = list(out.glob("wandb/offline-run-*/run-*.wandb"))
@@ -207,7 +234,7 @@ def test_offline_files_of_processes_started_within_one_second(tmp_path):
 def test_drop_counts_reach_w_and_b(tmp_path):
     """Device churn (devices.dropout): every eval row carries the drops so far, the summary the totals."""
     out = tmp_path / "run"
-    proc = seafl_offline(tmp_path, out, "devices.dropout=0.3")
+    proc = seafl_here(tmp_path, out, "devices.dropout=0.3")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     wb = read_offline_run(next(out.glob("wandb/offline-run-*/run-*.wandb")))
     with open(out / "metrics.csv") as f:
@@ -222,7 +249,7 @@ def test_drop_counts_reach_w_and_b(tmp_path):
 
 def test_where_a_run_diverged_is_in_the_w_and_b_summary(tmp_path):
     out = tmp_path / "run"
-    proc = seafl_offline(tmp_path, out, "algorithm.name=fedbuff", "algorithm.server_lr=30")  # blows up at once
+    proc = seafl_here(tmp_path, out, "algorithm.name=fedbuff", "algorithm.server_lr=30")  # blows up at once
     assert proc.returncode == 0, proc.stdout + proc.stderr
     at = json.loads((out / "summary.json").read_text())["diverged_at"]
     (f,) = out.glob("wandb/offline-run-*/run-*.wandb")
@@ -237,17 +264,10 @@ def test_a_modules_own_metrics_reach_w_and_b(tmp_path):
     from docs_checks import page_modules
     from docs_pages import ROOT, read_page
     (tmp_path / "page").mkdir()
-    with page_modules([read_page(ROOT / "docs" / "extending.md")], tmp_path / "page"):
-        pass  # the files stay: the run below imports them
-    (tmp_path / "tiny.yaml").write_text(TINY)
-    env = offline_env(tmp_path)
-    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path / "page"), env.get("PYTHONPATH", "")])
     out = tmp_path / "run"
-    proc = subprocess.run([sys.executable, "-m", "seafl_dist", "run", str(tmp_path / "tiny.yaml"),
-                           "logging.wandb.enabled=true", "logging.wandb.mode=offline",
-                           "model.name=digits_autoencoder:autoencoder", "run.target_metric=test_loss",
-                           "run.target_mode=min", "run.targets=[0.9]", "--out", str(out)],
-                          capture_output=True, text=True, env=env, timeout=600)
+    with page_modules([read_page(ROOT / "docs" / "extending.md")], tmp_path / "page"):  # importable meanwhile
+        proc = seafl_here(tmp_path, out, "model.name=digits_autoencoder:autoencoder", "run.target_metric=test_loss",
+                          "run.target_mode=min", "run.targets=[0.9]")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     wb = read_offline_run(next(out.glob("wandb/offline-run-*/run-*.wandb")))
     with open(out / "metrics.csv") as f:
@@ -270,7 +290,7 @@ def test_device_evaluation_is_logged_with_its_version_and_the_final_one_at_the_e
     from seafl_dist.report.device_eval import read_device_summary
     from seafl_dist.report.wandb_files import records
     out = tmp_path / "run"
-    proc = seafl_offline(tmp_path, out, "data.device_holdout=0.25", "run.device_eval_every=2")
+    proc = seafl_here(tmp_path, out, "data.device_holdout=0.25", "run.device_eval_every=2")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     files = list(out.glob("wandb/offline-run-*/run-*.wandb"))
     history = read_offline_run(files[0])["history"]
@@ -294,7 +314,7 @@ def test_privacy_epsilon_reaches_w_and_b_at_each_aggregation_and_in_the_summary(
     """privacy.enabled: each aggregation's ε so far, the noise's std and the largest m as privacy/*, and the
     summary's privacy figures (docs/privacy.md)."""
     out = tmp_path / "run"
-    proc = seafl_offline(tmp_path, out, "algorithm.name=fedbuff", "algorithm.staleness_limit=null",
+    proc = seafl_here(tmp_path, out, "algorithm.name=fedbuff", "algorithm.staleness_limit=null",
                          "privacy.enabled=true", "privacy.noise_multiplier=2", "privacy.max_participation=3")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     wb = read_offline_run(next(out.glob("wandb/offline-run-*/run-*.wandb")))
