@@ -47,6 +47,10 @@ def test_complete_pairs_are_copied_and_counted(tmp_path):
     assert "train: 3 writers, 6 images, 1..3 a writer (median 2)" in proc.stdout
     assert "test: 3 writers, 3 images, 1..1 a writer" in proc.stdout
     assert "classes present: 6 of 62" in proc.stdout  # 0, 1, 2, 3, 5, 61: pair 2's 7 is not copied
+    subprocess.run(["git", "clone", "-q", "--bare", str(repo), str(tmp_path / "bare.git")], check=True)
+    bare = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path / "bare.git"), "--data-root",
+                           str(tmp_path / "from_bare")], capture_output=True, text=True, check=True)
+    assert bare.stdout.replace("from_bare", "data") == proc.stdout  # a bare mirror (what `fetch` gives) alike
     train = load_femnist(tmp_path / "data", train=True, write_cache=False)
     test = load_femnist(tmp_path / "data", train=False, write_cache=False)
     assert (len(train), len(test)) == (6, 3)
