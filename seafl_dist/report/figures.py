@@ -37,7 +37,8 @@ from seafl_dist.report.metric import Metric
 FONTS = {"font.size": 11, "axes.titlesize": 11, "axes.labelsize": 11, "legend.fontsize": 9.5, "legend.title_fontsize": 9.5,
          "xtick.labelsize": 10, "ytick.labelsize": 10, "pdf.fonttype": 42, "svg.fonttype": "none"}
 NEVER = "never"
-TTT_CAPTION = "time to target: dots = seeds, × = never; bar = mean of the seeds that reached it"
+TTT_CAPTION = "time to target: dots = seeds, × = never;\nbar = mean of the seeds that reached it"  # two lines: a
+# two-target figure is ~5.5 in wide, narrower than the caption on one line at 10 pt
 
 
 def paper_style():

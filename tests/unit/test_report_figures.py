@@ -152,6 +152,11 @@ def test_time_to_target_draws_each_seed_the_mean_and_never(k_groups, tmp_path):
     bars = {int(round(b.get_y() + b.get_height() / 2)): b.get_width() for c in ax.containers for b in c}
     assert bars == pytest.approx({0: 35.0, 1: 40 / 3, 2: 60.0, 3: 92 / 3})  # no bar for K=1: no seed reached
     assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == LABELS
+    for groups in (k_groups, k_groups[:2]):  # two targets and short labels: the narrowest figure
+        fig = plot_time_to_target(groups, [0.85, 0.9], tmp_path / "t.png")
+        fig.canvas.draw()  # the title and its caption inside the figure (a one-line caption ran off both edges)
+        b, box = fig._suptitle.get_window_extent(fig.canvas.get_renderer()), fig.bbox
+        assert box.x0 <= b.x0 and b.x1 <= box.x1 and box.y0 <= b.y0 and b.y1 <= box.y1, fig._suptitle.get_text()
 
 
 def test_time_to_target_against_k_one_line_per_algorithm(k_groups, tmp_path):
