@@ -26,3 +26,22 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+# With pytest-xdist, the files go to the workers in collection order (one file a worker at a time, --dist
+# loadfile), so the heaviest go first and the many quick unit files fill the end: the tiers' order below, not
+# xdist's default of the files with the most tests first, which left the few-test, minutes-long torchrun, Slurm and
+# README files for last and one worker alone with them at the end.
+TIER_ORDER = ("dist", "slurm", "integration", "gpu", "unit")
+
+
+def pytest_configure(config):
+    if hasattr(config.option, "loadscopereorder"):  # pytest-xdist's option (its --no-loadscope-reorder)
+        config.option.loadscopereorder = False
+
+
+def pytest_collection_modifyitems(config, items):
+    def tier(item) -> int:
+        parts = Path(str(item.fspath)).relative_to(Path(__file__).parent).parts
+        return TIER_ORDER.index(parts[0]) if len(parts) > 1 and parts[0] in TIER_ORDER else len(TIER_ORDER)
+    items.sort(key=tier)  # stable: the order inside a tier is pytest's
