@@ -93,12 +93,13 @@ def test_sigterm_to_torchrun_ends_every_rank(launcher, tmp_path):
 
 
 def test_a_job_longer_than_the_timeout_is_not_a_dead_worker(tmp_path):
-    # one device's job: ~700 samples, batch 1, 6 epochs: ~3 s of training on an idle core (longer on a busy
-    # one), during which the worker sends nothing; with runtime.timeout_s=1 only its progress shows it is alive
-    timeout_s = 1
+    # one device's job: ~700 samples, batch 1, 20 epochs: ~10 s of training on an idle core (longer on a busy
+    # one), during which the worker sends nothing; with runtime.timeout_s=4 only its progress shows it is alive
+    # (at timeout 1, i.e. the 3 s floor, CI's loaded 2 cores once starved the worker that long: WorkerLost)
+    timeout_s = 4
     run = tmp_path / "run"
     proc = run_torchrun(2, "devices.num=2", "devices.concurrency=1", "algorithm.buffer_size=1", "data.partition=iid",
-                        "train.batch_size=1", "train.epochs=6", "run.max_aggregations=1", "runtime.threads=1",
+                        "train.batch_size=1", "train.epochs=20", "run.max_aggregations=1", "runtime.threads=1",
                         "runtime.device=cpu", f"runtime.timeout_s={timeout_s}", "logging.progress=none", "--out", run,
                         cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
