@@ -37,6 +37,7 @@ from seafl_dist.runtime.residuals import check_disk, gather
 from seafl_dist.runtime.cpus import cpus_here, oversubscription
 from seafl_dist.runtime.setup import keep_only, pick_device, prepare
 from seafl_dist.runtime.worker import GONE_FAILED, GONE_INTERRUPTED, gone, run_worker
+from seafl_dist.settings import ConfigError
 from seafl_dist.train import FlatLayout
 from seafl_dist.train.plan import epoch_sizes
 from seafl_dist.transport import (BYE, JOB, LOGS, RESULT, SAVE, SAVED, STOP, TAKEN, Channel, Header, Mailbox, Outbox,
@@ -273,10 +274,24 @@ def run_distributed(cfg, out_dir, *, rank: int, world_size: int, local_rank: int
         print(format_summary(summary))
         return summary
     except BaseException as err:
+        if not isinstance(err, KeyboardInterrupt):
+            say_failure(rank, err)  # before the farewell: a peer told of it may end the job (torchrun) at once
         farewell(*ends, GONE_INTERRUPTED if isinstance(err, KeyboardInterrupt) else GONE_FAILED)
         raise
     finally:
         beat.stop()
+
+
+def say_failure(rank: int, err: BaseException) -> None:
+    """This rank's error on its stderr, once (``err.seafl_said``): bad input (ConfigError, a missing file) is said
+    by rank 0's CLI alone."""
+    if getattr(err, "seafl_said", False) or isinstance(err, (ConfigError, FileNotFoundError)):
+        return
+    print(f"seafl: error on rank {rank}: {type(err).__name__}: {err}", file=sys.stderr, flush=True)
+    try:
+        err.seafl_said = True
+    except AttributeError:  # an exception type with __slots__
+        pass
 
 
 def open_ends(rank: int, world_size: int, numel: int, links, upload: tuple = (0, 0)) -> tuple[Mailbox, Outbox]:

@@ -160,7 +160,7 @@ def launch_ranks(cfg, out_dir, target: Target, ranks: Ranks, interrupts: Interru
     import torch.distributed as dist
 
     from seafl_dist.runtime import elastic
-    from seafl_dist.runtime.distributed import run_distributed
+    from seafl_dist.runtime.distributed import run_distributed, say_failure
     rank, world = ranks.rank, ranks.world
     # A worker may legitimately hear nothing for hours; liveness comes from the heartbeats,
     # so the process group's own timeout is only a last resort.
@@ -217,7 +217,7 @@ def launch_ranks(cfg, out_dir, target: Target, ranks: Ranks, interrupts: Interru
                 elastic.mark_refused(attempt.base, run_key)
                 raise
             except Exception as err:
-                print(f"seafl: error on rank {rank}: {type(err).__name__}: {err}", file=sys.stderr)
+                say_failure(rank, err)  # unless run_distributed said it, before its farewell
                 raise
         ok = True
         return read_summary(out) if rank == 0 else None

@@ -10,6 +10,7 @@ import os
 import re
 import signal
 import time
+from pathlib import Path
 
 import pytest
 
@@ -30,6 +31,14 @@ def read_summary(run):
 def names_rank(text: str, rank: int) -> bool:
     """'rank 2' as we print it, or 'rank      : 2' as torchrun's failure report does."""
     return re.search(rf"\brank\s*:?\s*{rank}\b", text) is not None
+
+
+def running(pid: int) -> bool:
+    """The process exists and has not exited (a zombie that torchrun has not reaped yet has)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
 
 
 def test_killed_worker_ends_the_job_within_the_timeout(launcher, tmp_path):
@@ -58,13 +67,18 @@ def test_frozen_worker_is_named_by_its_missing_heartbeat(launcher, tmp_path):
     run = tmp_path / "run"
     job = launcher(3, *LONG, f"runtime.timeout_s={timeout_s}", "--out", run, cwd=tmp_path)
     wait_for_aggregations(run / "events.jsonl", 3, job)
-    victim = job.rank_pid(2)
+    victim, rank0 = job.rank_pid(2), job.rank_pid(0)
     os.kill(victim, signal.SIGSTOP)
     t0 = time.monotonic()
     try:
         while not (run / "summary.json").exists() and time.monotonic() - t0 < timeout_s + 20:
             time.sleep(0.1)
         named_after = time.monotonic() - t0
+        # rank 0 says why on stderr after its summary, while it takes the group down (bounded): the victim stays
+        # frozen until rank 0 has ended, as a frozen machine would, so that the victim, continued, cannot end the
+        # job (torchrun SIGTERMs every rank when one fails) before rank 0 has said it
+        while running(rank0) and time.monotonic() - t0 < timeout_s + 60:
+            time.sleep(0.1)
     finally:
         # torchrun now SIGTERMs the rest; a stopped process only gets it once continued
         # (otherwise torchrun waits 30 s before SIGKILL).
@@ -74,7 +88,7 @@ def test_frozen_worker_is_named_by_its_missing_heartbeat(launcher, tmp_path):
     summary = read_summary(run)
     assert summary["status"] == "failed", summary
     assert "worker rank 2" in summary["error"] and "heartbeat" in summary["error"], summary["error"]
-    assert "worker rank 2" in err
+    assert "worker rank 2" in err, err
     assert named_after < timeout_s, f"rank 0 took {named_after:.1f}s to name a frozen worker"
 
 
