@@ -1,7 +1,6 @@
 """Helpers of the checkpoint/resume tests: reference runs, killed runs, and what "identical" means.
 
-A reference run is made in this pytest process (the CLI's ``main``, one torch thread, the
-thread count restored after): no interpreter start, so the suite pays for the killed and
+A reference run is made in this pytest process (tests/in_process.py): no interpreter start, so the suite pays for the killed and
 resumed runs only. Killed runs are real ``python -m seafl_dist run`` processes; the
 ``SEAFL_FAULT`` hook (runtime/signals.py) stops them at an exact point of an exact aggregation.
 """
@@ -11,9 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import torch
-
-from seafl_dist.cli import main as seafl_main
+import in_process
+from one_line import one_line
 from small_runs import QUICKSTART, SMALL
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -21,13 +19,9 @@ SAME_BYTES = ("events.jsonl", "metrics.csv", "model.pt")
 
 
 def reference(out: Path, overrides) -> Path:
-    """An uninterrupted run of ``QUICKSTART + overrides`` into ``out``, in this process."""
-    threads = torch.get_num_threads()
-    try:
-        with torch.random.fork_rng(devices=[]):
-            assert seafl_main(["run", str(QUICKSTART), *overrides, "--out", str(out)]) == 0
-    finally:
-        torch.set_num_threads(threads)
+    """An uninterrupted run of ``QUICKSTART + overrides`` into ``out``, in this process (tests/in_process.py)."""
+    proc = in_process.seafl("run", QUICKSTART, *overrides, "--out", out)
+    assert proc.returncode == 0, proc.stderr[-3000:]
     return out
 
 
@@ -77,13 +71,13 @@ def dir_bytes(run_dir: Path) -> dict:
     return {p.name: p.read_bytes() for p in sorted(Path(run_dir).iterdir()) if p.is_file()}
 
 
-def refused(capsys, argv, run_dir: Path, *, code: int = 2) -> str:
-    """The CLI's ``main`` on ``argv`` exits ``code`` with one line on stderr (returned) and leaves
-    every byte of ``run_dir`` as it was."""
+def refused(argv, run_dir: Path, *, code: int = 2) -> str:
+    """``seafl ARGV`` (in this process, tests/in_process.py) exits ``code`` with one line on stderr (one_line: beside
+    the run's own ``seafl: running`` line; returned) and leaves every byte of ``run_dir`` as it was."""
     before = dir_bytes(run_dir) if Path(run_dir).exists() else None
-    assert seafl_main([str(a) for a in argv]) == code
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    proc = in_process.seafl(*argv)
+    assert proc.returncode == code, proc.stderr[-3000:]
+    err = one_line(proc.stderr)
     if before is not None:
         assert dir_bytes(run_dir) == before, "a refused command changed the run dir"
     return err

@@ -5,9 +5,7 @@ run quick when other processes share the cores (two spinning intra-op threads on
 times slower). The runs are in this process (``here``: no interpreter start importing torch and Lightning),
 but for the one through the installed console script and the console script's own check.
 """
-import contextlib
 import csv
-import io
 import json
 import re
 import shutil
@@ -16,12 +14,10 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 import yaml
 
-from seafl_dist.cli import main as seafl_main
-from seafl_dist.data import clear_cache
 from seafl_dist.report.trace import check_run
+import in_process
 from small_runs import PER_ALGORITHM, QUICKSTART, SMALL
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,21 +30,8 @@ def seafl(*args, cwd=None, command=None, timeout=300):
 
 
 def here(*args, cwd=None):
-    """``seafl ARGS`` in this process, as a finished process: (exit code, stdout, stderr); argparse's
-    refusal (SystemExit) is its exit code, as in a real process."""
-    out, err = io.StringIO(), io.StringIO()
-    threads = torch.get_num_threads()
-    try:
-        with contextlib.chdir(cwd or ROOT), torch.random.fork_rng(devices=[]), \
-                contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                code = seafl_main([*map(str, args)])
-            except SystemExit as exit:
-                code = exit.code
-    finally:
-        torch.set_num_threads(threads)
-        clear_cache()
-    return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
+    """``seafl ARGS`` in this process (tests/in_process.py), in the repository root unless ``cwd``."""
+    return in_process.seafl(*args, cwd=cwd or ROOT)
 
 
 def console_script():

@@ -76,7 +76,7 @@ def test_killed_run_with_error_feedback_resumes_to_the_same_bytes(tmp_path):
     assert_same_run(ref, out)
 
 
-def test_a_checkpoint_without_residuals_is_refused_in_one_line(tmp_path, capsys):
+def test_a_checkpoint_without_residuals_is_refused_in_one_line(tmp_path):
     overrides = [*SMALL, *FEEDBACK, *EVERY_2]
     out = tmp_path / "run"
     assert cli(*run_args(overrides, out), fault="after_aggregate:2").returncode == -signal.SIGKILL
@@ -84,7 +84,7 @@ def test_a_checkpoint_without_residuals_is_refused_in_one_line(tmp_path, capsys)
     state = torch.load(path, weights_only=True)
     del state["feedback"]  # as a torchrun run writes it: its residuals stayed on the workers
     torch.save(state, path)
-    line = refused(capsys, ["run", QUICKSTART, *overrides, "--out", out], out)
+    line = refused(["run", QUICKSTART, *overrides, "--out", out], out)
     assert "compression.error_feedback cannot resume byte-identically without its devices' residuals" in line
 
 

@@ -1,29 +1,19 @@
 """``data.seed`` holds the data split fixed while ``run.seed`` varies training and the schedule (SPEC "Data").
 The runs are in this process (no interpreter start importing torch and Lightning)."""
-import contextlib
-import io
 import json
 from pathlib import Path
 
-import torch
 
-from seafl_dist.cli import main as seafl_main
-from seafl_dist.data import clear_cache
+import in_process
 from small_runs import QUICKSTART, SMALL
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def run(out, *overrides):
-    err = io.StringIO()
-    threads = torch.get_num_threads()
-    try:
-        with contextlib.chdir(ROOT), torch.random.fork_rng(devices=[]), contextlib.redirect_stderr(err):
-            code = seafl_main(["run", str(QUICKSTART), *SMALL, *overrides, "--out", str(out)])
-    finally:
-        torch.set_num_threads(threads)
-        clear_cache()
-    assert code == 0, err.getvalue()[-3000:]
+    proc = in_process.seafl("run", QUICKSTART, *SMALL, *overrides, "--out", out, cwd=ROOT)
+    code, err = proc.returncode, proc.stderr
+    assert code == 0, err[-3000:]
     return json.loads((out / "partition.json").read_text()), (out / "events.jsonl").read_text()
 
 

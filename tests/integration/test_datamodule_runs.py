@@ -11,16 +11,14 @@ import subprocess
 import sys
 
 import pytest
-import torch
 
+import in_process
 from datamodules import ARGS, write
 from device_runs import CHURN, write_profile
 from resuming import assert_same_run, checkpoint_versions
 from seafl_dist.report.device_eval import read_device_metrics
 from one_line import one_error_line
 from small_runs import QUICKSTART, SMALL
-from seafl_dist.cli import main as seafl_main
-from seafl_dist.data import clear_cache
 
 
 def env_with(folder):
@@ -35,22 +33,12 @@ def seafl(folder, *args, out, env=None):
 
 
 @pytest.fixture
-def here(monkeypatch, capsys):
-    """``seafl run`` of the tiny quickstart in this process (no interpreter start: the suite's time goes to the runs),
-    as a finished process: (exit code, stdout, stderr)."""
+def here(monkeypatch):
+    """``seafl run`` of the tiny quickstart in this process (tests/in_process.py: no interpreter start, the suite's
+    time goes to the runs), with ``folder`` importable, as a finished process."""
     def run(folder, *args, out, dry=False):
         monkeypatch.syspath_prepend(str(folder))
-        capsys.readouterr()
-        threads = torch.get_num_threads()
-        try:
-            with torch.random.fork_rng(devices=[]):
-                code = seafl_main(["run", str(QUICKSTART), *SMALL, *args, "--out", str(out),
-                                   *(["--dry-run"] if dry else [])])
-        finally:
-            torch.set_num_threads(threads)
-            clear_cache()
-        cap = capsys.readouterr()
-        return subprocess.CompletedProcess([], code, cap.out, cap.err)
+        return in_process.seafl("run", QUICKSTART, *SMALL, *args, "--out", out, *(["--dry-run"] if dry else []))
     return run
 
 

@@ -1,20 +1,14 @@
 """`seafl run` end to end on every dataset format (tiny generated files) and every model, in this process
 (``here``: no interpreter start importing torch and Lightning)."""
-import contextlib
-import io
 import json
 import pickle
-import subprocess
-import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
+import in_process
 from one_line import one_error_line
-from seafl_dist.cli import main as seafl_main
-from seafl_dist.data import clear_cache
 from fake_datasets import RunsCommand, random_images, write_cifar, write_cinic, write_idx
 
 QUICKSTART = str(Path(__file__).resolve().parents[2] / "configs" / "quickstart.yaml")
@@ -23,26 +17,10 @@ TINY = ["devices.num=4", "devices.concurrency=2", "algorithm.buffer_size=1", "tr
         "run.max_aggregations=2", "data.partition=iid", "logging.progress=none", "runtime.threads=1"]
 
 
-# the warnings Python's default filters hide in a real process (but in __main__)
-HIDDEN = (DeprecationWarning, PendingDeprecationWarning, ImportWarning, ResourceWarning)
-
-
 def here(*args):
-    """``seafl ARGS`` in this process, as a finished process: (exit code, stdout, stderr). A warning the run
-    raises is on its stderr, as a real process would show it (pytest would record it instead), so that
-    ``one_error_line`` still fails on one."""
-    out, err = io.StringIO(), io.StringIO()
-    threads = torch.get_num_threads()
-    try:
-        with torch.random.fork_rng(devices=[]), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), \
-                warnings.catch_warnings(record=True) as caught:
-            code = seafl_main([*map(str, args)])
-    finally:
-        torch.set_num_threads(threads)
-        clear_cache()
-    shown = "".join(warnings.formatwarning(w.message, w.category, w.filename, w.lineno, w.line)
-                    for w in caught if not issubclass(w.category, HIDDEN))
-    return subprocess.CompletedProcess(args, code, out.getvalue(), shown + err.getvalue())
+    """``seafl ARGS`` in this process (tests/in_process.py), with the warnings a real process shows on its stderr
+    (pytest would record them instead), so that ``one_error_line`` still fails on one."""
+    return in_process.seafl(*args, console=True)
 
 
 def seafl_run(out, *overrides):

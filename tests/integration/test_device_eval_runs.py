@@ -4,18 +4,17 @@ and resumed run gives the uninterrupted run's files; a module's own test_step; F
 import csv
 import json
 import math
-import subprocess
 
 import numpy as np
 import pytest
 import torch
 
+import in_process
 from docs_pages import ROOT, read_page
 from docs_checks import page_modules
 from leaf_files import write_leaf
 from resuming import SMALL, assert_same_run, checkpoint_versions, cli, reference, run_args
-from seafl_dist.cli import main as seafl_main
-from seafl_dist.data import clear_cache, load_dataset
+from seafl_dist.data import load_dataset
 from seafl_dist.data.holdout import HeldOut, writer_holdout
 from seafl_dist.data.labels import sample_groups
 from seafl_dist.models import build_model
@@ -31,21 +30,10 @@ DEVICE_FILES = ("device_metrics.csv", "device_summary.csv")
 
 
 @pytest.fixture
-def here(capsys):
-    """``seafl ARGS`` in this process (no interpreter start), as a finished process: (exit code, stdout, stderr).
+def here():
+    """``seafl ARGS`` in this process (tests/in_process.py), as a finished process.
     The killed and the resumed runs stay real processes (``cli``)."""
-    def run(*args):
-        capsys.readouterr()
-        threads = torch.get_num_threads()
-        try:
-            with torch.random.fork_rng(devices=[]):
-                code = seafl_main([str(a) for a in args])
-        finally:
-            torch.set_num_threads(threads)
-            clear_cache()
-        cap = capsys.readouterr()
-        return subprocess.CompletedProcess(args, code, cap.out, cap.err)
-    return run
+    return in_process.seafl
 
 
 def final_flat(model, run_dir):

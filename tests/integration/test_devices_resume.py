@@ -7,37 +7,23 @@ resume); a profile of other content is refused in one line, and the run dir is l
 """
 import json
 import shutil
-import subprocess
 
 import pytest
-import torch
 
+import in_process
 from device_runs import churn_overrides, write_profile
 from one_line import one_error_line
 from resuming import assert_same_run, checkpoint_versions, cli, dir_bytes, reference, run_args
-from seafl_dist.cli import main as seafl_main
-from seafl_dist.data import clear_cache
 from small_runs import SMALL
 
 EVERY_2 = ["run.checkpoint_every=2", "run.checkpoint_every_s=null"]
 
 
 @pytest.fixture
-def here(capsys):
-    """``seafl ARGS`` in this process (no interpreter start), as a finished process: (exit code, stdout, stderr).
+def here():
+    """``seafl ARGS`` in this process (tests/in_process.py), as a finished process.
     For the refused resumes; the killed runs and the resumed one stay real processes (``cli``)."""
-    def run(*args):
-        capsys.readouterr()
-        threads = torch.get_num_threads()
-        try:
-            with torch.random.fork_rng(devices=[]):
-                code = seafl_main([str(a) for a in args])
-        finally:
-            torch.set_num_threads(threads)
-            clear_cache()
-        cap = capsys.readouterr()
-        return subprocess.CompletedProcess(args, code, cap.out, cap.err)
-    return run
+    return in_process.seafl
 
 
 def _mid_start_in_flight(run_dir, version: int) -> bool:

@@ -12,7 +12,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 import torch
 
 from device_runs import CHURN, GONE, churn_overrides, sha256, write_profile

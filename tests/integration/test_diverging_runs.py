@@ -8,21 +8,16 @@ loss ~1.8e6 against ~2.3 at version 0) on every machine. The last bits of a run'
 machines (docs/running.md), so no number a run computes is written here: the tests check what holds everywhere
 (where, which rule, loss > 10·L₀, how the printed numbers relate), and compare two runs byte for byte only
 where both ran on the machine at hand."""
-import io
 import json
 import re
 import statistics
-import subprocess
-from contextlib import redirect_stderr, redirect_stdout
 
 import pytest
-import torch
 
 import seafl_dist
+import in_process
 from one_line import one_line
 from resuming import QUICKSTART, SMALL, checkpoint_versions, cli, run_args, summary
-from seafl_dist.cli import main as seafl_main
-from seafl_dist.data import clear_cache
 from seafl_dist.report.sinks import METRIC_COLUMNS
 from seafl_dist.settings import parse_override
 
@@ -38,17 +33,9 @@ GUARDED = re.compile(r"update norm (?P<norm>\S+) > 1\.5 × the last (?P<n>\d+) a
 
 
 def here(*args):
-    """``seafl ARGS`` in this process (no interpreter start), as a finished process: (exit code, stdout, stderr).
-    The runs that are killed, resumed or spawn a sweep's child stay real processes (``cli``)."""
-    out, err = io.StringIO(), io.StringIO()
-    threads = torch.get_num_threads()
-    try:
-        with torch.random.fork_rng(devices=[]), redirect_stdout(out), redirect_stderr(err):
-            code = seafl_main([str(a) for a in args])
-    finally:
-        torch.set_num_threads(threads)
-        clear_cache()
-    return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
+    """``seafl ARGS`` in this process (tests/in_process.py), as a finished process. The runs that are killed,
+    resumed or spawn a sweep's child stay real processes (``cli``)."""
+    return in_process.seafl(*args)
 
 
 def warnings(stderr: str) -> list[str]:

@@ -5,7 +5,6 @@ Most cases call the CLI's ``main`` in this process (no interpreter start); one r
 command in a child process with a user's plugin module in its cwd, where a careless import would
 leave a ``__pycache__``.
 """
-import json
 import os
 import subprocess
 import sys
@@ -13,8 +12,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
+import in_process
 from fake_datasets import random_images, write_cifar, write_cinic, write_idx
 from leaf_files import WRITERS, write_leaf
 from resuming import cli, run_args
@@ -22,7 +21,7 @@ from one_line import one_error_line
 from seafl_dist.cli import main
 from seafl_dist.data import DataError, clear_cache, load_dataset
 from seafl_dist.sim import stream_seed
-from small_runs import QUICKSTART, ROOT, SMALL
+from small_runs import QUICKSTART, SMALL
 from user_extensions import EXTENDED, write
 
 TINY = [str(QUICKSTART), *SMALL]
@@ -48,18 +47,6 @@ def dry(args, capsys, code=0):
 
 
 one_line = one_error_line
-
-
-def here(args) -> int:
-    """``seafl ARGS`` in full (it trains) in this process: its exit status; torch's threads and RNG and the
-    dataset cache as they were."""
-    threads = torch.get_num_threads()
-    try:
-        with torch.random.fork_rng(devices=[]):
-            return main([*map(str, args)])
-    finally:
-        torch.set_num_threads(threads)
-        clear_cache()
 
 
 @pytest.fixture
@@ -285,7 +272,7 @@ def test_resume_and_completed_run_dirs(tmp_path, capsys):
     line = one_line(dry(["run", *TINY, "run.seed=5", "--out", out], capsys, code=2)[1])
     assert "run.seed" in line and "another config" in line
     assert snapshot(tmp_path) == before
-    assert here(["run", "--resume", out]) == 0  # the resume itself is not the point here: in this process
+    assert in_process.seafl("run", "--resume", out).returncode == 0  # the resume itself is not the point here: in this process
     capsys.readouterr()  # its output is not the dry run's
     text, _ = dry(["run", "--resume", out], capsys)
     assert "holds a completed run of this config; the run would do nothing" in text

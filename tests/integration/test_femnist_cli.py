@@ -1,15 +1,12 @@
 """`seafl run` on FEMNIST (tiny files in LEAF's format) with one device per writer, end to end."""
 import json
-import subprocess
 
 import numpy as np
 import pytest
-import torch
 
 import seafl_dist
+import in_process
 from one_line import one_error_line
-from seafl_dist.cli import main as seafl_main
-from seafl_dist.data import clear_cache
 from seafl_dist.report.trace import check_run
 
 from leaf_files import WRITERS, write_leaf
@@ -20,21 +17,10 @@ NATURAL = ["data.name=femnist", "data.partition=natural", "devices.num=null", "d
 
 
 @pytest.fixture
-def seafl(capsys):
-    """``seafl ARGS`` in this process (no interpreter start: the suite's time goes to the runs), as a finished
-    process: (exit code, stdout, stderr)."""
-    def run(*args):
-        capsys.readouterr()
-        threads = torch.get_num_threads()
-        try:
-            with torch.random.fork_rng(devices=[]):
-                code = seafl_main([str(a) for a in args])
-        finally:
-            torch.set_num_threads(threads)
-            clear_cache()
-        cap = capsys.readouterr()
-        return subprocess.CompletedProcess(args, code, cap.out, cap.err)
-    return run
+def seafl():
+    """``seafl ARGS`` in this process (tests/in_process.py: no interpreter start, the suite's time goes to the
+    runs), as a finished process."""
+    return in_process.seafl
 
 
 def test_run_with_every_writer_a_device(tmp_path, seafl):

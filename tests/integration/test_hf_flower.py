@@ -18,10 +18,10 @@ pytest.importorskip("datasets")
 pytest.importorskip("flwr_datasets")
 
 from device_runs import CHURN, write_profile  # noqa: E402
+import in_process  # noqa: E402
 from hf_datasets import WRITERS, image_arrays, image_dataset, text_files, token_rows  # noqa: E402
 from one_line import one_line_message  # noqa: E402
 from resuming import assert_same_run, checkpoint_versions  # noqa: E402
-from seafl_dist.cli import main as seafl_main  # noqa: E402
 from seafl_dist.data import ArrayDataset, clear_cache, load_dataset  # noqa: E402
 from seafl_dist.data.samples import SampleDataset  # noqa: E402
 from seafl_dist.runtime.setup import prepare  # noqa: E402
@@ -63,7 +63,7 @@ def seafl(made, *args, out, env=None):
 
 
 @pytest.fixture
-def here(made, monkeypatch, capsys):
+def here(made, monkeypatch):
     """``seafl`` (above) in this process, no interpreter start: a finished process (exit code, stdout, stderr).
     ``wandb_in``: W&B's settings in the environment as wandb_runs.offline_env makes them (no key, no network)."""
     def run(*args, out, wandb_in=None):
@@ -76,16 +76,7 @@ def here(made, monkeypatch, capsys):
             for key, value in offline_env(wandb_in).items():
                 if key.startswith("WANDB_") or key == "NETRC":
                     monkeypatch.setenv(key, value)
-        capsys.readouterr()
-        threads = torch.get_num_threads()
-        try:
-            with torch.random.fork_rng(devices=[]):
-                code = seafl_main(["run", str(QUICKSTART), *SMALL, *args, "--out", str(out)])
-        finally:
-            torch.set_num_threads(threads)
-            clear_cache()
-        cap = capsys.readouterr()
-        return subprocess.CompletedProcess([], code, cap.out, cap.err)
+        return in_process.seafl("run", QUICKSTART, *SMALL, *args, "--out", out)
     return run
 
 

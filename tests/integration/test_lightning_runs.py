@@ -7,21 +7,19 @@ gives the plain loop's bytes. Modules that break Lightning's contract are refuse
 naming ``model.name`` (exit 2, no run dir), in ``--dry-run`` too. A module with hooks of its own is
 never fused (``runtime.batch_jobs`` > 1): one line says why, and the run is the one-at-a-time run.
 """
+import functools
 import json
-import logging
 import os
 import subprocess
 import sys
-import warnings
 from pathlib import Path
 
 import pytest
 import torch
 
+import in_process
 from one_line import one_error_line
 from resuming import QUICKSTART, SMALL, assert_same_run, checkpoint_versions, reference, run_args
-from seafl_dist.cli import main as seafl_main
-from seafl_dist.data import clear_cache
 from seafl_dist.report.trainlog import read_train_log
 
 TESTS = Path(__file__).resolve().parents[1]
@@ -40,56 +38,13 @@ def seafl(*args, fault=None, extra_path=None):
                           capture_output=True, text=True, timeout=300)
 
 
-# the warning filters a fresh interpreter starts with (no -W, no PYTHONWARNINGS, no -X dev), first match wins
-FRESH_FILTERS = [("default", DeprecationWarning, "__main__"), ("ignore", DeprecationWarning, ""),
-                 ("ignore", PendingDeprecationWarning, ""), ("ignore", ImportWarning, ""), ("ignore", ResourceWarning, "")]
-
-
-class LightningConsole(logging.Handler):
-    """What a fresh interpreter's Lightning prints (its packages give their loggers a console handler when the root
-    logger has none): each record of its loggers once, as a line of this process's stderr."""
-
-    def __init__(self):
-        super().__init__()
-        self.seen = []
-
-    def emit(self, record):
-        if not any(r is record for r in self.seen):  # a record may pass two of the loggers (pytest's root propagates)
-            self.seen.append(record)
-            sys.stderr.write(self.format(record) + "\n")
-
-
 @pytest.fixture
-def here(monkeypatch, capsys):
-    """``seafl`` (above) in this process, no interpreter start: a finished process (exit code, stdout, stderr).
-    Its stderr holds what a real process's console would beyond seafl's own lines: Lightning's log records and the
+def here(monkeypatch):
+    """``seafl`` (above) in this process (tests/in_process.py), in the repository root: a finished process whose
+    stderr holds what a real process's console would beyond seafl's own lines, Lightning's log records and the
     warnings the interpreter's default filters show."""
-    def run(*args):
-        monkeypatch.chdir(ROOT)
-        monkeypatch.delenv("SEAFL_FAULT", raising=False)
-        capsys.readouterr()
-        console = LightningConsole()
-        loggers = [logging.getLogger(name) for name in ("lightning", "lightning.pytorch", "lightning.fabric")]
-        for lg in loggers:
-            lg.addHandler(console)
-        threads = torch.get_num_threads()
-        try:
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.resetwarnings()
-                for action, category, module in FRESH_FILTERS:
-                    warnings.filterwarnings(action, category=category, module=module, append=True)
-                with torch.random.fork_rng(devices=[]):
-                    code = seafl_main([str(a) for a in args])
-            for w in caught:
-                sys.stderr.write(warnings.formatwarning(w.message, w.category, w.filename, w.lineno, w.line))
-        finally:
-            for lg in loggers:
-                lg.removeHandler(console)
-            torch.set_num_threads(threads)
-            clear_cache()
-        cap = capsys.readouterr()
-        return subprocess.CompletedProcess(list(args), code, cap.out, cap.err)
-    return run
+    monkeypatch.delenv("SEAFL_FAULT", raising=False)
+    return functools.partial(in_process.seafl, cwd=ROOT, console=True)
 
 
 @pytest.fixture(scope="module")
@@ -273,11 +228,11 @@ def bad_modules(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("dry", [False, True], ids=["run", "dry-run"])
 @pytest.mark.parametrize("name", sorted(REFUSALS))
-def test_a_module_that_breaks_lightnings_contract_is_refused_in_one_line(name, dry, bad_modules, tmp_path, capsys):
+def test_a_module_that_breaks_lightnings_contract_is_refused_in_one_line(name, dry, bad_modules, tmp_path):
     out = tmp_path / "run"
-    code = seafl_main([*map(str, run_args([*SMALL, f"model.name=badmods:{name}"], out)), *(["--dry-run"] if dry else [])])
-    err = capsys.readouterr().err
-    assert code == 2, err[-2000:]
+    proc = in_process.seafl(*run_args([*SMALL, f"model.name=badmods:{name}"], out), *(["--dry-run"] if dry else []))
+    err = proc.stderr
+    assert proc.returncode == 2, err[-2000:]
     one_error_line(err, f"'model.name' has value 'badmods:{name}'", REFUSALS[name])
     assert not out.exists()
 
@@ -289,8 +244,7 @@ def test_a_module_that_breaks_lightnings_contract_is_refused_in_one_line(name, d
     ("user_extensions_plain:tiny_mlp", ["train.lr=0.05", "train.momentum=0.9"], None),  # wrapped: trained with them
 ])
 @pytest.mark.parametrize("dry", [True, False])
-def test_optimizer_keys_a_modules_own_optimizer_ignores_are_named(model, optim, warned, dry, tmp_path, capsys,
-                                                                   monkeypatch):
+def test_optimizer_keys_a_modules_own_optimizer_ignores_are_named(model, optim, warned, dry, tmp_path, monkeypatch):
     """A LightningModule's configure_optimizers makes its optimizer: train.lr, train.momentum and
     train.weight_decay set in the config do nothing, and one warning says so before the run trains."""
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -299,8 +253,9 @@ def test_optimizer_keys_a_modules_own_optimizer_ignores_are_named(model, optim, 
         "    return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(in_channels * image_size ** 2, num_classes))\n")
     defaults = ["train.lr=0.01", "train.momentum=0", "train.weight_decay=0"]  # the schema's: SMALL's quickstart sets some
     args = ["run", QUICKSTART, *SMALL, *defaults, f"model.name={model}", *optim, "run.max_aggregations=1", "--out", tmp_path / "r"]
-    assert seafl_main([*map(str, args), *(["--dry-run"] if dry else [])]) == 0
-    warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("seafl: warning:")]
+    proc = in_process.seafl(*args, *(["--dry-run"] if dry else []))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    warnings = [line for line in proc.stderr.splitlines() if line.startswith("seafl: warning:")]
     if warned is None:
         assert warnings == []
     else:

@@ -100,7 +100,7 @@ def test_summary_and_every_checkpoint_record_both_versions(dirs):
 def test_resume_across_numerics_versions_is_refused_and_overwrite_starts_afresh(capsys, dirs, killed, direction):
     d = other_numerics(killed, direction)
     for argv in (["run", "--resume", killed], run_args(ARGS, killed)):
-        err = refused(capsys, argv, killed)
+        err = refused(argv, killed)
         assert err.startswith(f"seafl: error: checkpoint {killed / 'checkpoint-00000004.pt'} was trained "
                               f"{d['dir_says']}, and {CODE_SAYS} (other bits); "), err
         assert "--overwrite" in err and "another --out" in err
@@ -114,7 +114,7 @@ def test_resume_across_numerics_versions_is_refused_and_overwrite_starts_afresh(
 @pytest.mark.parametrize("direction", DIRECTIONS)
 def test_a_completed_run_of_another_numerics_version_is_refused_not_reported(capsys, dirs, done, direction):
     d = other_numerics(done, direction)
-    err = refused(capsys, run_args(ARGS, done), done)
+    err = refused(run_args(ARGS, done), done)
     assert err.startswith(f"seafl: error: run dir {done} holds a completed run trained {d['dir_says']}, and "
                           f"{CODE_SAYS} (other bits); "), err
     before = dir_bytes(done)
@@ -127,14 +127,14 @@ def test_a_completed_run_of_another_numerics_version_is_refused_not_reported(cap
     same_bits(dirs[1], done)
 
 
-def test_a_run_dir_the_code_of_numerics_version_1_wrote_is_refused_and_held_other_bits(capsys, dirs, tmp_path):
+def test_a_run_dir_the_code_of_numerics_version_1_wrote_is_refused_and_held_other_bits(dirs, tmp_path):
     """Not records rewritten: the run of the code before the bump (from git), refused by this code in one
     line; run afresh, its trained files are this code's, and not the ones the old code wrote."""
     old = tmp_path / "v1"
     run_package(package_at(LAST_OF_1, tmp_path / "old"), old, ARGS)
     assert {k: summary(old)[k] for k in RECORDS} == {"seafl_version": "0.1.0", "numerics": 1}
     written = dir_bytes(old)
-    err = refused(capsys, run_args(ARGS, old), old)
+    err = refused(run_args(ARGS, old), old)
     assert err.startswith(f"seafl: error: run dir {old} holds a completed run trained by seafl 0.1.0 with numerics "
                           f"version 1, and {CODE_SAYS} (other bits); use seafl 0.1.0 for it"), err
     assert seafl_main([*map(str, run_args(ARGS, old)), "--overwrite"]) == 0
@@ -145,24 +145,24 @@ def test_a_run_dir_the_code_of_numerics_version_1_wrote_is_refused_and_held_othe
 
 def test_a_package_version_alone_may_change(capsys, monkeypatch, dirs, killed, done):
     monkeypatch.setattr(versions, "__version__", "0.9.0")
-    assert refused(capsys, run_args(ARGS, done), done, code=0).endswith("nothing to do")
+    assert refused(run_args(ARGS, done), done, code=0).endswith("nothing to do")
     assert seafl_main(["run", "--resume", str(killed)]) == 0
     assert f"resumed {killed} after aggregation 4" in capsys.readouterr().err
     assert summary(killed)["seafl_version"] == "0.9.0"
     same_bits(dirs[1], killed)
 
 
-def test_dirs_written_before_the_versions_were_recorded_are_numerics_version_1(capsys, monkeypatch, dirs, killed,
+def test_dirs_written_before_the_versions_were_recorded_are_numerics_version_1(monkeypatch, dirs, killed,
                                                                                 done):
     for d in (killed, done):
         rewrite_records(d, seafl_version=None, numerics=None)
     assert "numerics" not in summary(done) and "numerics" not in torch.load(killed / "checkpoint-00000004.pt")
-    err = refused(capsys, run_args(ARGS, done), done)  # this code as it is, numerics version 2
+    err = refused(run_args(ARGS, done), done)  # this code as it is, numerics version 2
     assert "trained by a seafl that recorded no version with numerics version 1, and this seafl" in err
     assert "use the seafl that wrote it for it" in err
-    assert "recorded no version with numerics version 1" in refused(capsys, ["run", "--resume", killed], killed)
+    assert "recorded no version with numerics version 1" in refused(["run", "--resume", killed], killed)
     monkeypatch.setattr(versions, "NUMERICS", 1)  # code of version 1: they compare equal and resume
-    assert refused(capsys, run_args(ARGS, done), done, code=0).endswith("nothing to do")
+    assert refused(run_args(ARGS, done), done, code=0).endswith("nothing to do")
     assert seafl_main(["run", "--resume", str(killed)]) == 0
     same_bits(dirs[1], killed)
 
@@ -177,7 +177,7 @@ def test_a_sweep_refuses_to_skip_a_completed_run_of_another_numerics_version(cap
     monkeypatch.setattr(versions, "__version__", "0.9.0")  # a package version alone: skipped
     assert seafl_main(argv) == 0 and f"skip  {run.name} (completed)" in capsys.readouterr().err
     rewrite_records(run, seafl_version="0.1.0", numerics=1)  # as the code before the bump wrote it
-    err = refused(capsys, argv, run)
+    err = refused(argv, run)
     assert err == (f"seafl: error: sweep run {run.name}: {run} holds a run (completed) trained by seafl 0.1.0 with "
                    f"numerics version 1, and this seafl 0.9.0 trains numerics version 2 (other bits); use seafl "
                    f"0.1.0 for it, or another --out (or delete {run}) to run it afresh with this one")

@@ -4,15 +4,13 @@ and, when it leaves too few devices, ends the run stalled; a target ε calibrate
 first lines say so; a run killed in the middle resumes to the same bytes (the counts m_k are in the checkpoint)."""
 import json
 import re
-import subprocess
 from collections import Counter
 
 import pytest
 import torch
 
+import in_process
 from resuming import assert_same_run, checkpoint_versions, cli, reference, run_args, summary
-from seafl_dist.cli import main as seafl_main
-from seafl_dist.data import clear_cache
 from seafl_dist.privacy import epsilon, sensitivity
 from seafl_dist.privacy.sensitivity import seafl_sensitivity
 from seafl_dist.report.build import write_report
@@ -27,21 +25,10 @@ EVERY_2 = ["run.checkpoint_every=2", "run.checkpoint_every_s=null"]
 
 
 @pytest.fixture
-def here(capsys):
-    """``seafl ARGS`` in this process (no interpreter start), as a finished process: (exit code, stdout, stderr).
+def here():
+    """``seafl ARGS`` in this process (tests/in_process.py), as a finished process.
     The killed and the resumed runs stay real processes (``cli``)."""
-    def run(*args):
-        capsys.readouterr()
-        threads = torch.get_num_threads()
-        try:
-            with torch.random.fork_rng(devices=[]):
-                code = seafl_main([str(a) for a in args])
-        finally:
-            torch.set_num_threads(threads)
-            clear_cache()
-        cap = capsys.readouterr()
-        return subprocess.CompletedProcess(args, code, cap.out, cap.err)
-    return run
+    return in_process.seafl
 
 
 def aggregates(run):

@@ -17,9 +17,8 @@ import sys
 import pytest
 
 import seafl_dist
-from resuming import (SAME_BYTES, assert_same_run, checkpoint_versions, cli, dir_bytes, reference, run_args,
-                      summary)
-from one_line import one_line
+from resuming import (SAME_BYTES, assert_same_run, checkpoint_versions, cli, dir_bytes, reference, refused,
+                      run_args, summary)
 from seafl_dist.cli import main as seafl_main
 from seafl_dist.runtime.runlock import NAME
 from seafl_dist.settings import ConfigError
@@ -29,14 +28,6 @@ from tmpfs import tmpfs
 
 A = [*SMALL, "algorithm.name=fedbuff", "run.max_aggregations=4"]
 B = [*SMALL, "run.checkpoint_every=1", "run.checkpoint_every_s=null"]
-
-
-def refused(capsys, argv, run_dir, *, code=2) -> str:
-    before = dir_bytes(run_dir)
-    assert seafl_main([str(a) for a in argv]) == code
-    err = one_line(capsys.readouterr().err)
-    assert dir_bytes(run_dir) == before, "a refused run changed the run dir"
-    return err
 
 
 @pytest.fixture(scope="module")
@@ -57,10 +48,10 @@ def killed(runs, tmp_path):
     return tmp_path / "run"
 
 
-def test_a_completed_run_of_another_config_is_refused_naming_the_keys(capsys, runs, tmp_path):
+def test_a_completed_run_of_another_config_is_refused_naming_the_keys(runs, tmp_path):
     done_a = tmp_path / "a"
     shutil.copytree(runs[0], done_a)
-    err = refused(capsys, run_args(B, done_a), done_a)
+    err = refused(run_args(B, done_a), done_a)
     assert err.startswith(f"seafl: error: run dir {done_a} holds a completed run of another config: ")
     assert "algorithm.name ('fedbuff' there, 'seafl' now)" in err and "--overwrite" in err
 
@@ -77,7 +68,7 @@ def test_the_killed_run_resumes_with_the_same_command_and_never_reports_the_othe
     done_a, ref_b, _ = runs
     for temp in ("checkpoint-00000004.pt.tmp", "model.pt.tmp"):  # as a kill during a write leaves them
         (killed / temp).write_bytes(b"\0" * 1000)
-    err = refused(capsys, run_args(A, killed), killed)  # A into B's unfinished run: refused too
+    err = refused(run_args(A, killed), killed)  # A into B's unfinished run: refused too
     assert "is of another config" in err and "algorithm.name ('seafl' there, 'fedbuff' now)" in err
     assert seafl_main([*map(str, run_args(B, killed)), "--overwrite"]) == 0  # a requeue repeats the command
     assert f"resumed {killed} after aggregation 3" in capsys.readouterr().err
@@ -85,12 +76,12 @@ def test_the_killed_run_resumes_with_the_same_command_and_never_reports_the_othe
     assert not list(killed.glob("*.tmp")) and not (killed / NAME).exists()
     s = summary(killed)
     assert s["algorithm"] == "seafl" and s["aggregations"] == 6 and s != summary(done_a)
-    assert refused(capsys, run_args(B, killed), killed, code=0).endswith("nothing to do")
+    assert refused(run_args(B, killed), killed, code=0).endswith("nothing to do")
 
 
 @pytest.mark.parametrize("override", ["runtime.precision=bf16", "runtime.batch_jobs=2", "runtime.deterministic=true"])
-def test_resume_refuses_keys_that_change_the_trained_bits(capsys, killed, override):
-    err = refused(capsys, ["run", "--resume", str(killed), override], killed)
+def test_resume_refuses_keys_that_change_the_trained_bits(killed, override):
+    err = refused(["run", "--resume", str(killed), override], killed)
     assert "another config" in err and override.split("=")[0] + " (" in err
 
 
@@ -101,7 +92,7 @@ def test_a_dir_held_by_a_live_run_is_refused_and_taken_over_once_it_is_gone(caps
                               env={**os.environ, "PYTHONPATH": str(ROOT)})
     try:
         assert holder.stdout.readline().strip() == "held"
-        err = refused(capsys, ["run", "--resume", str(killed)], killed)
+        err = refused(["run", "--resume", str(killed)], killed)
         assert f"run dir {killed} is in use by another run: host " in err and f"pid {holder.pid} " in err
         assert "heartbeat 0s ago" in err or "heartbeat 1s ago" in err
     finally:
@@ -131,20 +122,20 @@ def test_the_python_api_refuses_and_overwrites_alike(runs, tmp_path):
     assert_same_run(runs[1], done_a)
 
 
-def test_an_out_that_is_a_file_is_one_line_before_anything_trains(capsys, tmp_path):
+def test_an_out_that_is_a_file_is_one_line_before_anything_trains(tmp_path):
     (tmp_path / "f").write_text("mine")
-    err = refused(capsys, run_args(B, tmp_path / "f"), tmp_path)
+    err = refused(run_args(B, tmp_path / "f"), tmp_path)
     assert f"--out {tmp_path / 'f'} is an existing file, not a directory" in err
-    err = refused(capsys, run_args(B, tmp_path / "f" / "run"), tmp_path)
+    err = refused(run_args(B, tmp_path / "f" / "run"), tmp_path)
     assert "is a file, so the run dir cannot be created under it" in err
     with pytest.raises(ConfigError, match="is an existing file"):
         seafl_dist.run(str(QUICKSTART), out=tmp_path / "f", **api_kwargs(B))
     assert (tmp_path / "f").read_text() == "mine"
 
 
-def test_an_out_that_cannot_be_written_is_one_line(capsys, tmp_path):
+def test_an_out_that_cannot_be_written_is_one_line(tmp_path):
     with tmpfs(tmp_path / "ro", "size=1m,ro") as ro:
-        err = refused(capsys, run_args(B, ro / "run"), ro)
+        err = refused(run_args(B, ro / "run"), ro)
         assert f"--out {ro / 'run'}: {ro} is on a read-only file system" in err
         with pytest.raises(ConfigError, match="read-only file system"):
             seafl_dist.run(str(QUICKSTART), out=ro / "run", **api_kwargs(B))

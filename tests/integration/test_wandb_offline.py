@@ -4,21 +4,17 @@ each version once. Read back from the run's ``.wandb`` files (W&B's record log: 
 log of ``wandb_internal_pb2.Record`` protobufs, read by seafl_dist.report.wandb_files), with no
 API key and no network."""
 import csv
-import io
 import json
 import os
 import subprocess
 import sys
-from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import pytest
-import torch
 
 pytest.importorskip("wandb.proto.wandb_internal_pb2")
 
-from seafl_dist.cli import main as seafl_main  # noqa: E402
-from seafl_dist.data import clear_cache  # noqa: E402
+import in_process  # noqa: E402
 from seafl_dist.report.wandb_files import offline_files, read_offline_run  # noqa: E402
 from wandb_runs import history_across, logged_versions, offline_env  # noqa: E402
 
@@ -46,22 +42,14 @@ def seafl_here(tmp: Path, out: Path, *overrides):
     """``seafl_offline`` in this process (no interpreter start), W&B's settings in the environment as
     ``offline_env`` makes them: a finished process (exit code, stdout, stderr)."""
     (tmp / "tiny.yaml").write_text(TINY)
-    stdout, stderr = io.StringIO(), io.StringIO()
     with pytest.MonkeyPatch.context() as mp:  # module-scoped fixtures use it too
         for key in [k for k in os.environ if k.startswith("WANDB_") or k == "SEAFL_FAULT"]:
             mp.delenv(key)
         for key, value in offline_env(tmp).items():
             if key.startswith("WANDB_") or key == "NETRC":
                 mp.setenv(key, value)
-        threads = torch.get_num_threads()
-        try:
-            with torch.random.fork_rng(devices=[]), redirect_stdout(stdout), redirect_stderr(stderr):
-                code = seafl_main(["run", str(tmp / "tiny.yaml"), "logging.wandb.enabled=true",
-                                   "logging.wandb.mode=offline", *overrides, "--out", str(out)])
-        finally:
-            torch.set_num_threads(threads)
-            clear_cache()
-    return subprocess.CompletedProcess([], code, stdout.getvalue(), stderr.getvalue())
+        return in_process.seafl("run", tmp / "tiny.yaml", "logging.wandb.enabled=true", "logging.wandb.mode=offline",
+                                *overrides, "--out", out)
 
 
 @pytest.fixture(scope="module")
