@@ -71,3 +71,18 @@ def test_rank_zero_fails_a_worker_stuck_on_its_job_but_not_one_that_just_got_it(
             check(7)
     finally:
         beat.stop()
+
+
+def test_a_ranks_error_is_said_once_on_stderr_and_bad_input_is_left_to_the_cli(capsys):
+    from seafl_dist.runtime.distributed import say_failure
+    from seafl_dist.settings import ConfigError
+
+    lost = RuntimeError("worker rank 2 stopped (no heartbeat for 3s)")
+    say_failure(0, lost)
+    say_failure(0, lost)  # launch.py's call after run_distributed's: already said
+    say_failure(2, ValueError("boom"))
+    say_failure(0, ConfigError("config key 'a.b' has value 1"))  # rank 0's CLI says it, as `seafl: error: ...`
+    say_failure(1, FileNotFoundError("no data"))
+    assert capsys.readouterr().err.splitlines() == [
+        "seafl: error on rank 0: RuntimeError: worker rank 2 stopped (no heartbeat for 3s)",
+        "seafl: error on rank 2: ValueError: boom"]
