@@ -231,9 +231,11 @@ def plot_time_to_target(groups, targets, path: str | Path, *, title: str | None 
                 mean = float(np.mean(hit)) if hit else math.inf
                 if hit:
                     ax.barh(y, mean, height=0.6, color=look["color"], alpha=0.45, lw=0)
-                ax.scatter([t if math.isfinite(t) else never for t in ts], [y] * len(ts), s=16, zorder=3,
-                           color=look["color"], edgecolor="black", linewidths=0.4,
-                           marker=look["marker"] if hit else "X")
+                missed = len(ts) - len(hit)  # each seed that never reached it is a cross, whatever the others did
+                for xs, marker in ((hit, look["marker"]), ([never] * missed, "X")):
+                    if xs:
+                        ax.scatter(xs, [y] * len(xs), s=16, zorder=3, color=look["color"], edgecolor="black",
+                                   linewidths=0.4, marker=marker)
                 rows += [{"label": label, "point": g.label, "target": target, "seed": r.seed, "time": t,
                           "mean_of_reached": mean, "reached": len(hit), "seeds": len(ts)} for r, t in zip(g.runs, ts)]
             ax.set_title(f"to {metric.target_text(target)}")

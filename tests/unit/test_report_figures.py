@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from matplotlib.collections import PathCollection, PolyCollection
 from matplotlib.colors import rgb_to_hsv, to_rgb
+from matplotlib.markers import MarkerStyle
 
 from seafl_dist.report.build import write_report
 from seafl_dist.report.figures import plot_accuracy_vs_time, plot_time_to_target
@@ -144,11 +145,19 @@ def test_time_to_target_draws_each_seed_the_mean_and_never(k_groups, tmp_path):
     ticks = {t.get_text(): t.get_position()[0] for t in ax.get_xticklabels()}
     never = ticks["never"]
     assert never > 70  # past every finite time (the slowest seed: 70 s)
-    dots = [c.get_offsets() for c in ax.collections if isinstance(c, PathCollection)]
-    by_row = {int(round(o[0][1])): sorted(o[:, 0]) for o in dots}
+    cross = MarkerStyle("X")
+    cross = cross.get_path().transformed(cross.get_transform()).vertices
+    by_row, crosses = {}, {}
+    for c in (c for c in ax.collections if isinstance(c, PathCollection)):
+        row, xs = int(round(c.get_offsets()[0][1])), list(c.get_offsets()[:, 0])
+        by_row[row] = sorted(by_row.get(row, []) + xs)
+        if np.array_equal(c.get_paths()[0].vertices, cross):
+            crosses[row] = crosses.get(row, []) + xs
     assert by_row[0] == pytest.approx([30, 40, never])  # SEAFL K=5: seed 0 never reached 90%
     assert by_row[1] == pytest.approx([8, 12, 20])
     assert by_row[4] == pytest.approx([never] * 3)  # SEAFL K=1: never, drawn, not dropped
+    # a seed that never reached it is a cross, as the caption says, also beside seeds of its arm that did
+    assert crosses == {0: pytest.approx([never]), 4: pytest.approx([never] * 3)}
     bars = {int(round(b.get_y() + b.get_height() / 2)): b.get_width() for c in ax.containers for b in c}
     assert bars == pytest.approx({0: 35.0, 1: 40 / 3, 2: 60.0, 3: 92 / 3})  # no bar for K=1: no seed reached
     assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == LABELS
