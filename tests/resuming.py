@@ -19,8 +19,11 @@ SAME_BYTES = ("events.jsonl", "metrics.csv", "model.pt")
 
 
 def reference(out: Path, overrides) -> Path:
-    """An uninterrupted run of ``QUICKSTART + overrides`` into ``out``, in this process (tests/in_process.py)."""
+    """An uninterrupted run of ``QUICKSTART + overrides`` into ``out``, in this process (tests/in_process.py); what it
+    printed is passed on to this process's stdout and stderr (a test may read it with capsys)."""
     proc = in_process.seafl("run", QUICKSTART, *overrides, "--out", out)
+    sys.stdout.write(proc.stdout)
+    sys.stderr.write(proc.stderr)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return out
 
