@@ -154,6 +154,17 @@ def proof_mismatch(run_dir: Path, summary: dict) -> str | None:
     return None
 
 
+# ---- the server-private part ----------------------------------------------------------------
+
+PRIVATE = "private"  # docs/privacy.md, "Every output and its status": what never leaves the server
+
+
+def private_dir(run_dir: Path) -> Path:
+    """The one place inside a run dir for what is server-private (the noise key; checkpoints and residual files
+    as they move there): ``<run>/private``. Nothing in it is released (``seafl release`` leaves it out)."""
+    return Path(run_dir) / PRIVATE
+
+
 # ---- checkpoints and clearing -------------------------------------------------------------
 
 def checkpoints(run_dir: Path) -> list[Path]:
