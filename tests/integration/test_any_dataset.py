@@ -89,7 +89,7 @@ def test_what_cannot_work_is_refused_in_one_line_saying_what_would(mod, fn, frag
     with pytest.raises(ConfigError) as err:
         prepare(cfg)
     fix = {"ragged": "give the dataset a collate_fn attribute", "stream": "return a map-style Dataset"}.get(
-        fn, "config key 'data.name'")
+        fn, "of the training split; give the test split only those labels, or both splits a classes list")
     one_line_message(str(err.value), f"config key 'data.name' has value '{name}:{fn}'", fragment, fix)
 
 
