@@ -145,7 +145,7 @@ def test_a_workers_file_holds_each_devices_residual_before_its_first_job_not_tak
     assert saved["residuals"][1].tolist() == [0.0, 2.0, 3.0]  # before job 11, which a resume trains again
     assert saved["residuals"][3].tolist() == [0.0, 5.0]  # after job 12, taken
     assert outbox.sent == [(0, Header(SAVED, version=7, job=path.stat().st_size))]
-    torch.save({"residuals": {path.name: path.stat().st_size}}, tmp_path / "checkpoint-00000007.pt")  # as a resume reads it
+    torch.save({"residuals": {path.name: path.stat().st_size}}, tmp_path / "checkpoint-00000007.pt")  # a resume's
     assert {d: r.tolist() for d, r in residuals.gather(tmp_path / "checkpoint-00000007.pt").items()} == {
         1: [0.0, 2.0, 3.0], 3: [0.0, 5.0]}
 
