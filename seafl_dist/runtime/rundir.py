@@ -10,8 +10,9 @@ Which config keys may differ between a run dir and the command that reuses it (r
 "completed" check): where and how it runs, not what it computes: ``runtime.device``,
 ``.threads``, ``.backend``, ``.placement``, ``.timeout_s``, ``.cuda_graphs`` (a graph gives the eager step's
 bits), every ``logging.*`` key, ``name`` and
-``run.checkpoint_every``/``_s``, and ``devices.profile``'s path: its content is compared instead (the
-sha256 that summary.json and the checkpoints record). Every other key, ``runtime.precision``, ``runtime.batch_jobs``
+``run.checkpoint_every``/``_s``, ``devices.profile``'s path: its content is compared instead (the
+sha256 that summary.json and the checkpoints record), and ``privacy.key_file``'s path: its key is compared instead
+(the fingerprint the checkpoints record, privacy/keys.py). Every other key, ``runtime.precision``, ``runtime.batch_jobs``
 and ``runtime.deterministic`` included (they change the trained bits far beyond the last ones), must be equal.
 
 Beside the config, the code: a run dir's bits belong to one numerics version (seafl_dist/versions.py,
@@ -33,7 +34,8 @@ from seafl_dist import versions
 
 FREE_SECTIONS = ("logging",)
 FREE_KEYS = ("name", "run.checkpoint_every", "run.checkpoint_every_s", "runtime.device", "runtime.threads",
-             "runtime.backend", "runtime.placement", "runtime.timeout_s", "runtime.cuda_graphs", "devices.profile")
+             "runtime.backend", "runtime.placement", "runtime.timeout_s", "runtime.cuda_graphs", "devices.profile",
+             "privacy.key_file")
 # What a run writes (and a fresh start or --overwrite removes); the proof covers those a completed run keeps.
 PROVEN = ("config.yaml", "events.jsonl", "metrics.csv", "train_log.csv", "model.pt", "partition.json",
           "partition.npz", "device_metrics.csv", "device_summary.csv")

@@ -151,6 +151,7 @@ class Server(Snapshots):
             self.writer = RunWriter(self.dir, resume_at=(state["events_bytes"], state["metrics_bytes"]),
                                     columns=self.columns)
         self.devices.open(self.dir, state)
+        self.privacy.open(rundir.private_dir(self.dir), state)  # the noise key, or secure noise's record (privacy/)
         status, error = "failed", None
         try:
             final = self._loop(state)

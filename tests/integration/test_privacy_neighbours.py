@@ -24,7 +24,7 @@ import torch
 from resuming import reference
 from seafl_dist.data.loaders import clear_cache
 from seafl_dist.report.wandb_files import offline_files
-from small_runs import PER_ALGORITHM, SMALL
+from small_runs import DP_KEY, PER_ALGORITHM, SMALL
 from wandb_runs import history_across, offline_env
 
 SOURCE = '''
@@ -101,7 +101,7 @@ RULES = {
     "seafl_model": ["algorithm.name=seafl", "privacy.seafl_form=model"],
     "seafl2": ["algorithm.name=seafl2", *PER_ALGORITHM["seafl2"], *WANDB],
 }
-PRIVATE = ["privacy.enabled=true", "privacy.noise_multiplier=0.5", "privacy.clipping_bound=1", "devices.num=8",
+PRIVATE = ["privacy.enabled=true", "privacy.noise_multiplier=0.5", "privacy.clipping_bound=1", "devices.num=8", *DP_KEY,
            "run.max_aggregations=6", "run.eval_every=1"]
 # the only leaves that may differ at t*: the evaluation of the noised model, and what the summary derives from it
 EVAL_KEYS = {"accuracy", "loss", "metrics"}

@@ -16,11 +16,11 @@ from seafl_dist.privacy.sensitivity import seafl_sensitivity
 from seafl_dist.report.build import write_report
 from seafl_dist.report.trace import check_run
 from seafl_dist.settings import config_from_dict
-from small_runs import SMALL
+from small_runs import DP_KEY, SMALL
 
 Z = 0.8
 PRIVATE = ["algorithm.name=fedbuff", "privacy.enabled=true", f"privacy.noise_multiplier={Z}",
-           "privacy.clipping_bound=2", "privacy.max_participation=3"]
+           "privacy.clipping_bound=2", "privacy.max_participation=3", *DP_KEY]  # one key: runs compared share noise
 EVERY_2 = ["run.checkpoint_every=2", "run.checkpoint_every_s=null"]
 
 
