@@ -6,7 +6,8 @@ noise of aggregation t is drawn from a cryptographic stream keyed by a secret ke
 
 - **where it comes from** (:func:`given_key`, then :func:`open_key`): ``privacy.key_file`` (a file's bytes) or the
   environment variable ``SEAFL_DP_KEY`` (its text), for two runs that must share their noise (a neighbouring-runs
-  audit, a study); else, on a fresh start, 32 bytes of the OS's cryptographic source (``os.urandom``); on a
+  audit, a study); else, on a fresh start, 32 bytes of the OS's cryptographic source (``os.urandom``, as 64 hex
+  digits); on a
   resume, the key the run kept. A key is at least :data:`MIN_KEY_BYTES` bytes, surrounding whitespace stripped.
 - **where it is kept**: ``<run>/private/noise.key`` (runtime/rundir.py ``private_dir``, the run dir's
   server-private part), written with mode 0600 and fsynced before the first aggregation, read back by a resume so
@@ -63,6 +64,12 @@ def given_key(key_file: str | None) -> tuple[bytes, str] | None:
     return None
 
 
+def fresh_key() -> bytes:
+    """32 bytes of ``os.urandom`` as 64 hex digits: text, so that it survives the stripping every key gets and can be
+    given back as ``$SEAFL_DP_KEY`` to draw the same noise in another run."""
+    return os.urandom(FRESH_KEY_BYTES).hex().encode()
+
+
 def key_path(private: Path) -> Path:
     return Path(private) / KEY_NAME
 
@@ -99,14 +106,22 @@ def open_key(private: Path, key_file: str | None, *, resuming: bool, recorded: s
              ) -> tuple[bytes, str]:
     """The run's key and where it came from, kept in ``private/noise.key``.
 
-    A fresh start takes the given key (:func:`given_key`) or 32 fresh bytes of ``os.urandom``, and writes it. A
-    resume takes the given key or the kept one; ``recorded``, the fingerprint its checkpoint holds, must match."""
+    A fresh start takes the given key (:func:`given_key`) or 32 fresh bytes of ``os.urandom``, and writes it; but
+    where the run dir still holds a key (runtime/rundir.py ``clear`` keeps it for an attempt of the same config that
+    ended before its first checkpoint), the restart takes that key as a resume does, so that it draws what the
+    attempt released again instead of releasing new draws. A resume takes the given key or the kept one;
+    ``recorded``, the fingerprint its checkpoint holds, must match."""
     given = given_key(key_file)
-    if not resuming:
-        key, origin = given if given is not None else (os.urandom(FRESH_KEY_BYTES), "a fresh key from os.urandom")
+    path = key_path(private)
+    if not resuming and not path.is_file():
+        key, origin = given if given is not None else (fresh_key(), "a fresh key from os.urandom")
         write_key(private, key)
         return key, origin
-    path = key_path(private)
+    if not resuming and given is not None and fingerprint(given[0]) != fingerprint(_checked(path.read_bytes(), "")):
+        raise NoiseKeyError(f"the noise key from {given[1]} is not the key {path} kept from this run's earlier "
+                            f"attempt (fingerprint {fingerprint(given[0])}, not "
+                            f"{fingerprint(_checked(path.read_bytes(), ''))}): a restart with another key would "
+                            f"release its aggregations a second time; give the same key, or rerun with --overwrite")
     if given is not None:
         key, origin = given
     elif path.is_file():

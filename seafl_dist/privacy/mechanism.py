@@ -133,9 +133,10 @@ class Mechanism:
             if self.say:
                 print(f"seafl: privacy: noise keyed by {origin} (fingerprint {fingerprint(self.key)}), kept "
                       f"server-private in {key_path(private)}", file=sys.stderr)
-        elif self.mode == "secure":
+        elif self.mode == "secure":  # a restart of the same config kept the record (runtime/rundir.py clear)
             self.record = ReleaseRecord(private)
-            self.record.prune(state["version"] if state is not None else float("inf"))
+            if state is not None:
+                self.record.prune(state["version"])
 
     def checkpointed(self, version: int) -> None:
         """A checkpoint at ``version`` is on disk: the write-ahead record no longer needs what came before it."""

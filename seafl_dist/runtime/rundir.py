@@ -197,18 +197,44 @@ def remove_temps(run_dir: Path) -> None:
                 p.unlink(missing_ok=True)
 
 
-def clear(run_dir: Path, extra: tuple = ()) -> None:
+def clear(run_dir: Path, extra: tuple = (), *, cfg=None) -> None:
     """Remove every file an earlier run wrote (checkpoints and temps included), so nothing mixes.
 
     Only the run's own names go; anything else a user keeps in the dir stays, and so does ``wandb/``:
     W&B keeps each run in its own folder there, and the sink of the run about to start has opened
-    its own already (it is built before the server takes the dir)."""
+    its own already (it is built before the server takes the dir).
+
+    The server-private part goes too, unless ``cfg`` is the config of the dir's earlier attempt (config.yaml
+    without a difference in a key that is not free): that attempt ended before its first checkpoint, so this one
+    starts over, and what it released under DP was drawn from the noise key or written to secure noise's record
+    kept there. Keeping them, the restart draws the same noise again or replays the record, and releases nothing
+    twice (privacy/keys.py, privacy/released.py)."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         return
     remove_checkpoints(run_dir)
+    if cfg is None or not same_run(run_dir, cfg):
+        remove_private(run_dir)
     for name in RUN_FILES + tuple(extra):
         (run_dir / name).unlink(missing_ok=True)
+
+
+def same_run(run_dir: Path, cfg) -> bool:
+    """True when ``run_dir``'s config.yaml is ``cfg``'s but for the keys free to differ."""
+    try:
+        saved = yaml.safe_load((Path(run_dir) / "config.yaml").read_text())
+    except (OSError, ValueError, yaml.YAMLError):
+        return False
+    return isinstance(saved, dict) and not config_diff(saved, config_tree(cfg))
+
+
+def remove_private(run_dir: Path) -> None:
+    """Delete the server-private part (:func:`private_dir`) and everything in it."""
+    private = private_dir(run_dir)
+    if private.is_dir():
+        for p in private.iterdir():
+            p.unlink(missing_ok=True)
+        private.rmdir()
 
 
 # ---- what the dir is ----------------------------------------------------------------------

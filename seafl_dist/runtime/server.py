@@ -141,7 +141,7 @@ class Server(Snapshots):
         state = checkpoint.load(self.resume, cfg) if self.resume else None  # before anything is written
         self.dir.mkdir(parents=True, exist_ok=True)
         if state is None:
-            rundir.clear(self.dir)  # nothing of an earlier run may mix with this one's files
+            rundir.clear(self.dir, cfg=cfg)  # nothing of an earlier run mixes in (its DP noise key and record aside)
             with writing(self.dir / "config.yaml"):
                 (self.dir / "config.yaml").write_text(dump_config(cfg))
             write_partition(self.dir, self.partition_report)  # compact above COMPACT_ABOVE devices

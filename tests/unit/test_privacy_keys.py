@@ -55,15 +55,36 @@ def test_a_key_that_cannot_be_used_is_refused_in_one_line(case, tmp_path, monkey
 def test_a_fresh_start_keeps_a_fresh_or_given_key_private_and_a_resume_takes_it_back(tmp_path):
     private = tmp_path / "run" / "private"
     fresh, origin = open_key(private, None, resuming=False)
-    assert len(fresh) == 32 and origin == "a fresh key from os.urandom"
+    assert len(fresh) == 64 and int(fresh, 16) >= 0 and origin == "a fresh key from os.urandom"  # 32 bytes, hex
     kept = private / "noise.key"
     assert kept.read_bytes() == fresh and stat.S_IMODE(kept.stat().st_mode) == 0o600
-    assert open_key(private, None, resuming=False)[0] != fresh  # a fresh start: a fresh key
-    again = kept.read_bytes()
-    assert open_key(private, None, resuming=True, recorded=fingerprint(again)) == (again, f"the key kept in {kept}")
+    assert open_key(private, None, resuming=True, recorded=fingerprint(fresh)) == (fresh, f"the key kept in {kept}")
+    # a restart of an attempt that wrote no checkpoint (runtime/rundir.py clear kept private/): the same key
+    assert open_key(private, None, resuming=False) == (fresh, f"the key kept in {kept}")
     f = tmp_path / "k"
     f.write_bytes(KEY)
+    with pytest.raises(NoiseKeyError, match="release its aggregations a second time"):
+        open_key(private, str(f), resuming=False)  # ... and never another one
+    kept.unlink()  # a dir cleared for another config: the given key, kept from now on
     assert open_key(private, str(f), resuming=False)[0] == KEY and kept.read_bytes() == KEY
+
+
+def test_a_restart_of_the_same_config_keeps_the_private_part_and_another_config_clears_it(tmp_path):
+    from seafl_dist.runtime import rundir
+    from seafl_dist.settings import dump_config
+    cfg = config_from_dict({}, ["algorithm.name=fedbuff", "privacy.enabled=true", "privacy.noise_multiplier=1"])
+    other = config_from_dict({}, ["algorithm.name=fedbuff", "privacy.enabled=true", "privacy.noise_multiplier=2"])
+    run = tmp_path / "run"
+    private = rundir.private_dir(run)
+    for again, kept in ((cfg, True), (other, False)):
+        private.mkdir(parents=True, exist_ok=True)
+        (private / "noise.key").write_bytes(KEY)
+        (run / "config.yaml").write_text(dump_config(cfg))
+        rundir.clear(run, cfg=again)
+        assert (private / "noise.key").is_file() == kept and not (run / "config.yaml").exists()
+    private.mkdir()
+    rundir.clear(run)  # no config to compare: cleared
+    assert not private.exists()
 
 
 def test_a_resume_without_its_key_or_with_another_is_refused_in_one_line(tmp_path):
