@@ -71,7 +71,7 @@ class PrivacyConfig:
                                   "nothing is released twice. `false`: the keyed stream (the default).")
     seeded_noise: bool = key(False, "draw the noise from `run.seed`'s named stream `privacy` (torch's generator), for "
                              "studies only: anyone holding config.yaml can regenerate it and subtract it",
-                             note="A warning line, summary.json's `privacy.guarantee`, the progress line and the "
+                             note="A warning line, summary.json's privacy `guarantee`, the progress line and the "
                                   "report say that its ε holds against no reader who has the config.")
     key_file: Optional[str] = key(None, "a file whose bytes (at least 16, whitespace stripped) are the noise key, so "
                                   "that two runs draw the same noise; `null`: $SEAFL_DP_KEY if set, else a fresh key "
