@@ -75,8 +75,7 @@ class Server(Snapshots):
         self.rows, self.counts, self.staleness = [], Counter(), []  # metric rows, event counts, updates' staleness
         # device churn (docs/devices.md): drop counts in metrics.csv and summary.json only when it is on
         self.churn = self.cfg.devices.profile is not None or self.cfg.devices.dropout is not None
-        # a module evaluated by its own test_step: what it logs there, in columns after today's (the names
-        # its probe evaluation logged at start-up, runtime/setup.py); None: the built-in evaluation
+        # a module's own test_step: what its probe evaluation logged (runtime/setup.py), columns after today's
         self.eval_names = exp.eval_names
         self.columns = METRIC_COLUMNS + (["drops"] if self.churn else []) + list(self.eval_names or [])
         self.profile_sha256 = exp.profile.sha256 if exp.profile is not None else None
