@@ -154,6 +154,17 @@ def test_a_runs_figures_from_its_summary_or_else_from_its_rows(tmp_path):
     assert figures == {"aggregations": 0, "virtual_time": 0.0, "mean_staleness": 0.0, "notifications": 0, "drops": 0}
 
 
+def test_a_dp_runs_real_time_is_not_reported_even_where_its_summary_holds_one(tmp_path):
+    """Under DP without privacy.diagnostics the report reads the run's config, not summary.json's word: a summary
+    written before real time was withheld (make_run's holds 1.5 s) shows none (docs/privacy.md, "No wall-clock
+    channel"); with diagnostics it shows."""
+    dp = ["privacy.enabled=true", "privacy.noise_multiplier=1", "algorithm.name=fedbuff"]
+    make_run(tmp_path / "runs" / "dp", [(0, 0.1), (4, 0.6)], extra=dp)
+    make_run(tmp_path / "runs" / "diag", [(0, 0.1), (4, 0.6)], extra=[*dp, "privacy.diagnostics=true"], seed=1)
+    walls = {r.name: r.figures()["wall_time_s"] for r in find_runs([tmp_path / "runs"])}
+    assert math.isnan(walls["dp"]) and walls["diag"] == 1.5
+
+
 def test_runs_of_one_target_metric_report_together_and_of_two_are_refused(tmp_path):
     loss = ["run.target_metric=loss", "run.target_mode=min"]
     make_run(tmp_path / "a" / "r0", [(0, 0.1)], extra=loss)
