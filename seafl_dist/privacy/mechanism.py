@@ -51,7 +51,7 @@ from .sensitivity import RULES, seafl_sensitivity, sensitivity
 PUBLIC_INFO = ("device", "job", "staleness", "base_version", "n_samples", "epochs", "rejected", "reason", "gamma", "a")
 DIAGNOSTICS_WARNING = ("seafl: warning: privacy.diagnostics is on: this run dir holds values outside the DP guarantee "
                        "(per-update weights and cosines, logged training values, clip counts, update norms, label "
-                       "histograms, device evaluation); do not publish it (docs/privacy.md)")
+                       "histograms, device evaluation, real time); do not publish it (docs/privacy.md)")
 SEEDED_WARNING = ("seafl: warning: privacy.seeded_noise is on: the noise is drawn from run.seed, so anyone holding "
                   "config.yaml can regenerate it and subtract it; the ε reported holds against no reader who has the "
                   "config (for studies only; the default keyed noise holds, docs/privacy.md)")
