@@ -47,6 +47,10 @@ PUBLIC_INFO = ("device", "job", "staleness", "base_version", "n_samples", "epoch
 DIAGNOSTICS_WARNING = ("seafl: warning: privacy.diagnostics is on: this run dir holds values outside the DP guarantee "
                        "(per-update weights and cosines, logged training values, clip counts, update norms, label "
                        "histograms, device evaluation); do not publish it (docs/privacy.md)")
+# printed after the announcement: what the guarantee assumes of n_k (docs/privacy.md, "Evaluation and adjacency")
+N_K_NOTE = ("seafl: privacy: n_k, each device's sample count, is public by assumption: it sets the device's compute "
+            "time on the clock and is written to partition.json; data.samples_per_device gives every device the same "
+            "count, so that n_k reveals nothing (docs/privacy.md, \"Evaluation and adjacency\")")
 
 
 class NoPrivacy:
@@ -96,6 +100,7 @@ class Mechanism:
         self.counters = parts.counters
         if say:
             print(self.announcement(), file=sys.stderr)
+            print(N_K_NOTE, file=sys.stderr)
             if p.diagnostics:
                 print(DIAGNOSTICS_WARNING, file=sys.stderr)
 

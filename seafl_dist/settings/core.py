@@ -72,6 +72,7 @@ class Config:
                   f"at most devices.concurrency ({self.devices.concurrency}), or the buffer never fills")
         _check_device_eval(self)
         self.privacy.check_with(self.algorithm, self.run)
+        _check_data_under_dp(self)
         _check_inputs(self.model.name, self.data.name)
         if self.compression.error_feedback and self.runtime.placement != "device":
             _fail("compression.error_feedback", True, f"false unless runtime.placement=device (not "
@@ -110,6 +111,14 @@ def _check_device_eval(cfg: "Config") -> None:
               "data.device_holdout > 0, or data.device_test=writers")
     if run.device_eval_sample is not None and cfg.devices.num is not None and run.device_eval_sample > cfg.devices.num:
         _fail("run.device_eval_sample", run.device_eval_sample, f"at most devices.num ({cfg.devices.num}), or null")
+
+
+def _check_data_under_dp(cfg: "Config") -> None:
+    """What user-level adjacency assumes of the data (docs/privacy.md, "Evaluation and adjacency"): disjoint shards,
+    so that replacing one device's shard changes no other device's."""
+    if cfg.privacy.enabled and cfg.data.shards_overlap:
+        _fail("data.shards_overlap", True, "false with privacy.enabled=true (user-level adjacency replaces one "
+              "device's shard and assumes the shards disjoint: a sample two devices share would change both)")
 
 
 def _resolve_algorithm(alg: AlgorithmConfig, dev: DevicesConfig) -> None:

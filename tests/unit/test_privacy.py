@@ -310,6 +310,8 @@ ON = ["privacy.enabled=true", "algorithm.name=fedbuff"]
      "null with privacy.enabled=true, or privacy.diagnostics=true"),
     (["privacy.enabled=true", "privacy.noise_multiplier=1", "algorithm.name=seafl2", "algorithm.alpha=0",
       "privacy.seafl_form=model"], "algorithm.alpha", "> 0 with privacy.seafl_form=model, or privacy.seafl_form=delta"),
+    (ON + ["privacy.noise_multiplier=1", "data.shards_overlap=true"], "data.shards_overlap",
+     "false with privacy.enabled=true (user-level adjacency"),
 ])
 def test_bad_privacy_values_are_refused_in_one_line(overrides, key, allowed):
     with pytest.raises(ConfigError) as err:
@@ -328,6 +330,7 @@ def test_what_the_refusals_leave_open_is_accepted():
     for extra in (["algorithm.alpha=0"], ["algorithm.alpha=0.01", "privacy.seafl_form=model"]):
         config_from_dict({}, ["privacy.enabled=true", "privacy.noise_multiplier=1", "algorithm.name=seafl", *extra])
     config_from_dict({}, ["algorithm.alpha=0", "privacy.seafl_form=model"])  # privacy off: no S to cover
+    assert config_from_dict({}, ["data.shards_overlap=true"]).data.shards_overlap  # overlap without DP: accepted
 
 
 def test_the_section_is_left_out_of_config_yaml_at_its_defaults_and_kept_when_set():
