@@ -72,6 +72,39 @@ def run_epsilon(noise_multiplier: float, inclusions: Iterable[int], delta: float
     return max((epsilon(noise_multiplier, int(m), delta, accountant) for m in set(inclusions)), default=0.0)
 
 
+def composed_epsilon(runs: Iterable[tuple[float, int]], delta: float, accountant: str = "pld") -> float:
+    """ε at ``delta`` of several runs on the same data, composed: each run ``(z, m)`` is
+    ``SelfComposedDpEvent(GaussianDpEvent(z), m)`` for its most-included device (m its ``max_inclusions``), and
+    the runs are one ``ComposedDpEvent``. A device included m′ ≤ m times in a run loses at most what m inclusions
+    lose (ε grows with m), so this bounds every device's ε over the runs, whichever device it was in each. Never a
+    mean: k runs of ε each spend more than ε. 0 for no inclusion; ∞ when a run added no noise (z = 0)."""
+    pairs = tuple(sorted((float(z), int(m)) for z, m in runs if int(m) > 0))
+    if not 0 < delta < 1 or any(not z >= 0 for z, _ in pairs):
+        raise ValueError(f"composed_epsilon needs delta in (0, 1) and every z >= 0: got {delta}, {pairs}")
+    if not pairs:
+        return 0.0
+    if any(z == 0 for z, _ in pairs):
+        return math.inf
+    if len(pairs) == 1:
+        return epsilon(*pairs[0], delta, accountant)
+    return _composed(pairs, float(delta), accountant)
+
+
+@functools.lru_cache(maxsize=256)
+def _composed(pairs: tuple, delta: float, accountant: str) -> float:
+    import dp_accounting
+    event = dp_accounting.ComposedDpEvent([dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(z), m)
+                                           for z, m in pairs])
+    grid = PLD_GRID
+    if accountant == "pld":  # as epsilon(): RDP's ε sizes the PLD's grid
+        rough = _accountant("rdp")
+        rough.compose(event)
+        grid = pld_grid(float(rough.get_epsilon(delta)))
+    acc = _accountant(accountant, grid)
+    acc.compose(event)
+    return float(acc.get_epsilon(delta))
+
+
 def calibrate(target_epsilon: float, count: int, delta: float, accountant: str = "pld") -> float:
     """The smallest z (within 1e-6 relative) whose ``count`` compositions have ε ≤ ``target_epsilon`` at ``delta``:
     ``dp_accounting.calibrate_dp_mechanism`` over the same event :func:`epsilon` accounts. The search is bracketed
