@@ -114,11 +114,22 @@ def _check_device_eval(cfg: "Config") -> None:
 
 
 def _check_data_under_dp(cfg: "Config") -> None:
-    """What user-level adjacency assumes of the data (docs/privacy.md, "Evaluation and adjacency"): disjoint shards,
-    so that replacing one device's shard changes no other device's."""
-    if cfg.privacy.enabled and cfg.data.shards_overlap:
+    """What DP assumes of the data (docs/privacy.md, "Evaluation and adjacency"): disjoint shards, so that replacing
+    one device's shard changes no other device's; and a test split that is not the training split, whose accuracy
+    the run releases un-noised. (A test set holding the devices' writers' samples is refused where the data is read:
+    runtime/setup.py ``check_private_test``.)"""
+    d = cfg.data
+    if not cfg.privacy.enabled:
+        return
+    if d.shards_overlap:
         _fail("data.shards_overlap", True, "false with privacy.enabled=true (user-level adjacency replaces one "
               "device's shard and assumes the shards disjoint: a sample two devices share would change both)")
+    splits, files = d.splits or {}, d.files or {}
+    same = ("data.splits", d.splits) if splits.get("train", "train") == splits.get("test", "test") else \
+        ("data.files", d.files) if files.get("train") is not None and files.get("train") == files.get("test") else None
+    if same:
+        _fail(*same, "a test split other than the training split with privacy.enabled=true (the central evaluation "
+              "would score the released model on the devices' own samples without noise)")
 
 
 def _resolve_algorithm(alg: AlgorithmConfig, dev: DevicesConfig) -> None:

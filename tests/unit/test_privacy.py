@@ -319,6 +319,24 @@ def test_bad_privacy_values_are_refused_in_one_line(overrides, key, allowed):
     one_line_message(str(err.value), f"config key '{key}'", allowed)
 
 
+@pytest.mark.parametrize("data, key", [
+    ({"name": "hf:parquet", "files": {"train": "a.parquet", "test": "a.parquet"}}, "data.files"),
+    ({"name": "hf:saved", "splits": {"test": "train"}}, "data.splits"),
+    ({"name": "hf:saved", "splits": {"train": "all", "test": "all"}}, "data.splits"),
+])
+def test_under_dp_a_test_split_that_is_the_training_split_is_refused_in_one_line(data, key):
+    """The central evaluation's accuracy is released un-noised: it may not be on the devices' own samples (issue 60
+    D); the same data without DP, and a test split of its own under DP, are accepted."""
+    with pytest.raises(ConfigError) as err:
+        config_from_dict({"data": data}, ON + ["privacy.noise_multiplier=1"])
+    one_line_message(str(err.value), f"config key '{key}'", "a test split other than the training split with "
+                     "privacy.enabled=true")
+    assert config_from_dict({"data": data}).data.name == data["name"]
+    other = {**data, **({"files": {"train": "a.parquet", "test": "b.parquet"}} if "files" in data else
+                        {"splits": {"train": "all", "test": "held"}})}
+    assert config_from_dict({"data": other}, ON + ["privacy.noise_multiplier=1"]).privacy.enabled
+
+
 def test_what_the_refusals_leave_open_is_accepted():
     """Each refusal's other side: device evaluation with privacy.diagnostics or without privacy; α = 0 with the
     delta form, or with the model form without privacy; the model form with α > 0."""
