@@ -6,7 +6,8 @@ Each aggregation that includes device k releases w′ + N(0, (z·S)² I) with S 
 device takes part because it is fast and online, not because a random sample drew it. The run's ε is the
 largest over devices. ``dp-accounting`` computes it (PLD by default, RDP on request), never code of this
 project, once per distinct m; it is imported here only, when ε is first asked for, so a run without privacy
-never imports it (``pip install seafl-dist[privacy]`` installs it).
+never imports it (``pip install seafl-dist[privacy]`` installs it). :func:`composed_epsilon` composes several runs
+on the same data (``seafl report``, report/epsilon.py): ε adds up over runs; it is never averaged.
 """
 from __future__ import annotations
 
@@ -55,7 +56,12 @@ def epsilon(noise_multiplier: float, count: int, delta: float, accountant: str =
     if noise_multiplier == 0:
         return math.inf
     import dp_accounting
-    event = dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(noise_multiplier), count)
+    return _epsilon_of(dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(noise_multiplier), count),
+                       delta, accountant)
+
+
+def _epsilon_of(event, delta: float, accountant: str) -> float:
+    """ε at ``delta`` of the DpEvent ``event`` by ``accountant``."""
     grid = PLD_GRID
     if accountant == "pld":  # RDP's ε (milliseconds, an upper bound on the PLD's) sizes the PLD's grid
         rough = _accountant("rdp")
@@ -93,16 +99,8 @@ def composed_epsilon(runs: Iterable[tuple[float, int]], delta: float, accountant
 @functools.lru_cache(maxsize=256)
 def _composed(pairs: tuple, delta: float, accountant: str) -> float:
     import dp_accounting
-    event = dp_accounting.ComposedDpEvent([dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(z), m)
-                                           for z, m in pairs])
-    grid = PLD_GRID
-    if accountant == "pld":  # as epsilon(): RDP's ε sizes the PLD's grid
-        rough = _accountant("rdp")
-        rough.compose(event)
-        grid = pld_grid(float(rough.get_epsilon(delta)))
-    acc = _accountant(accountant, grid)
-    acc.compose(event)
-    return float(acc.get_epsilon(delta))
+    return _epsilon_of(dp_accounting.ComposedDpEvent([
+        dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(z), m) for z, m in pairs]), delta, accountant)
 
 
 def calibrate(target_epsilon: float, count: int, delta: float, accountant: str = "pld") -> float:
