@@ -210,9 +210,9 @@ def test_a_withheld_weight_is_left_empty_not_zero_in_the_csv_and_never_drawn_at_
         (run / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
         runs.append({"name": name, "label": name, "point": {"algorithm.name": alg}, "seed": 0})
     (root / "sweep.json").write_text(json.dumps({"name": "sw", "runs": runs}))
-    groups = group_runs(find_runs([root]))
-    files = write_participation(groups, tmp_path)
-    with open(files["participation.csv"]) as f:
+    rows, _, panels = participation_of(group_runs(find_runs([root])))
+    fig = plot_participation(panels, "made", tmp_path / "participation.png", rows)  # and participation.csv
+    with open(tmp_path / "participation.csv") as f:
         rows = {(r["point"], int(r["device"])): r for r in csv.DictReader(f)}
     seafl = [rows[("algorithm=seafl", k)] for k in range(6)]
     assert [r["weight"] for r in seafl] == ["", "0.0", "0.0", "", "0.0", "0.0"]  # 0 and 3: accepted, weight withheld
@@ -222,8 +222,6 @@ def test_a_withheld_weight_is_left_empty_not_zero_in_the_csv_and_never_drawn_at_
     fedbuff = [rows[("algorithm=fedbuff", k)] for k in range(6)]
     assert [float(r["weight"]) for r in fedbuff] == pytest.approx([1.5, 0, 0, 0.5, 0, 0])
     assert [float(r["weight_share"]) for r in fedbuff] == pytest.approx([0.75, 0, 0, 0.25, 0, 0])
-    rows, _, panels = participation_of(groups)
-    fig = plot_participation(panels, "made", tmp_path / "p.png", rows)
     withheld, recorded = [ax for ax in fig.axes if ax.get_visible()]
     assert not any(c.get_offsets().shape[0] for c in withheld.collections)  # no dot, at 0 or anywhere
     assert "weights withheld under DP (1 of 1 runs)" in withheld.get_title().replace("\n", " ")
