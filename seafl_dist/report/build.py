@@ -136,9 +136,9 @@ def markdown(grows: list[dict], rrows: list[dict], targets: list[float], baselin
         rbody = [row + [fmt_diverged(r)] for row, r in zip(rbody, rrows)]
     if any("epsilon" in r for r in rrows):  # a column only where a run had privacy.enabled (docs/privacy.md)
         head.append("ε composed")  # over the point's runs (report/epsilon.py): never their mean
-        body = [row + [_fmt(g.get("epsilon", math.nan), 3)] for row, g in zip(body, grows)]
+        body = [row + [_fmt_epsilon(g)] for row, g in zip(body, grows)]
         rhead.append("ε")
-        rbody = [row + [_fmt(r.get("epsilon", math.nan), 3)] for row, r in zip(rbody, rrows)]
+        rbody = [row + [_fmt_epsilon(r)] for row, r in zip(rbody, rrows)]
     reach = ("each test accuracy" if metric.is_accuracy else
               f"each value of {metric.label} ({metric.direction}: at or {'above' if metric.mode == 'max' else 'below'} it)")
     notes = (f"Times are virtual seconds to reach {reach}: mean ± sample std over seeds; "
@@ -152,6 +152,9 @@ def markdown(grows: list[dict], rrows: list[dict], targets: list[float], baselin
                   "docs/privacy.md); \"—\": a run without privacy. \"ε composed\": a grid point's runs composed "
                   "(never their mean: seeds on the same data spend ε together), each as its most-included device's m "
                   "at its z, which bounds every device (ε grows with m), at the runs' smallest δ.")
+        if any(r.get("epsilon_seeded") for r in rrows):
+            notes += (f" \"{SEEDED}\": privacy.seeded_noise, the noise drawn from run.seed: that ε holds against no "
+                      "reader of config.yaml.")
     if ratio_cols:
         notes += (f" \"vs {baseline}\" = mean time / the baseline's mean time (0.78× = 22% faster), given only "
                   "where every seed of both reached the target.")
@@ -167,7 +170,17 @@ def privacy_section(pooled: list[dict]) -> list[str]:
             "they spend together on that data, each run as its most-included device's m at its z. Runs on different "
             "data are not composed together.")
     return ["## Privacy", note, _md_table(["data", "DP runs", "δ", "ε composed"], [
-        [p["data"], p["runs"], f"{p['delta']:g}", _fmt(p["epsilon"], 3)] for p in pooled])]
+        [p["data"], p["runs"], f"{p['delta']:g}", _fmt_epsilon({**p, "epsilon_seeded": p["seeded"]})]
+        for p in pooled])]
+
+
+SEEDED = "(seeded: none vs config.yaml)"  # beside an ε that seeded noise makes hold against no reader of the config
+
+
+def _fmt_epsilon(row: dict) -> str:
+    """A table's ε cell: the value (3 decimals), flagged where seeded noise was in it; "—" for a run without DP."""
+    text = _fmt(row.get("epsilon", math.nan), 3)
+    return f"{text} {SEEDED}" if row.get("epsilon_seeded") and text != "—" else text
 
 
 def _csv_cell(v):
@@ -188,7 +201,7 @@ def write_csvs(out: Path, grows: list[dict], rrows: list[dict], targets: list[fl
             row[f"{name}_mean"], row[f"{name}_std"] = g[name]
         row["diverged"] = g["diverged"]
         if "epsilon" in g:  # privacy.enabled runs: the point's runs composed (report/epsilon.py), never a mean
-            row["epsilon_composed"] = g["epsilon"]
+            row["epsilon_composed"], row["epsilon_seeded"] = g["epsilon"], g["epsilon_seeded"]
         flat_g.append(row)
     flat_r = [{k: v for k, v in {**r, **r["settings"]}.items() if k != "settings"} for r in rrows]
     for name, rows in (("report.csv", flat_g), ("runs.csv", flat_r)):

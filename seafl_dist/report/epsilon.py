@@ -8,7 +8,8 @@ one seed's run and a device of another's may hold the same person's samples, so 
 and k seeds at ε each spend more than ε. Each run enters as its most-included device's ``max_inclusions`` m at its
 own z (``noise_multiplier``), composed by privacy/accountant.py's :func:`composed_epsilon` (``dp-accounting``):
 ε grows with m, so that bounds every device whatever it was in each run. It is reported at the smallest
-``privacy.delta`` of the runs, with their accountant (PLD where they differ).
+``privacy.delta`` of the runs, with their accountant (PLD where they differ). A run with seeded noise
+(``privacy.seeded_noise``) is flagged, and so is every composition it enters (:func:`seeded`).
 
 **The same data** is the same ``data.name``, ``data.root`` and ``data.files`` in config.yaml (:data:`DATA_KEYS`, as
 written there). How the samples are split (``data.seed``, ``data.partition``, ``data.samples_per_device``, ...) does
@@ -44,6 +45,12 @@ def spent(run) -> tuple | None:
     return float(p["noise_multiplier"]), int(p["max_inclusions"]), float(p["delta"]), str(p.get("accountant", "pld"))
 
 
+def seeded(runs) -> bool:
+    """Whether any of ``runs`` drew its noise from ``run.seed`` (``privacy.seeded_noise``: summary.json's ``noise``):
+    its ε, and any composition with it, holds against no reader of config.yaml."""
+    return any((r.summary.get("privacy") or {}).get("noise") == "seeded" for r in runs)
+
+
 def composed_of(runs) -> float:
     """The composed ε of ``runs`` (module doc): the run's own ε for one run; NaN where a run has no privacy record,
     or the runs are not all on the same data (they do not compose)."""
@@ -69,6 +76,6 @@ def per_data(runs) -> list[dict]:
     for r in runs:
         if r.summary.get("privacy"):
             found.setdefault(data_of(r), []).append(r)
-    return [{"data": data_name(d), "runs": len(rs), "epsilon": composed_of(rs),
+    return [{"data": data_name(d), "runs": len(rs), "epsilon": composed_of(rs), "seeded": seeded(rs),
              "delta": min((s[2] for s in map(spent, rs) if s is not None), default=math.nan)}
             for d, rs in found.items()]

@@ -271,13 +271,13 @@ def oracle_epsilon(pairs, delta=1e-5, kind="rdp"):
     return float(acc.get_epsilon(delta))
 
 
-def dp_run(path, seed, z, m, *, data=()):
+def dp_run(path, seed, z, m, *, data=(), noise="keyed"):
     """A hand-made FedBuff run under DP (RDP) whose summary.json says its most-included device was in m aggregations."""
     make_run(path, [(0, 0.1), (10, 0.6)], algorithm="fedbuff", seed=seed,
              extra=["privacy.enabled=true", f"privacy.noise_multiplier={z}", "privacy.accountant=rdp", *data])
     summary = json.loads((path / "summary.json").read_text())
     summary["privacy"] = {"epsilon": oracle_epsilon(((z, m),)), "delta": 1e-5, "noise_multiplier": z,
-                          "clipping_bound": 1.0, "accountant": "rdp", "max_inclusions": m}
+                          "clipping_bound": 1.0, "accountant": "rdp", "max_inclusions": m, "noise": noise}
     (path / "summary.json").write_text(json.dumps(summary))
     return path
 
@@ -303,7 +303,7 @@ def test_a_grid_points_seeds_report_their_composed_epsilon_never_its_mean(tmp_pa
     md = result["markdown"]
     point = next(line for line in md.splitlines() if line.startswith("| fedbuff |"))
     assert point.endswith(f"| {both:.3f} |") and "| ε composed |" in md
-    assert f"{(e3 + e4) / 2:.3f}" not in md  # no mean of ε anywhere
+    assert f"{(e3 + e4) / 2:.3f}" not in md and "seeded" not in md  # no mean of ε anywhere; keyed noise: no flag
     assert [r["epsilon"] for r in result["runs"]] == [e3, e4]  # each run's own
     assert md.count(f"| {e3:.3f} |") == 1 and md.count(f"| {e4:.3f} |") == 1
     assert "## Privacy" in md and f"| data.name=digits, data.root=data | 2 | 1e-05 | {both:.3f} |" in md
@@ -325,3 +325,17 @@ def test_runs_on_other_data_are_never_composed_with_them(tmp_path):
                                                         ("data.name=mnist, data.root=data", 1)]
     assert pooled[0]["epsilon"] == composed_of(runs[:2]) and pooled[1]["epsilon"] == oracle_epsilon(((1.1, 3),))
 
+
+def test_an_epsilon_that_seeded_noise_entered_is_flagged_in_every_table(tmp_path):
+    """privacy.seeded_noise: anyone with config.yaml can subtract the noise, so that run's ε, its grid point's
+    composition and its data set's carry the flag (issue 60 A's caveat, in the report); the keyed seed's own ε not."""
+    dp_run(tmp_path / "d" / "s0", 0, 1.1, 3, noise="seeded")
+    dp_run(tmp_path / "d" / "s1", 1, 1.1, 4)
+    result = write_report([tmp_path / "d"], tmp_path / "rep", targets=[0.5])
+    md, flag = result["markdown"], "(seeded: none vs config.yaml)"
+    both, e3, e4 = (f"{oracle_epsilon(p):.3f}" for p in (((1.1, 3), (1.1, 4)), ((1.1, 3),), ((1.1, 4),)))
+    assert next(line for line in md.splitlines() if line.startswith("| fedbuff |")).endswith(f"| {both} {flag} |")
+    assert f"| {e3} {flag} |" in md and f"| {e4} |" in md and f"| {both} {flag} |" in md.split("## Privacy")[1]
+    assert "privacy.seeded_noise, the noise drawn from run.seed" in md
+    with open(tmp_path / "rep" / "runs.csv") as f:
+        assert [r["epsilon_seeded"] for r in csv.DictReader(f)] == ["True", "False"]
