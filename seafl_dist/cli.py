@@ -5,7 +5,8 @@
         Run one experiment. Under torchrun (WORLD_SIZE > 1) rank 0 aggregates and the other
         ranks train; otherwise everything runs in this process. The run dir (default
         runs/<config-name>-<timestamp>) gets config.yaml, events.jsonl, metrics.csv,
-        partition.json, summary.json, model.pt and, while it runs, checkpoint-*.pt. Rerunning
+        partition.json, summary.json, model.pt and, while it runs, private/ (checkpoints: server-private, never
+        published; `seafl release` copies the rest). Rerunning
         the same command with the same --out continues from the last checkpoint; so does
         --resume RUN_DIR (config from the run dir). A completed run is left as it is (exit 0). A dir
         holding a run of another config is refused (exit 2) unless --overwrite; a dir another
