@@ -31,7 +31,7 @@
         Copy only what the run released (its run files and W&B's pointers; never private/, checkpoints,
         residuals, wandb/, temps or the lock) into OUT, for publishing, every file's time set to 2000-01-01.
         Refused: a DP run with privacy.diagnostics, an unfinished run (unless --partial). --check compares
-        two neighbouring DP runs' released files (seafl_dist/report/release.py); exit 1 on a difference
+        two neighbouring DP runs' released files (seafl_dist/runtime/release.py); exit 1 on a difference
         outside the evaluation of the noised model and what derives from it.
 
     seafl devices import-fedscale CAPACITY BEHAVE --out profile.csv [--rows N]
@@ -236,7 +236,7 @@ def cmd_devices(args) -> int:
 
 
 def cmd_release(args) -> int:
-    from seafl_dist.report.release import check, check_releasable, release
+    from seafl_dist.runtime.release import check, check_releasable, release
     if args.device is not None and not args.check:
         raise ConfigError(f"--device {args.device} is given without --check; give --check OTHER with it")
     if args.check:

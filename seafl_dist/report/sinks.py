@@ -10,7 +10,7 @@
 - ``model.pt``: the final model's ``state_dict`` (written by the server at the end),
 - ``private/``: server-private, never released (runtime/rundir.py private_dir): the checkpoints
   ``checkpoint-*.pt`` and the workers' residual files while a run is under way (runtime/checkpoint.py,
-  runtime/residuals.py), the noise key; ``seafl release`` (report/release.py) copies the rest.
+  runtime/residuals.py), the noise key; ``seafl release`` (runtime/release.py) copies the rest.
 Nothing here depends on real time except ``summary.json``'s ``wall_time_s``, so the other
 files are byte-identical on a rerun.
 """

@@ -169,7 +169,7 @@ RESIDUALS = re.compile(r"^residuals-(\d{8})-rank(\d+)\.pt$")  # the workers' fil
 def private_dir(run_dir: Path) -> Path:
     """The one place inside a run dir for what is server-private: the checkpoints, the workers' residual files,
     their temps, the noise key and the write-ahead record of released models: ``<run>/private``. Nothing in it is
-    released (``seafl release``, report/release.py, leaves it out); a fresh start, ``--overwrite`` and a run's
+    released (``seafl release``, runtime/release.py, leaves it out); a fresh start, ``--overwrite`` and a run's
     normal end delete it whole."""
     return Path(run_dir) / PRIVATE
 

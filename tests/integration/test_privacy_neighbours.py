@@ -4,7 +4,7 @@ the first aggregation t* that includes that device; at t* they may differ only i
 noised model (the evaluation's accuracy and loss, the floats of model.pt, what the summary derives from them).
 
 Nothing here lists the fields a run writes: every leaf of every released file (events.jsonl, metrics.csv,
-partition.json, summary.json, train_log.csv, config.yaml, model.pt: report/release.py's compare, which
+partition.json, summary.json, train_log.csv, config.yaml, model.pt: runtime/release.py's compare, which
 ``seafl release --check`` runs too; and here the captured stdout and stderr, and W&B's offline history) is compared, so a field added later that carries an un-noised value of an update fails here
 without anyone naming it. The device's replacement data is other images with other labels, or images that make
 its update non-finite (taken as a zero delta under DP). The model has batch norm, whose integer counter takes no
@@ -23,7 +23,7 @@ import pytest
 from resuming import reference
 import in_process
 from seafl_dist.data.loaders import clear_cache
-from seafl_dist.report.release import compare, differing, first_inclusions
+from seafl_dist.runtime.release import compare, differing, first_inclusions
 from seafl_dist.report.wandb_files import offline_files
 from small_runs import PER_ALGORITHM, SMALL
 from wandb_runs import history_across, offline_env
@@ -137,7 +137,7 @@ def assert_neighbours(a: Path, b: Path, t: int, lines_a: list[str], lines_b: lis
     can tell apart: only the evaluation of the noised model at t and what derives from it."""
     assert {p.name for p in a.iterdir() if p.is_file()} == {p.name for p in b.iterdir() if p.is_file()}
     assert not (a / "train_log.csv").exists(), "a module's logged training values are written under DP"
-    _, found = compare(a, b, t)  # every leaf of every released file (report/release.py)
+    _, found = compare(a, b, t)  # every leaf of every released file (runtime/release.py)
     # real time in summary.json (wall_time_s): finding 4 of issue 60, withheld under DP by its part C
     outside = [str(d) for d in found if not d.allowed and d.where != "wall_time_s (real time)"]
     assert not outside, outside

@@ -16,7 +16,7 @@ import in_process
 from one_line import one_error_line, one_line
 from resuming import (QUICKSTART, assert_same_run, checkpoint_path, checkpoint_versions, dir_bytes,
                       reference, summary)
-from seafl_dist.report.release import RELEASE_TIME, ReleaseError, check
+from seafl_dist.runtime.release import RELEASE_TIME, ReleaseError, check
 from seafl_dist.runtime.rundir import PROVEN, private_dir
 from small_runs import SMALL
 
