@@ -6,7 +6,8 @@ int}`` of variable length (class k: about half the tokens are k + 1), padded per
 collate; ``setup`` makes the train/validation split with ``random_split`` (torch's global generator). The
 module embeds, averages the tokens a row holds and classifies; its ``test_step`` logs ``test_loss`` and
 ``test_acc``. ``SpeakersDM``'s samples declare no labels and add a ``speaker`` (one of ten names, drawn
-skewed) and a ``topic`` (the class as a 0-d tensor): what ``data.partition_by`` reads.
+skewed) and a ``topic`` (the class as a 0-d tensor): what ``data.partition_by`` reads. ``ModuleLabels``' training
+samples declare no labels (``Unlabelled``'s) and the DataModule declares them, as its ``labels``.
 """
 import itertools
 from pathlib import Path
@@ -116,6 +117,14 @@ class Hidden(Dataset):
 class Unlabelled(WordsDM):
     def train_dataloader(self):
         return DataLoader(Hidden(self.train_set), batch_size=8, collate_fn=pad)
+
+
+class ModuleLabels(Unlabelled):
+    """Its training set declares no labels; the DataModule itself does (docs/datasets.md), one per row."""
+
+    @property
+    def labels(self):
+        return self.train_set.dataset.labels[self.train_set.indices]
 
 
 SPEAKERS = ["ann", "bo", "cy", "di", "ed", "flo", "gus", "hal", "ivy", "jo"]

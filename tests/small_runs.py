@@ -20,3 +20,6 @@ PER_ALGORITHM = {
     "fedasync": [],
     "fedavg": [],
 }
+# The noise key two DP runs share when a test compares their bytes (privacy/keys.py): a test fixture, no secret.
+# Without it each DP run draws a fresh key, so two runs (or a run and its reference) differ in their noise.
+DP_KEY = [f"privacy.key_file={ROOT / 'tests' / 'dp_test.key'}"]

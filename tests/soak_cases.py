@@ -16,7 +16,7 @@ from pathlib import Path
 from datamodules import ARGS as DM_ARGS
 from datamodules import write
 from device_runs import churn_overrides, write_profile
-from small_runs import SMALL
+from small_runs import DP_KEY, SMALL
 
 TESTS = Path(__file__).resolve().parent
 EVERY = ["run.checkpoint_every=1", "run.checkpoint_every_s=null"]
@@ -36,7 +36,7 @@ def cases(tmp: Path, aggregations: int = 6) -> tuple[dict[str, list[str]], Path]
     n = f"run.max_aggregations={aggregations}"
     out = {
         # the cap m: 10 devices x m inclusions outlast 2 updates an aggregation (m = 2 at CI's 6 aggregations)
-        "dp-cap": [*SMALL, "privacy.enabled=true", "privacy.noise_multiplier=0.8",
+        "dp-cap": [*SMALL, "privacy.enabled=true", "privacy.noise_multiplier=0.8", *DP_KEY,
                    f"privacy.max_participation={max(2, aggregations // 4 + 1)}",
                    "privacy.seafl_form=model", *feedback("topk", "compression.fraction=0.05")],
         "device-eval": [*SMALL, "data.device_holdout=0.25", "run.device_eval_every=2", "run.device_eval_sample=7",

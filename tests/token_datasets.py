@@ -5,7 +5,9 @@
 windows (vocabulary 20, 4 classes: the class is the last character mod 4), and ``char_lstm`` an Embedding +
 LSTM LightningModule that reads it. ``talk(root, train)`` gives dict samples ``{"tokens", "label", "speaker"}``
 with no labels declared (``data.partition_by`` reads them); ``ragged`` samples of two lengths with no
-collate, ``padded`` the same with a ``collate_fn`` attribute that pads; ``stream`` an IterableDataset.
+collate, ``padded`` the same with a ``collate_fn`` attribute that pads; ``stream`` an IterableDataset;
+``test_label_out_of_range`` (a map-style Dataset) and ``pair_test_label_out_of_range`` (an ``(inputs, labels)``
+pair of tensors) a test split whose item 5 has label 7, outside the training split's 4 classes.
 """
 import itertools
 from pathlib import Path
@@ -138,6 +140,14 @@ class TooManyClasses(Chars):
 
 def test_label_out_of_range(root, train):
     return Chars(400, 0) if train else TooManyClasses(120, 1)
+
+
+def pair_test_label_out_of_range(root, train):
+    ds = Chars(400 if train else 120, 0 if train else 1)
+    labels = ds.rows[:, -1] % CLASSES
+    if not train:
+        labels[5] = 7
+    return ds.rows, labels
 '''
 
 _COUNTER = itertools.count()

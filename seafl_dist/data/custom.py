@@ -18,7 +18,7 @@ held:
 
 The number of classes is ``len(ds.classes)`` when the dataset has a ``classes`` list (torchvision's
 convention), else the training split's largest label + 1; test labels outside [0, classes) are refused with
-the first bad index.
+the first bad index and what to change (one refusal, refuse_outside, for images and other samples alike).
 
 Partition: ``f(labels, num_devices, seed)`` (labels a numpy int64 array of the training split)
 returns ``num_devices`` index arrays. None may be empty or hold an index outside the dataset,
@@ -86,14 +86,23 @@ def held_images(name: str, split: str, images: torch.Tensor, labels: torch.Tenso
         images = images.to(torch.float32)
     if num_classes is None:
         num_classes = len(classes) if classes else int(labels.max()) + 1
-    bad = torch.nonzero(labels >= num_classes).flatten()
-    if len(bad):
-        i = int(bad[0])
-        raise refuse(f"item {i} of its {split} split has label {int(labels[i])}, outside the {num_classes} classes "
-                     f"[0, {num_classes})")
+    refuse_outside(refuse, split, labels, num_classes)
     c = images.shape[1]
     return ArrayDataset(images.contiguous(), labels.to(torch.int64), num_classes, name, (0.0,) * c, (1.0,) * c,
                         [str(x) for x in classes] or [str(k) for k in range(num_classes)])
+
+
+def refuse_outside(refuse, split: str, labels: torch.Tensor, num_classes: int) -> None:
+    """``refuse`` the first label of ``split`` outside [0, num_classes), if any: the training split's classes (for
+    the test split), or those its classes list names (the training split's own)."""
+    bad = torch.nonzero(labels >= num_classes).flatten()
+    if len(bad):
+        i = int(bad[0])
+        whose, fix = (("its classes list names", "name every class in it") if split == "train" else
+                      ("of the training split", f"give the {split} split only those labels, or both splits a "
+                                                "classes list that names every class"))
+        raise refuse(f"item {i} of its {split} split has label {int(labels[i])}, outside the {num_classes} classes "
+                     f"[0, {num_classes}) {whose}; {fix}")
 
 
 def _image_like(x: torch.Tensor, *, batched: bool) -> bool:
@@ -123,11 +132,7 @@ def any_samples(path: str, split: str, ds, num_classes: int | None, refuse=None)
     data = sample_dataset(ds, collate, path, num_classes=num_classes if num_classes is not None else
                           (len(classes) or None))
     if data.labels is not None and num_classes is not None and len(data.labels):
-        bad = torch.nonzero(data.labels >= num_classes).flatten()
-        if len(bad):
-            i = int(bad[0])
-            raise refuse(f"item {i} of its {split} split has label {int(data.labels[i])}, outside the {num_classes} "
-                         f"classes [0, {num_classes})")
+        refuse_outside(refuse, split, data.labels, num_classes)
     if classes and len(classes) == data.num_classes:
         data.classes = [str(c) for c in classes]
     return data

@@ -8,8 +8,11 @@ decompression, comes before it, stage 6, the server optimizer, after it, as post
 
 1. clips every update's delta to C (privacy/clip.py; a non-finite update is a zero delta, so |B| is fixed),
 2. runs the rule on the clipped buffer,
-3. adds N(0, (z·S)² I) from the run's stream ``privacy`` keyed by t, S the rule's sensitivity for this buffer
-   (privacy/sensitivity.py), and clamps batch norm's running variance at 0,
+3. adds N(0, (z·S)² I), S the rule's sensitivity for this buffer (privacy/sensitivity.py), drawn from the run's
+   keyed stream (the default: the secret key of privacy/keys.py, which :meth:`Mechanism.open` takes from the run
+   dir's server-private part), from ``os.urandom`` (``secure_noise``: each released model first goes to the
+   write-ahead record of privacy/released.py, which a resume replays) or from ``run.seed`` (``seeded_noise``,
+   studies only), and clamps batch norm's running variance at 0,
 4. counts one inclusion m_k for each distinct device of the buffer, and writes into the aggregate event (so into
    events.jsonl and W&B's ``privacy/epsilon``) S, the noise's std, the run's ε so far and the largest m_k.
 
@@ -37,7 +40,9 @@ from ..algo import AggregationResult, aggregate
 from ..algo.seafl import seafl_on_deltas
 from .accountant import calibrate, epsilon
 from .clip import clip_updates
-from .noise import add_noise, clamp_variance, noise_seed, variance_mask
+from .keys import fingerprint, key_path, open_key
+from .noise import KeyedStream, add_noise, clamp_variance, noise_seed, variance_mask
+from .released import ReleaseRecord
 from .sensitivity import RULES, seafl_sensitivity, sensitivity
 
 # an update's entry in the aggregate event under DP without diagnostics: the scheduler's fields (device, job,
@@ -47,6 +52,10 @@ PUBLIC_INFO = ("device", "job", "staleness", "base_version", "n_samples", "epoch
 DIAGNOSTICS_WARNING = ("seafl: warning: privacy.diagnostics is on: this run dir holds values outside the DP guarantee "
                        "(per-update weights and cosines, logged training values, clip counts, update norms, label "
                        "histograms, device evaluation); do not publish it (docs/privacy.md)")
+SEEDED_WARNING = ("seafl: warning: privacy.seeded_noise is on: the noise is drawn from run.seed, so anyone holding "
+                  "config.yaml can regenerate it and subtract it; the ε reported holds against no reader who has the "
+                  "config (for studies only; the default keyed noise holds, docs/privacy.md)")
+SEEDED_CAVEAT = "none against a reader of config.yaml: the noise is seeded from run.seed (privacy.seeded_noise)"
 
 
 class NoPrivacy:
@@ -75,6 +84,14 @@ class NoPrivacy:
         return None
 
     @staticmethod
+    def open(private, state: dict | None) -> None:
+        return None
+
+    @staticmethod
+    def checkpointed(version: int) -> None:
+        return None
+
+    @staticmethod
     def load(state: dict | None) -> None:
         return None
 
@@ -94,16 +111,51 @@ class Mechanism:
         self.inclusions: Counter = Counter()  # device -> m_k, the aggregations that included it
         self.clipped = self.zeroed = 0  # updates scaled down to C, non-finite updates taken as zero deltas
         self.counters = parts.counters
+        self.mode = "secure" if p.secure_noise else "seeded" if p.seeded_noise else "keyed"
+        self.key: bytes | None = None  # the keyed mode's secret, from open()
+        self.record: ReleaseRecord | None = None  # the secure mode's write-ahead record, from open()
+        self.say = say
         if say:
             print(self.announcement(), file=sys.stderr)
             if p.diagnostics:
                 print(DIAGNOSTICS_WARNING, file=sys.stderr)
+            if self.mode == "seeded":
+                print(SEEDED_WARNING, file=sys.stderr)
+
+    def open(self, private, state: dict | None) -> None:
+        """Before the first aggregation, with the run dir's server-private folder ``private`` and the checkpoint
+        resumed from (None: a fresh start). Keyed: the run's key (privacy/keys.py), given, kept or fresh, and one
+        line naming where it came from and its fingerprint. Secure: the write-ahead record, emptied on a fresh start,
+        else holding what the run released after its checkpoint (replayed, never drawn again)."""
+        if self.mode == "keyed":
+            recorded = ((state or {}).get("privacy") or {}).get("key_fingerprint")
+            self.key, origin = open_key(private, self.p.key_file, resuming=state is not None, recorded=recorded)
+            if self.say:
+                print(f"seafl: privacy: noise keyed by {origin} (fingerprint {fingerprint(self.key)}), kept "
+                      f"server-private in {key_path(private)}", file=sys.stderr)
+        elif self.mode == "secure":  # a restart of the same config kept the record (runtime/rundir.py clear)
+            self.record = ReleaseRecord(private)
+            if state is not None:
+                self.record.prune(state["version"])
+
+    def checkpointed(self, version: int) -> None:
+        """A checkpoint at ``version`` is on disk: the write-ahead record no longer needs what came before it."""
+        if self.record is not None:
+            self.record.prune(version)
+
+    def _source(self, t: int):
+        """Where aggregation t's noise comes from: the keyed stream, None (os.urandom) or the seed."""
+        if self.mode == "keyed":
+            if self.key is None:
+                raise RuntimeError("Mechanism.open() must give the run's noise key before the first aggregation")
+            return KeyedStream(self.key, t)
+        return None if self.mode == "secure" else noise_seed(self.seed, t)
 
     def announcement(self) -> str:
         """The run's first line on privacy: z (and where it came from), C, δ, the cap and what it bounds ε by."""
         p = self.p
         z = f"z {self.z:.6g}" + (f" (calibrated to ε {p.epsilon:g})" if self.calibrated else "") + \
-            (", noise from os.urandom" if p.secure_noise else "")
+            {"secure": ", noise from os.urandom", "seeded": ", noise seeded from run.seed", "keyed": ""}[self.mode]
         if p.max_participation is None:
             bound = "no cap: ε grows with the most-included device's m, reported as the run goes"
         else:
@@ -126,8 +178,12 @@ class Mechanism:
         std = self.z * s
         counters = self.counters.to(global_flat.device)
         result.new_global[counters] = global_flat[counters]  # w_t's: no upload's (a zeroed update's would tell)
-        seed = None if self.p.secure_noise else noise_seed(self.seed, version + 1)
-        new = clamp_variance(add_noise(result.new_global, std, self.mask, seed), self.variance)
+        t = version + 1
+        new = self.record.get(t, result.new_global) if self.record is not None else None  # released: replayed
+        if new is None:
+            new = clamp_variance(add_noise(result.new_global, std, self.mask, self._source(t)), self.variance)
+            if self.record is not None:  # on disk for good before anything derived from it is released
+                self.record.write(t, new)
         self.inclusions.update({u.device for u, _ in kept})
         clipped_here = sum(1 for n in norms if n is not None and n > bound)
         self.clipped += clipped_here
@@ -173,7 +229,8 @@ class Mechanism:
     def note(self, note: str | None) -> str:
         """The progress line's note: ``note`` (device evaluation's, if any), then ε so far."""
         spent = self._spent()
-        mine = f"ε {spent['epsilon']:.3g} (m {spent['max_inclusions']})"
+        mine = f"ε {spent['epsilon']:.3g} (m {spent['max_inclusions']}" + \
+            ("; seeded noise: none against config.yaml's readers)" if self.mode == "seeded" else ")")
         return f"{note} · {mine}" if note else mine
 
     def summary(self) -> dict:
@@ -183,12 +240,15 @@ class Mechanism:
                             "clipping_bound": p.clipping_bound, "accountant": p.accountant,
                             "max_participation": p.max_participation, "target_epsilon": p.epsilon,
                             "devices_included": len(self.inclusions),
-                            **({"secure_noise": True} if p.secure_noise else {}),
+                            "noise": self.mode,
+                            **({"key_fingerprint": fingerprint(self.key)} if self.key is not None else {}),
+                            **({"guarantee": SEEDED_CAVEAT} if self.mode == "seeded" else {}),
                             **({"updates_clipped": self.clipped, "updates_zeroed": self.zeroed}
                                if p.diagnostics else {})}}
 
     def state(self) -> dict:
-        return {"inclusions": dict(self.inclusions), "clipped": self.clipped, "zeroed": self.zeroed}
+        return {"inclusions": dict(self.inclusions), "clipped": self.clipped, "zeroed": self.zeroed,
+                **({"key_fingerprint": fingerprint(self.key)} if self.key is not None else {})}
 
     def load(self, state: dict | None) -> None:
         if state is None:

@@ -1,17 +1,24 @@
 """Stage 5: Gaussian noise N(0, σ² I), σ = z·S, on the rule's result, and batch norm's variance kept ≥ 0 after it.
 
-The noise of aggregation t is drawn from the run's named stream ``privacy`` keyed by t
-(:func:`noise_seed`, sim/rng.py), on the CPU in float64 by a ``torch.Generator`` made for that aggregation alone,
-then added once and rounded to w′'s dtype. So it is the same bits on any device and rank, and a resumed run
-draws it again without any state in the checkpoint. Seeded noise is for studies: anyone holding config.yaml can
-regenerate it and subtract it.
+Where the noise comes from (``privacy.*``, docs/privacy.md "Where the noise comes from"):
 
-``privacy.secure_noise`` (:func:`secure_normal`) draws every noise vector from the OS's cryptographic source
-instead (``os.urandom``): nothing seeds it and nothing is written, so no one can regenerate it, the run's bytes
-differ from run to run and a resume goes on with fresh noise. Each N(0, 1) is the sum of four Box–Muller draws
-from 53-bit uniforms, halved, as Opacus's ``secure_mode`` does after Holohan and Braghin (arXiv 2107.10138,
+- **keyed** (the default): a cryptographic stream keyed by the run's secret key (privacy/keys.py), SHAKE-256 of
+  the key with the named stream ``privacy``, the aggregation t, the chunk and the draw as its nonce
+  (:class:`KeyedStream`). It feeds the same sampler as the secure mode below, so each draw is as hard to invert,
+  and a resume with the kept key draws the very same noise again: exact bytes, nothing released twice. Nobody
+  without the key can regenerate it: a generator seeded from a hash of the key (MT19937) would not do, its state
+  is recovered from its outputs; SHAKE-256's is not.
+- **secure** (``privacy.secure_noise``): every draw from the OS's cryptographic source (``os.urandom``), nothing
+  kept; a resume replays what was released from a server-private write-ahead record (privacy/released.py).
+- **seeded** (``privacy.seeded_noise``, for studies only): torch's generator seeded from the run's named stream
+  ``privacy`` keyed by t (:func:`noise_seed`), in float64 on the CPU. Anyone holding config.yaml can regenerate
+  it and subtract it, so its ε holds against no reader of the config; the run says so.
+
+The sampler of the keyed and secure modes (:func:`secure_normal`): each N(0, 1) is the sum of four Box–Muller
+draws from 53-bit uniforms, halved, as Opacus's ``secure_mode`` does after Holohan and Braghin (arXiv 2107.10138,
 §5.1): a single float64 Gaussian draw can be inverted from its low bits (Mironov 2012 for the Laplace; Jin et al.,
-arXiv 2112.05307, for Gaussians); the sum of several makes that search 2^(53·3) steps.
+arXiv 2112.05307, for Gaussians); the sum of several makes that search 2^(53·3) steps. Every mode draws in
+float64 on the CPU and adds once, rounding to w′'s dtype, so the bits are the same on any device and rank.
 
 It covers the entries the clipping bound covers (trainable parameters and float statistics); integer counters
 take none. A running variance that the noise drives below 0 would make batch norm divide by the root of a
@@ -20,9 +27,11 @@ released w′ and costs no privacy.
 """
 from __future__ import annotations
 
+import hashlib
 import math
 import os
-from typing import Iterable
+import struct
+from typing import Callable, Iterable, Union
 
 import torch
 
@@ -40,38 +49,69 @@ SECURE_TERMS = 4  # Gaussians summed per secure draw (Opacus's secure_mode: 2n w
 _CHUNK = 1 << 20  # entries drawn per os.urandom call: bounded memory for a model of any size
 
 
-def _uniform53(n: int) -> torch.Tensor:
-    """``n`` uniforms in (0, 1] in float64 from os.urandom: (k + 1)·2⁻⁵³, k the top 53 bits of 8 random bytes."""
-    raw = torch.frombuffer(bytearray(os.urandom(8 * n)), dtype=torch.int64)
-    return ((raw >> 11) & ((1 << 53) - 1)).to(torch.float64).add_(1.0).mul_(2.0 ** -53)
+Bytes = Callable[[int, int, int], bytes]  # (chunk, draw, nbytes) -> that many random bytes
 
 
-def secure_normal(n: int) -> torch.Tensor:
-    """``n`` draws of N(0, 1) in float64 from the OS's cryptographic source: each the sum of ``SECURE_TERMS``
-    Box–Muller normals divided by √SECURE_TERMS (= 2)."""
+def os_bytes(chunk: int, draw: int, nbytes: int) -> bytes:
+    """The secure mode's bytes: the OS's cryptographic source, whatever the chunk and draw."""
+    return os.urandom(nbytes)
+
+
+class KeyedStream:
+    """The keyed mode's bytes for one aggregation: SHAKE-256 over a domain tag, the key (length-prefixed), the
+    stream name ``privacy``, the aggregation ``version`` and the (chunk, draw) being made. Distinct nonces give
+    independent streams; the same key and nonce give the same bytes in any process."""
+
+    TAG = b"seafl-dp-noise/v1\0"
+
+    def __init__(self, key: bytes, version: int, stream: str = "privacy"):
+        name = stream.encode()
+        self.prefix = self.TAG + struct.pack(">I", len(key)) + key + struct.pack(">I", len(name)) + name + \
+            struct.pack(">Q", version)
+
+    def __call__(self, chunk: int, draw: int, nbytes: int) -> bytes:
+        return hashlib.shake_256(self.prefix + struct.pack(">QI", chunk, draw)).digest(nbytes)
+
+
+def _uniform53(raw: bytes) -> torch.Tensor:
+    """Uniforms in (0, 1] in float64 from 8 bytes each: (k + 1)·2⁻⁵³, k the top 53 bits of the 8 bytes."""
+    bits = torch.frombuffer(bytearray(raw), dtype=torch.int64)
+    return ((bits >> 11) & ((1 << 53) - 1)).to(torch.float64).add_(1.0).mul_(2.0 ** -53)
+
+
+def secure_normal(n: int, source: Bytes = os_bytes) -> torch.Tensor:
+    """``n`` draws of N(0, 1) in float64 from ``source``'s bytes (the OS's cryptographic source by default, or a
+    :class:`KeyedStream`): each the sum of ``SECURE_TERMS`` Box–Muller normals divided by √SECURE_TERMS (= 2)."""
     out = torch.empty(n, dtype=torch.float64)
-    for start in range(0, n, _CHUNK):
+    for chunk, start in enumerate(range(0, n, _CHUNK)):
         m = min(_CHUNK, n - start)
         acc = torch.zeros(m, dtype=torch.float64)
-        for _ in range(SECURE_TERMS):
-            radius = _uniform53(m).log_().mul_(-2.0).sqrt_()
-            acc.add_(radius.mul_(torch.cos(_uniform53(m).mul_(2.0 * math.pi))))
+        for term in range(SECURE_TERMS):
+            radius = _uniform53(source(chunk, 2 * term, 8 * m)).log_().mul_(-2.0).sqrt_()
+            acc.add_(radius.mul_(torch.cos(_uniform53(source(chunk, 2 * term + 1, 8 * m)).mul_(2.0 * math.pi))))
         out[start:start + m] = acc.div_(math.sqrt(SECURE_TERMS))
     return out
 
 
+Source = Union[int, KeyedStream, None]  # a seed (seeded mode), a keyed stream, None (os.urandom)
+
+
 @torch.no_grad()
-def add_noise(flat: torch.Tensor, std: float, mask: torch.Tensor, seed: int | None) -> torch.Tensor:
-    """A copy of ``flat`` with N(0, std²) added to each ``mask`` entry, drawn from a generator seeded ``seed``;
-    ``seed=None``: from the OS's cryptographic source (:func:`secure_normal`), unrepeatable."""
+def add_noise(flat: torch.Tensor, std: float, mask: torch.Tensor, source: Source) -> torch.Tensor:
+    """A copy of ``flat`` with N(0, std²) added to each ``mask`` entry, drawn from ``source``: an int seeds torch's
+    generator (the seeded mode), a :class:`KeyedStream` feeds :func:`secure_normal` (keyed), None draws from the
+    OS's cryptographic source (secure, unrepeatable)."""
     if not std >= 0:
         raise ValueError(f"noise standard deviation {std} must be >= 0")
     mask = mask.to(flat.device)
     count = int(mask.sum())
-    if seed is None:
+    if source is None:
         noise = secure_normal(count) * std
+    elif isinstance(source, KeyedStream):
+        noise = secure_normal(count, source) * std
     else:
-        noise = torch.randn(count, generator=torch.Generator(device="cpu").manual_seed(seed), dtype=torch.float64) * std
+        noise = torch.randn(count, generator=torch.Generator(device="cpu").manual_seed(source),
+                            dtype=torch.float64) * std
     out = flat.clone()
     out[mask] = (flat[mask].to(torch.float64) + noise.to(flat.device)).to(flat.dtype)
     return out

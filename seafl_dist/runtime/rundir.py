@@ -10,8 +10,9 @@ Which config keys may differ between a run dir and the command that reuses it (r
 "completed" check): where and how it runs, not what it computes: ``runtime.device``,
 ``.threads``, ``.backend``, ``.placement``, ``.timeout_s``, ``.cuda_graphs`` (a graph gives the eager step's
 bits), every ``logging.*`` key, ``name`` and
-``run.checkpoint_every``/``_s``, and ``devices.profile``'s path: its content is compared instead (the
-sha256 that summary.json and the checkpoints record). Every other key, ``runtime.precision``, ``runtime.batch_jobs``
+``run.checkpoint_every``/``_s``, ``devices.profile``'s path: its content is compared instead (the
+sha256 that summary.json and the checkpoints record), and ``privacy.key_file``'s path: its key is compared instead
+(the fingerprint the checkpoints record, privacy/keys.py). Every other key, ``runtime.precision``, ``runtime.batch_jobs``
 and ``runtime.deterministic`` included (they change the trained bits far beyond the last ones), must be equal.
 
 Beside the config, the code: a run dir's bits belong to one numerics version (seafl_dist/versions.py,
@@ -39,7 +40,8 @@ from seafl_dist import versions
 
 FREE_SECTIONS = ("logging",)
 FREE_KEYS = ("name", "run.checkpoint_every", "run.checkpoint_every_s", "runtime.device", "runtime.threads",
-             "runtime.backend", "runtime.placement", "runtime.timeout_s", "runtime.cuda_graphs", "devices.profile")
+             "runtime.backend", "runtime.placement", "runtime.timeout_s", "runtime.cuda_graphs", "devices.profile",
+             "privacy.key_file")
 # What a run writes (and a fresh start or --overwrite removes); the proof covers those a completed run keeps.
 PROVEN = ("config.yaml", "events.jsonl", "metrics.csv", "train_log.csv", "model.pt", "partition.json",
           "partition.npz", "device_metrics.csv", "device_summary.csv")
@@ -242,7 +244,8 @@ def remove_checkpoints(run_dir: Path) -> None:
 
 def remove_private(run_dir: Path) -> None:
     """Delete everything server-private: private/ whole (the noise key too) and the checkpoints and residual files
-    of a run dir written before the move. A fresh start, ``--overwrite`` and a run's normal end call it."""
+    of a run dir written before the move. A fresh start of another config, ``--overwrite`` and a run's normal end
+    call it (:func:`clear` keeps the key and the record for a restart of the same config)."""
     remove_checkpoints(run_dir)
     if private_dir(run_dir).is_dir():
         shutil.rmtree(private_dir(run_dir))
@@ -257,18 +260,36 @@ def remove_temps(run_dir: Path) -> None:
                     p.unlink(missing_ok=True)
 
 
-def clear(run_dir: Path, extra: tuple = ()) -> None:
-    """Remove every file an earlier run wrote (private/ whole, checkpoints and temps included), so nothing mixes.
+def clear(run_dir: Path, extra: tuple = (), *, cfg=None) -> None:
+    """Remove every file an earlier run wrote (checkpoints, residual files and temps included, in private/ and at
+    the top level of a run dir written before the move), so nothing mixes.
 
     Only the run's own names go; anything else a user keeps in the dir stays, and so does ``wandb/``:
     W&B keeps each run in its own folder there, and the sink of the run about to start has opened
-    its own already (it is built before the server takes the dir)."""
+    its own already (it is built before the server takes the dir).
+
+    The server-private part goes whole too (:func:`remove_private`), unless ``cfg`` is the config of the dir's earlier attempt (config.yaml
+    without a difference in a key that is not free): that attempt ended before its first checkpoint, so this one
+    starts over, and what it released under DP was drawn from the noise key or written to secure noise's record
+    kept there. Keeping them, the restart draws the same noise again or replays the record, and releases nothing
+    twice (privacy/keys.py, privacy/released.py)."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         return
-    remove_private(run_dir)
+    remove_checkpoints(run_dir)  # private/ stays if it holds the key or the record, and goes below unless kept
+    if cfg is None or not same_run(run_dir, cfg):
+        remove_private(run_dir)
     for name in RUN_FILES + tuple(extra):
         (run_dir / name).unlink(missing_ok=True)
+
+
+def same_run(run_dir: Path, cfg) -> bool:
+    """True when ``run_dir``'s config.yaml is ``cfg``'s but for the keys free to differ."""
+    try:
+        saved = yaml.safe_load((Path(run_dir) / "config.yaml").read_text())
+    except (OSError, ValueError, yaml.YAMLError):
+        return False
+    return isinstance(saved, dict) and not config_diff(saved, config_tree(cfg))
 
 
 # ---- what the dir is ----------------------------------------------------------------------

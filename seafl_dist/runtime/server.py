@@ -75,8 +75,7 @@ class Server(Snapshots):
         self.rows, self.counts, self.staleness = [], Counter(), []  # metric rows, event counts, updates' staleness
         # device churn (docs/devices.md): drop counts in metrics.csv and summary.json only when it is on
         self.churn = self.cfg.devices.profile is not None or self.cfg.devices.dropout is not None
-        # a module evaluated by its own test_step: what it logs there, in columns after today's (the names
-        # its probe evaluation logged at start-up, runtime/setup.py); None: the built-in evaluation
+        # a module's own test_step: what its probe evaluation logged (runtime/setup.py), columns after today's
         self.eval_names = exp.eval_names
         self.columns = METRIC_COLUMNS + (["drops"] if self.churn else []) + list(self.eval_names or [])
         self.profile_sha256 = exp.profile.sha256 if exp.profile is not None else None
@@ -141,7 +140,7 @@ class Server(Snapshots):
         state = checkpoint.load(self.resume, cfg) if self.resume else None  # before anything is written
         self.dir.mkdir(parents=True, exist_ok=True)
         if state is None:
-            rundir.clear(self.dir)  # nothing of an earlier run may mix with this one's files
+            rundir.clear(self.dir, cfg=cfg)  # nothing of an earlier run mixes in (its DP noise key and record aside)
             with writing(self.dir / "config.yaml"):
                 (self.dir / "config.yaml").write_text(dump_config(cfg))
             write_partition(self.dir, self.partition_report)  # compact above COMPACT_ABOVE devices
@@ -151,6 +150,7 @@ class Server(Snapshots):
             self.writer = RunWriter(self.dir, resume_at=(state["events_bytes"], state["metrics_bytes"]),
                                     columns=self.columns)
         self.devices.open(self.dir, state)
+        self.privacy.open(rundir.private_dir(self.dir), state)  # the noise key, or secure noise's record (privacy/)
         status, error = "failed", None
         try:
             final = self._loop(state)

@@ -63,6 +63,7 @@ class Snapshots:
             **({"residuals": files} if files is not None else {}),  # the workers' files (runtime/residuals.py)
             **({"privacy": snap["privacy"]} if snap["privacy"] is not None else {})})  # m_k under DP
         residuals.retain(self.dir, files)  # the workers' files go with their checkpoints
+        self.privacy.checkpointed(snap["version"])  # secure noise's write-ahead record: what is before it goes
         self._saved_version, self._last_save = snap["version"], time.monotonic()
 
     def _checkpoint_last(self, quiet: bool = False) -> None:

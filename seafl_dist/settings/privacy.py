@@ -34,7 +34,8 @@ class PrivacyConfig:
                         note="For the built-in rules (a rule of your own declares no sensitivity), without "
                              "`algorithm.update_norm_factor` (a rejection that depends on the data would change "
                              "|B|). A non-finite update counts as a zero delta. The noise is drawn from the run's "
-                             "named stream `privacy` (seeded, for studies; `secure_noise` for a deployment). What "
+                             "secret key (`key_file`, $SEAFL_DP_KEY, or fresh from os.urandom, kept in the run dir's private/); "
+                             "`secure_noise` and `seeded_noise` are the other sources. What "
                              "a run writes outside the guarantee is off (`diagnostics`). Left out of config.yaml (the "
                              "whole section) at its defaults.")
     clipping_bound: float = key(1.0, "C: each update's delta Δ_k = w_k − w_{t_k} is scaled to L2 norm at most C, "
@@ -62,11 +63,22 @@ class PrivacyConfig:
                             note="docs/privacy.md, \"Every output and its status\", lists each output. Off: a run "
                                  "writes only what is public, post-processing of the noised models, or server-private "
                                  "(the checkpoints), and `run.device_eval_every` is refused.")
-    secure_noise: bool = key(False, "draw the noise from the OS's cryptographic source (os.urandom), never seeded and "
-                             "never written: no one holding the run dir can regenerate it",
+    secure_noise: bool = key(False, "draw every noise vector from the OS's cryptographic source (os.urandom), no key "
+                             "kept: no one holding the run dir can regenerate it",
                              note="Two runs of one config then differ in their noise and bytes, and agree on ε and the "
-                                  "schedule; a resume goes on with fresh noise. `false`: the seeded stream `privacy`, "
-                                  "for studies (reproducible, so anyone with config.yaml can subtract it).")
+                                  "schedule. Each released model is fsynced to a write-ahead record in the run dir's "
+                                  "private/ before anything derived from it is released, and a resume replays it: "
+                                  "nothing is released twice. `false`: the keyed stream (the default).")
+    seeded_noise: bool = key(False, "draw the noise from `run.seed`'s named stream `privacy` (torch's generator), for "
+                             "studies only: anyone holding config.yaml can regenerate it and subtract it",
+                             note="A warning line, summary.json's privacy `guarantee`, the progress line and the "
+                                  "report say that its ε holds against no reader who has the config.")
+    key_file: Optional[str] = key(None, "a file whose bytes (at least 16, whitespace stripped) are the noise key, so "
+                                  "that two runs draw the same noise; `null`: $SEAFL_DP_KEY if set, else a fresh key "
+                                  "from os.urandom",
+                                  note="The key never reaches config.yaml, W&B or a released file; it is kept in the "
+                                       "run dir's private/noise.key, and summary.json records its fingerprint. The "
+                                       "path may change between a run and its resume, the key may not.")
 
     @property
     def withheld(self) -> bool:
@@ -83,6 +95,13 @@ class PrivacyConfig:
         if self.noise_multiplier is None and self.epsilon is None:
             _fail("privacy.noise_multiplier", None, "a number >= 0, or null with privacy.epsilon set (the target "
                   "ε that z is calibrated from)")
+        if self.secure_noise and self.seeded_noise:
+            _fail("privacy.seeded_noise", True, "false with privacy.secure_noise=true (one source of noise: "
+                  "os.urandom, run.seed, or the default secret key)")
+        if self.key_file is not None and (self.secure_noise or self.seeded_noise):
+            mode = "secure_noise" if self.secure_noise else "seeded_noise"
+            _fail("privacy.key_file", self.key_file, f"null with privacy.{mode}=true (a key feeds the default keyed "
+                  f"noise only)")
         if self.epsilon is not None and self.max_participation is None:
             _fail("privacy.epsilon", self.epsilon, "null without privacy.max_participation (ε is known before "
                   "training only when every device's inclusions are capped)")

@@ -35,7 +35,7 @@ from pairwise import pairwise
 from resuming import summary
 from seafl_dist.cli import main as seafl_main
 from seafl_dist.data import clear_cache
-from small_runs import QUICKSTART, SMALL
+from small_runs import DP_KEY, QUICKSTART, SMALL
 from soak_cases import EVERY, SAME, TESTS
 from wandb_runs import offline_env
 
@@ -95,7 +95,7 @@ def overrides(row: dict, where) -> list[str]:
     if row["server_opt"] == "adam":
         args += ["algorithm.server_opt.name=adam", "algorithm.server_opt.lr=0.01"]
     if row["privacy"]:
-        args += ["privacy.enabled=true", "privacy.noise_multiplier=0.8"]
+        args += ["privacy.enabled=true", "privacy.noise_multiplier=0.8", *DP_KEY]  # one key: the same noise
     if row["churn"]:
         args += [*CHURN[len(SMALL):], f"devices.profile={where / 'devices.csv'}"]
     if row["wandb"]:

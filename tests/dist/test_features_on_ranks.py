@@ -43,7 +43,7 @@ from docs_pages import ROOT, read_page
 from launching import run_batch, same_summary
 from leaf_files import write_leaf
 from resuming import reference
-from small_runs import SMALL
+from small_runs import DP_KEY, SMALL
 from test_batch_jobs import ARGS as BATCHED, assert_trained_alike
 from test_equivalence import assert_same_metrics
 
@@ -90,7 +90,7 @@ class Setup:
         write_leaf(tmp / "leaf")
         self.cases = {
             **{f"codec-{n}": codec(n) for n in CODECS},
-            "dp": [*SMALL, "privacy.enabled=true", "privacy.noise_multiplier=0.8", "privacy.max_participation=2",
+            "dp": [*SMALL, "privacy.enabled=true", "privacy.noise_multiplier=0.8", "privacy.max_participation=2", *DP_KEY,
                    "privacy.seafl_form=model"],  # SEAFL's paper form: S reads the distances between rank 0's bases
             "adam": [*SMALL, "algorithm.server_opt.name=adam", "algorithm.server_opt.lr=0.01",
                      "algorithm.server_opt.pseudo_gradient=delta"],

@@ -81,14 +81,15 @@ def test_dict_samples_are_split_by_a_key_of_theirs(mod):
     ("ragged", "its train split's samples 0 and 1 cannot be batched by torch's default_collate"),
     ("stream", "its train split is an IterableDataset (Stream)"),
     ("test_label_out_of_range", "item 5 of its test split has label 7, outside the 4 classes [0, 4)"),
+    ("pair_test_label_out_of_range", "item 5 of its test split has label 7, outside the 4 classes [0, 4)"),
 ])
 def test_what_cannot_work_is_refused_in_one_line_saying_what_would(mod, fn, fragment):
     _, name = mod
     cfg = config_from_dict({"name": "t"}, [*SMALL, *ARGS(name, fn)])
     with pytest.raises(ConfigError) as err:
         prepare(cfg)
-    fix = {"ragged": "give the dataset a collate_fn attribute", "stream": "return a map-style Dataset",
-           "test_label_out_of_range": "config key 'data.name'"}[fn]
+    fix = {"ragged": "give the dataset a collate_fn attribute", "stream": "return a map-style Dataset"}.get(
+        fn, "of the training split; give the test split only those labels, or both splits a classes list")
     one_line_message(str(err.value), f"config key 'data.name' has value '{name}:{fn}'", fragment, fix)
 
 

@@ -118,6 +118,55 @@ def test_a_group_column_makes_each_group_a_device(made):
         f"w{k}": np.flatnonzero(writers == f"w{k}").tolist() for k in range(WRITERS)}
 
 
+def numbered_images(folder, n: int):
+    """A save_to_disk DatasetDict whose train split is ``n`` 4x4 grey PNGs, row u's pixels 0 and 1 holding u
+    (u // 256, u % 256) and its label ``u * 7 % 5``: the test's oracle of which row is which."""
+    import datasets
+    from PIL import Image
+    uid = np.arange(n)
+    pixels = np.zeros((n, 4, 4), dtype=np.uint8)
+    pixels[:, 0, 0], pixels[:, 0, 1] = uid // 256, uid % 256
+    features = datasets.Features({"image": datasets.Image(), "label": datasets.ClassLabel(num_classes=5)})
+    split = datasets.Dataset.from_dict({"image": [Image.fromarray(a) for a in pixels],
+                                        "label": (uid * 7 % 5).tolist()}, features=features)
+    datasets.DatasetDict(train=split, test=split.select(range(10))).save_to_disk(str(folder / "numbered"))
+    return folder / "numbered"
+
+
+def test_an_image_split_past_two_read_chunks_reaches_the_devices_each_row_once(made, tmp_path):
+    """data/hf.py formats an image split hf.CHUNK (4,096) rows at a time; MNIST's 60,000 rows take 15 chunks.
+    Past two of them, every row is on one device, with its own pixels and label."""
+    from seafl_dist.data import hf
+    n = 2 * hf.CHUNK + 5
+    path = numbered_images(tmp_path, n)
+    exp = prepare(config_from_dict({"name": "t"}, [*SMALL, f"data.name=hf:{path}", f"model.name={made[3]}:tiny_mlp",
+                                                   "data.partition=iid"]))
+    rows = np.concatenate(exp.shards)
+    images = exp.train.images[torch.from_numpy(rows)]
+    uid = (images[:, 0, 0, 0].long() * 256 + images[:, 0, 0, 1].long()).numpy()
+    assert sorted(uid.tolist()) == list(range(n))  # each row once: none lost or doubled at a chunk's edge
+    assert exp.train.labels[torch.from_numpy(rows)].tolist() == (uid * 7 % 5).tolist()
+
+
+def test_a_flower_partitioner_by_a_column_of_a_parquet_token_source_gives_flowers_rows(made):
+    """partition_by on a source that is not images (its rows held as samples): Flower reads the column of the
+    Hugging Face split under them, and each device gets the rows flwr_datasets gives."""
+    import datasets
+    import flwr_datasets.partitioner as fp
+    args = {"partition_by": "topic", "alpha": 0.5, "seed": 11, "min_partition_size": 5}
+    cfg = config_from_dict({"name": "t"}, [*SMALL, *text_args(made), "data.partition=flwr:DirichletPartitioner",
+                                           f"data.partition_args={json.dumps(args)}"])
+    exp = prepare(cfg)
+    theirs = fp.DirichletPartitioner(**args, num_partitions=10)
+    split = datasets.load_dataset("parquet", data_files={"train": str(made[0] / made[2]["train"])})["train"]
+    theirs.dataset = split.add_column("row", list(range(len(split))))
+    assert [s.tolist() for s in exp.shards] == [list(theirs.load_partition(k)["row"]) for k in range(10)]
+    assert sorted(np.concatenate(exp.shards).tolist()) == list(range(400))
+    topics = token_rows(400, 0)[:, -1] % 4  # the parquet's topic column, as text_files wrote it
+    assert exp.partition_report()["label_histograms"].tolist() == [
+        np.bincount(topics[s], minlength=4).tolist() for s in exp.shards]
+
+
 @pytest.mark.parametrize("partitioner, args, num", [
     ("DirichletPartitioner", {"partition_by": "label", "alpha": 0.3, "seed": 7, "min_partition_size": 5}, 10),
     ("PathologicalPartitioner", {"partition_by": "label", "num_classes_per_partition": 2, "seed": 3}, 10),

@@ -5,8 +5,8 @@ noised model (the evaluation's accuracy and loss, the floats of model.pt, what t
 
 Nothing here lists the fields a run writes: every leaf of every released file (events.jsonl, metrics.csv,
 partition.json, summary.json, train_log.csv, config.yaml, model.pt: runtime/release.py's compare, which
-``seafl release --check`` runs too; and here the captured stdout and stderr, and W&B's offline history) is compared, so a field added later that carries an un-noised value of an update fails here
-without anyone naming it. The device's replacement data is other images with other labels, or images that make
+``seafl release --check`` runs too; and here the captured stdout and stderr, and W&B's offline history) is
+compared, so a field added later that carries an un-noised value of an update fails here without anyone naming it. The device's replacement data is other images with other labels, or images that make
 its update non-finite (taken as a zero delta under DP). The model has batch norm, whose integer counter takes no
 noise, and logs its training loss (a module's own values, train_log.csv and W&B's ``train/*``).
 
@@ -25,7 +25,7 @@ import in_process
 from seafl_dist.data.loaders import clear_cache
 from seafl_dist.runtime.release import compare, differing, first_inclusions
 from seafl_dist.report.wandb_files import offline_files
-from small_runs import PER_ALGORITHM, SMALL
+from small_runs import DP_KEY, PER_ALGORITHM, SMALL
 from wandb_runs import history_across, offline_env
 
 SOURCE = '''
@@ -102,7 +102,7 @@ RULES = {
     "seafl_model": ["algorithm.name=seafl", "privacy.seafl_form=model"],
     "seafl2": ["algorithm.name=seafl2", *PER_ALGORITHM["seafl2"], *WANDB],
 }
-PRIVATE = ["privacy.enabled=true", "privacy.noise_multiplier=0.5", "privacy.clipping_bound=1", "devices.num=8",
+PRIVATE = ["privacy.enabled=true", "privacy.noise_multiplier=0.5", "privacy.clipping_bound=1", "devices.num=8", *DP_KEY,
            "run.max_aggregations=6", "run.eval_every=1"]
 
 
@@ -236,3 +236,42 @@ def assert_release_check(base: Path, other: Path, device: int, t: int, tmp_path:
         proc = in_process.seafl("release", other, tmp_path / f"out-{at}", "--check", leaky, "--device", device)
         assert proc.returncode == 1 and not (tmp_path / f"out-{at}").exists(), proc.stderr
         assert f"OUTSIDE  events.jsonl: line {i + 1} (" in proc.stderr and "norm" in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("mode", ["keyed", "secure"])
+def test_neighbours_across_a_kill_and_a_resume_and_nothing_released_twice(mode, module, tmp_path, capsys,
+                                                                         monkeypatch):
+    """The neighbour run b (device 0's data replaced; device 0 first included at aggregation 6) is killed after
+    aggregation 5 with its last checkpoint at 3, so aggregations 4 and 5 were released before the kill, and
+    resumed. What b released before the kill is what it holds after the resume (the same key draws the same noise;
+    secure noise replays its write-ahead record). Keyed, with b's own fresh key given to the uninterrupted a, a and b
+    differ only as neighbours do; secure, they agree on everything public."""
+    import importlib.util
+    from resuming import checkpoint_versions, cli, run_args
+    folder = Path(importlib.util.find_spec(module).origin).parent
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(folder), os.environ.get("PYTHONPATH", "")]))
+    private = [x for x in PRIVATE if not x.startswith("privacy.key_file")]  # keyed: each run's own fresh key
+    args = [*SMALL, *private, *RULES["fedbuff"], f"model.name={module}:logging_bn", f"data.name={module}:bands",
+            f"data.partition={module}:blocks", "run.checkpoint_every=3", "run.checkpoint_every_s=null",
+            *(["privacy.secure_noise=true"] if mode == "secure" else [])]
+    b = tmp_path / "b"
+    monkeypatch.setenv("SEAFL_TEST_NEIGHBOUR", "other-0")
+    killed = cli(*run_args(args, b), fault="after_aggregate:5")
+    monkeypatch.delenv("SEAFL_TEST_NEIGHBOUR")
+    assert killed.returncode != 0 and checkpoint_versions(b) == [3], killed.stderr[-2000:]
+    released = (b / "metrics.csv").read_text().splitlines()
+    assert [int(r.split(",")[0]) for r in released[1:]] == [0, 1, 2, 3, 4, 5]
+    if mode == "keyed":
+        monkeypatch.setenv("SEAFL_DP_KEY", (b / "private" / "noise.key").read_text())
+    a, lines_a = run(tmp_path / "a", args, None, capsys)
+    monkeypatch.delenv("SEAFL_DP_KEY", raising=False)
+    b, lines_b = run(b, args, "other-0", capsys)
+    assert any("after aggregation 3" in x for x in lines_b), lines_b
+    assert (b / "metrics.csv").read_text().splitlines()[:len(released)] == released  # nothing released twice
+    assert first_inclusions(a)[0] == 6
+    if mode == "keyed":
+        assert_neighbours(a, b, 6, [], [])
+    else:
+        evs = [[e for e in map(json.loads, (d / "events.jsonl").read_text().splitlines()) if e["event"] != "eval"]
+               for d in (a, b)]
+        assert evs[0] == evs[1]  # the schedule, S, σ and ε

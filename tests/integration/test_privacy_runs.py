@@ -16,11 +16,11 @@ from seafl_dist.privacy.sensitivity import seafl_sensitivity
 from seafl_dist.report.build import write_report
 from seafl_dist.report.trace import check_run
 from seafl_dist.settings import config_from_dict
-from small_runs import SMALL
+from small_runs import DP_KEY, SMALL
 
 Z = 0.8
 PRIVATE = ["algorithm.name=fedbuff", "privacy.enabled=true", f"privacy.noise_multiplier={Z}",
-           "privacy.clipping_bound=2", "privacy.max_participation=3"]
+           "privacy.clipping_bound=2", "privacy.max_participation=3", *DP_KEY]  # one key: runs compared share noise
 EVERY_2 = ["run.checkpoint_every=2", "run.checkpoint_every_s=null"]
 
 
@@ -106,7 +106,7 @@ def test_a_run_killed_in_the_middle_resumes_to_the_same_bytes_with_its_counts(tm
     assert stopped.returncode != 0 and checkpoint_versions(out) == [2]
     state = torch.load(checkpoint_path(out, 2), weights_only=True)["privacy"]
     assert state["inclusions"] == dict(inclusions(aggregates(ref)[:2]))
-    resumed = cli(*run_args(args, out))
+    resumed = in_process.seafl(*run_args(args, out))  # the resume in this process: only the kill must be real
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "after aggregation 2" in resumed.stderr
     assert_same_run(ref, out)
@@ -126,24 +126,15 @@ def events_but_evals(run):
     return [e for e in map(json.loads, (run / "events.jsonl").read_text().splitlines()) if e["event"] != "eval"]
 
 
-def test_secure_noise_differs_run_to_run_agrees_on_epsilon_and_a_resume_goes_on_with_fresh_noise(tmp_path):
+def test_secure_noise_differs_run_to_run_and_agrees_on_epsilon(tmp_path):
     """privacy.secure_noise: the noise from os.urandom, seeded by nothing the run dir holds. Two runs of one config
-    then differ in their models and agree on the schedule and ε; a killed run resumes (no seed to restore), its
-    schedule and ε the uninterrupted run's, its bytes not."""
-    args = [*SMALL, *PRIVATE, "privacy.secure_noise=true", *EVERY_2]
+    then differ in their models and agree on the schedule and ε, as the keyed run does. A killed run's resume
+    (which replays what was released, never draws it again): test_privacy_neighbours.py."""
+    args = [*SMALL, *[x for x in PRIVATE if x not in DP_KEY], "privacy.secure_noise=true", *EVERY_2]
     a, b = reference(tmp_path / "a", args), reference(tmp_path / "b", args)
-    seeded = reference(tmp_path / "seeded", [*SMALL, *PRIVATE, *EVERY_2])
-    models = {(d / "model.pt").read_bytes() for d in (a, b, seeded)}
+    keyed = reference(tmp_path / "keyed", [*SMALL, *PRIVATE, *EVERY_2])
+    models = {(d / "model.pt").read_bytes() for d in (a, b, keyed)}
     assert len(models) == 3
-    assert events_but_evals(a) == events_but_evals(b) == events_but_evals(seeded)  # the schedule, S, σ, ε
-    assert summary(a)["privacy"]["epsilon"] == summary(b)["privacy"]["epsilon"] == summary(seeded)["privacy"]["epsilon"]
-    assert summary(a)["privacy"]["secure_noise"] is True and "secure_noise" not in summary(seeded)["privacy"]
-    out = tmp_path / "run"
-    stopped = cli(*run_args(args, out), fault="during_aggregate:3")
-    assert stopped.returncode != 0 and checkpoint_versions(out) == [2]
-    assert "noise from os.urandom" in stopped.stderr
-    resumed = cli(*run_args(args, out))
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert events_but_evals(out) == events_but_evals(a)
-    assert summary(out)["privacy"]["epsilon"] == summary(a)["privacy"]["epsilon"]
-    assert (out / "model.pt").read_bytes() not in models
+    assert events_but_evals(a) == events_but_evals(b) == events_but_evals(keyed)  # the schedule, S, σ, ε
+    assert summary(a)["privacy"]["epsilon"] == summary(b)["privacy"]["epsilon"] == summary(keyed)["privacy"]["epsilon"]
+    assert summary(a)["privacy"]["noise"] == "secure" and summary(keyed)["privacy"]["noise"] == "keyed"

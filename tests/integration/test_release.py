@@ -18,9 +18,9 @@ from resuming import (QUICKSTART, assert_same_run, checkpoint_path, checkpoint_v
                       reference, summary)
 from seafl_dist.runtime.release import RELEASE_TIME, ReleaseError, check
 from seafl_dist.runtime.rundir import PROVEN, private_dir
-from small_runs import SMALL
+from small_runs import DP_KEY, SMALL
 
-ARGS = [*SMALL, "algorithm.name=fedbuff", "privacy.enabled=true", "privacy.noise_multiplier=0.8",
+ARGS = [*SMALL, *DP_KEY, "algorithm.name=fedbuff", "privacy.enabled=true", "privacy.noise_multiplier=0.8",
         "privacy.clipping_bound=2", "run.checkpoint_every=2", "run.checkpoint_every_s=null"]
 NOTE = "holds server-private files in "
 

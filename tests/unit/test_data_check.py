@@ -161,3 +161,19 @@ def test_bad_femnist_file_is_the_runs_error(tmp_path):
     f = next((tmp_path / "femnist" / "test").glob("*.json"))
     f.write_text(f.read_text()[:-30])
     assert same_error(tmp_path, "femnist").startswith(f"FEMNIST file {f} is not valid JSON: ")
+
+
+def test_a_gzipped_idx_file_past_two_copy_buffers_is_counted_whole(tmp_path):
+    """data/idx.py peek_idx counts a ``.gz`` by streaming it through shutil.copyfileobj, COPY_BUFSIZE (64 KiB on
+    Linux) bytes a write: the header is the first write's, the size the sum of all (MNIST's 47 MB are 718)."""
+    import shutil
+    from seafl_dist.data.idx import peek_idx
+    n = 2 * shutil.COPY_BUFSIZE // 784 + 3  # 28x28 bytes an image: past two buffers
+    path = tmp_path / "train-images-idx3-ubyte"
+    write_idx(path, random_images(n, 28, 28), gz=True)
+    assert not path.exists() and peek_idx(path, 3) == (n, 28, 28)
+    cut = gzip.decompress(path.with_name(path.name + ".gz").read_bytes())[:-40]
+    path.with_name(path.name + ".gz").write_bytes(gzip.compress(cut))
+    with pytest.raises(DataError, match=rf"is truncated: header says {n} images of 28x28 \({16 + 784 * n} bytes\), "
+                                        rf"file has {16 + 784 * n - 40}$"):
+        peek_idx(path, 3)

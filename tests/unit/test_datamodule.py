@@ -166,3 +166,31 @@ def test_a_constructor_or_hook_that_fails_is_said_in_one_line(mod, tmp_path):
         assert "\n" not in str(err.value) and "train_dataloader() failed" in str(err.value)
     finally:
         clear_cache()
+
+
+def test_labels_declared_on_the_datamodule_itself_reach_the_partition_and_the_held_out_split(mod):
+    """docs/datasets.md: labels are the dataset's, else its DataModule's. ``ModuleLabels``' samples are dicts of
+    a training set that declares none, so only the module's own reach Dirichlet, the histograms and the
+    stratified held-out split; the oracle is each sample's own ``label``."""
+    from datamodules import ARGS
+    from seafl_dist.runtime.setup import prepare
+    from seafl_dist.settings import config_from_dict
+    from small_runs import SMALL
+    _, name = mod
+    args = [*SMALL, *ARGS(name, "ModuleLabels"), "data.partition=dirichlet"]
+    try:
+        whole = prepare(config_from_dict({"name": "t"}, args))
+        parts = prepare(config_from_dict({"name": "t"}, [*args, "data.device_holdout=0.25"]))
+    finally:
+        clear_cache()
+    labels = np.array([whole.train.dataset[i]["label"] for i in range(len(whole.train))])
+    assert whole.partition_report()["label_histograms"].tolist() == [
+        np.bincount(labels[s], minlength=4).tolist() for s in whole.shards]
+    assert sorted(np.concatenate(whole.shards).tolist()) == list(range(400))
+    for shard, kept in zip(whole.shards, parts.shards):
+        held = np.setdiff1d(shard, kept)
+        n, h = len(shard), int(np.floor(0.25 * len(shard) + 0.5))
+        assert len(held) == h and np.isin(kept, shard).all()
+        for c in range(4):  # stratified: a label with g of the device's n rows has ⌊g·h/n⌋ or ⌈g·h/n⌉ held out
+            g = int((labels[shard] == c).sum())
+            assert int((labels[held] == c).sum()) in (g * h // n, -(-g * h // n)), (c, g, h, n)

@@ -89,7 +89,7 @@ def code_s(rule, alg, devices, staleness, n, bases):
     form = rule.split("_")[1] if rule.startswith("seafl") else "delta"
     if form not in MECHANISMS:
         cfg = config_from_dict({}, ["privacy.enabled=true", "privacy.noise_multiplier=1", f"privacy.clipping_bound={C}",
-                                    f"privacy.seafl_form={form}"])
+                                    f"privacy.seafl_form={form}", "privacy.seeded_noise=true"])  # S, not the noise
         MECHANISMS[form] = Mechanism(cfg, FlatParts.all_params(DIM), SimpleNamespace(names=("w",), shapes=((DIM,),)),
                                      say=False)
     by_version = {VERSION - int(s): torch.tensor(b) for s, b in zip(staleness, bases)}

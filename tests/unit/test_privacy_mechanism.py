@@ -2,6 +2,7 @@
 the rule kept, one inclusion per device per aggregation, a non-finite update a zero delta that still counts, the
 noise's std z·S on the model the rule made, the variance clamped, the ledger through a checkpoint, and
 privacy.enabled: false the rule itself."""
+import hashlib
 import math
 from types import SimpleNamespace
 
@@ -23,10 +24,12 @@ PARTS = FlatParts(KIND == 0, KIND == 1, KIND == 2)
 Z, C = 1.5, 0.5
 
 
-def config(*extra):
+def config(*extra, noise="privacy.seeded_noise=true"):
+    """The mechanism's config; seeded noise (these tests are about S, the ledger and what is released, and one checks
+    the exact draws), ``noise=None``: the default keyed noise."""
     return config_from_dict({}, ["algorithm.name=fedbuff", "algorithm.buffer_size=3", "devices.concurrency=4",
                                  "privacy.enabled=true", f"privacy.noise_multiplier={Z}",
-                                 f"privacy.clipping_bound={C}", *extra])
+                                 f"privacy.clipping_bound={C}", *([noise] if noise else []), *extra])
 
 
 def global_model():
@@ -125,11 +128,11 @@ def test_the_ledger_goes_through_a_checkpoint_and_a_missing_one_is_refused():
 
 
 def test_the_announcement_says_z_c_delta_and_the_bound_or_that_there_is_none(capsys):
-    Mechanism(config("privacy.max_participation=4"), PARTS, LAYOUT)
+    Mechanism(config("privacy.max_participation=4", noise=None), PARTS, LAYOUT)
     line = capsys.readouterr().err.strip()
     assert line == (f"seafl: privacy: z 1.5, C 0.5, δ 1e-05, pld; m <= 4 per device, so ε <= "
                     f"{epsilon(Z, 4, 1e-5):.4g}")
-    Mechanism(config(), PARTS, LAYOUT)
+    Mechanism(config(noise=None), PARTS, LAYOUT)
     assert capsys.readouterr().err == ("seafl: privacy: z 1.5, C 0.5, δ 1e-05, pld; no cap: ε grows with the "
                                        "most-included device's m, reported as the run goes\n")
     rdp = Mechanism(config_from_dict({}, ["algorithm.name=fedbuff", "privacy.enabled=true", "privacy.epsilon=3",
@@ -176,7 +179,8 @@ def test_counters_are_w_ts_and_the_noise_is_aggregation_ts_draw_of_the_stream():
 
 def test_the_summary_and_the_progress_note_say_what_was_spent():
     mech = Mechanism(config("privacy.accountant=rdp", "privacy.delta=1e-6", "privacy.max_participation=9",
-                            "privacy.diagnostics=true"), PARTS, LAYOUT, say=False)
+                            "privacy.diagnostics=true", noise=None), PARTS, LAYOUT, say=False)
+    mech.key = b"k" * 32  # what open() gives it (a test of the keyed noise: test_privacy_keys.py)
     assert mech.note(None) == "ε 0 (m 0)" and mech.note("devices p10 0.5") == "devices p10 0.5 · ε 0 (m 0)"
     w = global_model()
     bad = w.clone()
@@ -188,6 +192,7 @@ def test_the_summary_and_the_progress_note_say_what_was_spent():
     assert mech.summary() == {"privacy": {
         "epsilon": eps, "max_inclusions": 2, "delta": 1e-6, "noise_multiplier": Z, "clipping_bound": C,
         "accountant": "rdp", "max_participation": 9, "target_epsilon": None, "devices_included": 5,
+        "noise": "keyed", "key_fingerprint": hashlib.sha256(b"seafl-dp-key-fingerprint\0" + b"k" * 32).hexdigest()[:16],
         "updates_clipped": 1, "updates_zeroed": 1}}
 
 

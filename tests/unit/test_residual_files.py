@@ -1,13 +1,20 @@
 """The residual files of a torchrun run with error feedback (runtime/residuals.py): which go with which checkpoint,
-what rank 0 checks of them, and the disk refusal before anything is written."""
+what rank 0 checks of them, and the disk refusal before anything is written. In one process (issue 61: only
+tests/dist held them): what a worker's file holds and what it answers SAVE with, and checkpoint.load's refusal of
+a checkpoint whose residuals are not all there. They live in the run dir's private/; a run dir written before the
+move holds them at its top level."""
 from pathlib import Path
 
 import pytest
 import torch
 
+from seafl_dist.codecs.feedback import ErrorFeedback
 from seafl_dist.runtime import checkpoint, residuals
 from seafl_dist.runtime.rundir import private_dir, remove_checkpoints
-from seafl_dist.settings import ConfigError, load_config
+from seafl_dist.settings import ConfigError, dump_config, load_config
+from seafl_dist.transport import SAVED, Header
+from seafl_dist.versions import stamp
+from one_line import one_line_message
 from small_runs import QUICKSTART
 
 EF = ["compression.codec=topk", "compression.fraction=0.05", "compression.error_feedback=true",
@@ -110,3 +117,77 @@ def test_the_disk_refusal_counts_three_checkpoints_of_every_device_and_the_old_f
     with pytest.raises(ConfigError):
         residuals.check_disk(cfg, Run(250, 100), tmp_path, free=need - 1001)
     residuals.check_disk(load_config(QUICKSTART, []), Run(250, 100), tmp_path, free=0)  # no error feedback
+
+
+class Outbox:
+    """What a worker sends rank 0, kept."""
+
+    def __init__(self):
+        self.sent = []
+
+    def send(self, dst, header):
+        self.sent.append((dst, header))
+
+
+def test_a_workers_file_holds_each_devices_residual_before_its_first_job_not_taken_and_says_its_size(tmp_path):
+    """SAVE(V) on worker rank 2: ``residuals-<V>-rank2.pt`` holds {format, V, rank, {device: r_k}} with r_k the
+    residual before the device's first job the server has not taken (a resume trains that job again), and the
+    worker answers SAVED with V and the file's bytes."""
+    fb, outbox = ErrorFeedback(), Outbox()
+    worker = residuals.WorkerResiduals(fb, tmp_path, 2, outbox)
+    T = torch.tensor
+    fb.keep(1, 10, 1.0, T([1.0, 2.0, 3.0]), T([1.0, 0.0, 0.0]))  # device 1: r = [0, 2, 3] after job 10
+    fb.keep(1, 11, 2.0, T([4.0, 4.0, 4.0]), T([0.0, 4.0, 0.0]))  # then r = [4, 0, 4] after job 11
+    fb.keep(3, 12, 1.5, T([5.0, 5.0]), T([5.0, 0.0]))  # device 3: r = [0, 5] after job 12
+    fb.keep(5, 13, 3.0, T([7.0]), T([6.0]))  # device 5: its first job, not taken: no residual before it
+    worker.taken(10)
+    worker.taken(12)
+    worker.save(7)
+    path = private_dir(tmp_path) / "residuals-00000007-rank2.pt"
+    saved = torch.load(path, weights_only=True)
+    assert {k: saved[k] for k in ("format", "version", "rank")} == {"format": checkpoint.FORMAT, "version": 7,
+                                                                     "rank": 2}
+    assert sorted(saved["residuals"]) == [1, 3]  # device 5 had none before job 13
+    assert saved["residuals"][1].tolist() == [0.0, 2.0, 3.0]  # before job 11, which a resume trains again
+    assert saved["residuals"][3].tolist() == [0.0, 5.0]  # after job 12, taken
+    assert outbox.sent == [(0, Header(SAVED, version=7, job=path.stat().st_size))]
+    ck = private_dir(tmp_path) / "checkpoint-00000007.pt"  # a resume's
+    torch.save({"residuals": {path.name: path.stat().st_size}}, ck)
+    assert {d: r.tolist() for d, r in residuals.gather(ck).items()} == {
+        1: [0.0, 2.0, 3.0], 3: [0.0, 5.0]}
+
+
+def a_checkpoint(run_dir, cfg, **state):
+    """private/checkpoint-00000004.pt of ``cfg``'s run as the server writes one (this code's stamp and config) with
+    ``state``, its run files in the run dir; its path."""
+    for name in ("events.jsonl", "metrics.csv"):
+        (run_dir / name).write_bytes(b"")
+    private_dir(run_dir).mkdir(exist_ok=True)
+    path = private_dir(run_dir) / "checkpoint-00000004.pt"
+    torch.save({"format": checkpoint.FORMAT, **stamp(), "config": dump_config(cfg), "version": 4,
+                "events_bytes": 0, "metrics_bytes": 0, **state}, path)
+    return path
+
+
+def test_a_checkpoint_of_error_feedback_without_all_its_residuals_is_refused_in_one_line(tmp_path):
+    cfg = load_config(QUICKSTART, EF)
+    touch(tmp_path, "residuals-00000004-rank1.pt", "residuals-00000004-rank2.pt")
+    files = {"residuals-00000004-rank1.pt": 7, "residuals-00000004-rank2.pt": 7}
+    assert checkpoint.load(a_checkpoint(tmp_path, cfg, residuals=files), cfg)["residuals"] == files
+    assert checkpoint.load(a_checkpoint(tmp_path, cfg, feedback={}), cfg)["feedback"] == {}  # one process: inline
+    plain = load_config(QUICKSTART, [])
+    assert checkpoint.load(a_checkpoint(tmp_path, plain), plain)["version"] == 4  # no error feedback: none needed
+    fix = ("a run with compression.error_feedback cannot resume byte-identically without its devices' residuals",
+           "delete it to resume from an older checkpoint, if any, or start afresh")
+    path = a_checkpoint(tmp_path, cfg)
+    with pytest.raises(checkpoint.CheckpointError) as err:
+        checkpoint.load(path, cfg)
+    one_line_message(str(err.value), f"checkpoint {path}: ", *fix, "(a torchrun run of an earlier seafl kept them")
+    (private_dir(tmp_path) / "residuals-00000004-rank2.pt").unlink()
+    with pytest.raises(checkpoint.CheckpointError) as err:
+        checkpoint.load(a_checkpoint(tmp_path, cfg, residuals=files), cfg)
+    one_line_message(str(err.value), *fix, f"residuals {private_dir(tmp_path) / 'residuals-00000004-rank2.pt'} are missing")
+    (private_dir(tmp_path) / "residuals-00000004-rank2.pt").write_bytes(b"x" * 9)
+    with pytest.raises(checkpoint.CheckpointError) as err:
+        checkpoint.load(a_checkpoint(tmp_path, cfg, residuals=files), cfg)
+    one_line_message(str(err.value), *fix, "residuals-00000004-rank2.pt are 9 bytes, not 7")

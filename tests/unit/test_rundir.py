@@ -22,7 +22,8 @@ FREE = {"name", "run.checkpoint_every", "run.checkpoint_every_s", "runtime.devic
         "runtime.timeout_s", "runtime.threads", "runtime.placement", "logging.wandb.enabled", "logging.wandb.mode",
         "logging.wandb.project", "logging.wandb.entity", "logging.wandb.group", "logging.wandb.tags",
         "logging.wandb.job_type", "logging.progress", "logging.progress_every_s", "runtime.cuda_graphs",
-        "devices.profile"}  # the path only: the profile's bytes are compared by their sha256 (profile_mismatch)
+        "devices.profile",  # the path only: the profile's bytes are compared by their sha256 (profile_mismatch)
+        "privacy.key_file"}  # the path only: the key is compared by the fingerprint the checkpoint holds
 REFUSED = {f"{section}.{key}" for section, keys in {
     "algorithm": ["name", "buffer_size", "staleness_limit", "alpha", "mu", "theta", "similarity", "similarity_over",
                   "server_lr", "staleness_scaling", "mixing", "staleness_fn", "poly_a", "hinge_a", "hinge_b", "partial",
@@ -41,7 +42,7 @@ REFUSED = {f"{section}.{key}" for section, keys in {
     "runtime": ["precision", "batch_jobs", "deterministic"],
     "compression": ["codec", "levels", "bucket", "fraction", "error_feedback"],
     "privacy": ["enabled", "clipping_bound", "noise_multiplier", "epsilon", "delta", "accountant", "seafl_form",
-                "max_participation", "diagnostics", "secure_noise"]}.items() for key in keys}
+                "max_participation", "diagnostics", "secure_noise", "seeded_noise"]}.items() for key in keys}
 
 
 def schema_keys(cls=Config, prefix=""):
