@@ -5,7 +5,8 @@
         Run one experiment. Under torchrun (WORLD_SIZE > 1) rank 0 aggregates and the other
         ranks train; otherwise everything runs in this process. The run dir (default
         runs/<config-name>-<timestamp>) gets config.yaml, events.jsonl, metrics.csv,
-        partition.json, summary.json, model.pt and, while it runs, checkpoint-*.pt. Rerunning
+        partition.json, summary.json, model.pt and, while it runs, private/ (checkpoints: server-private, never
+        published; `seafl release` copies the rest). Rerunning
         the same command with the same --out continues from the last checkpoint; so does
         --resume RUN_DIR (config from the run dir). A completed run is left as it is (exit 0). A dir
         holding a run of another config is refused (exit 2) unless --overwrite; a dir another
@@ -25,6 +26,13 @@
     seafl report RUN_OR_SWEEP_DIR... [--target 0.5,0.7] [--baseline fedbuff] [--out DIR]
         report.md/.csv, runs.csv, the figures (PNG, PDF, CSV), participation.csv/.png (each device's
         share of the aggregation weight against its speed) and (for one run) timeline.png.
+
+    seafl release RUN_DIR OUT [--partial] [--check OTHER [--device K]]
+        Copy only what the run released (its run files and W&B's pointers; never private/, checkpoints,
+        residuals, wandb/, temps or the lock) into OUT, for publishing, every file's time set to 2000-01-01.
+        Refused: a DP run with privacy.diagnostics, an unfinished run (unless --partial). --check compares
+        two neighbouring DP runs' released files (seafl_dist/runtime/release.py); exit 1 on a difference
+        outside the evaluation of the noised model and what derives from it.
 
     seafl devices import-fedscale CAPACITY BEHAVE --out profile.csv [--rows N]
         Convert FedScale's client_device_capacity and client_behave_trace (pickles, read as plain
@@ -79,6 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
                      "(finished or not), delete its files and start this one (without it: refused, exit 2)")
     add_sweep_parser(sub)
     add_report_parser(sub)
+    add_release_parser(sub)
     add_devices_parser(sub)
     configs = sub.add_parser("configs", help="list the packaged configs (usable by name: seafl run quickstart)")
     configs.add_argument("--keys", action="store_true", help="list every config key: type, default and help")
@@ -129,6 +138,21 @@ def add_report_parser(sub) -> None:
                    help="accuracy_vs_time.png: draw each seed's curve faint under its grid point's mean")
     p.add_argument("--no-zoom", action="store_true",
                    help="accuracy_vs_time.png: one panel only, without the close-up around the targets beside it")
+
+
+def add_release_parser(sub) -> None:
+    p = sub.add_parser("release", help="copy only what a run released, for publishing (docs/privacy.md)",
+                       description="Copy a run dir's released files (run files, W&B pointers) into OUT, their "
+                                   "times normalised; never private/ (checkpoints, residuals, the noise key).")
+    p.add_argument("run_dir", metavar="RUN_DIR")
+    p.add_argument("out", metavar="OUT", help="a new or empty directory for the release")
+    p.add_argument("--partial", action="store_true", help="release an unfinished (interrupted or failed) run's "
+                   "files as they are, with a line saying the release is partial (without it: refused)")
+    p.add_argument("--check", metavar="OTHER", help="first compare with a neighbouring run (or its release) made "
+                   "with the same config and key: print what differs; exit 1, releasing nothing, on a difference "
+                   "outside the evaluation of the noised model and what derives from it")
+    p.add_argument("--device", type=int, metavar="K", help="with --check: the device whose data differ (then "
+                   "everything before its first aggregation must be the same); default: from the first difference")
 
 
 def add_devices_parser(sub) -> None:
@@ -211,6 +235,20 @@ def cmd_devices(args) -> int:
     return 0
 
 
+def cmd_release(args) -> int:
+    from seafl_dist.runtime.release import check, check_releasable, release
+    if args.device is not None and not args.check:
+        raise ConfigError(f"--device {args.device} is given without --check; give --check OTHER with it")
+    if args.check:
+        check_releasable(args.run_dir, partial=args.partial)
+        if check(Path(args.run_dir), Path(args.check), args.device):
+            return 1
+    names = release(args.run_dir, args.out, partial=args.partial)
+    print(f"seafl: released {len(names)} files of {args.run_dir} into {args.out} (times set to 2000-01-01): "
+          f"{', '.join(names)}", file=sys.stderr)
+    return 0
+
+
 def cmd_configs(args) -> int:
     if args.keys:
         from seafl_dist.settings.reference import text
@@ -258,8 +296,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return {"run": cmd_run, "sweep": cmd_sweep, "report": cmd_report, "devices": cmd_devices,
-                "configs": cmd_configs}[args.command](args)
+        return {"run": cmd_run, "sweep": cmd_sweep, "report": cmd_report, "release": cmd_release,
+                "devices": cmd_devices, "configs": cmd_configs}[args.command](args)
     except (ConfigError, FileNotFoundError) as err:  # FileNotFoundError: e.g. a dataset that is not on disk
         _say_mistake(err)
         return 2

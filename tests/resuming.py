@@ -12,6 +12,7 @@ from pathlib import Path
 
 import in_process
 from one_line import one_line
+from seafl_dist.runtime.rundir import private_dir
 from small_runs import QUICKSTART, SMALL
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -50,7 +51,14 @@ def summary(run_dir: Path) -> dict:
 
 
 def checkpoint_versions(run_dir: Path) -> list[int]:
-    return sorted(int(p.stem.split("-")[1]) for p in Path(run_dir).glob("checkpoint-*.pt"))
+    """The versions of the checkpoints in the run dir's server-private part (private/); none may be at its top."""
+    assert not list(Path(run_dir).glob("checkpoint-*")), "a checkpoint at the run dir's top level, not in private/"
+    return sorted(int(p.stem.split("-")[1]) for p in private_dir(run_dir).glob("checkpoint-*.pt"))
+
+
+def checkpoint_path(run_dir: Path, version: int) -> Path:
+    """Where a run writes its checkpoint of aggregation ``version``: ``<run>/private/checkpoint-<version:08d>.pt``."""
+    return private_dir(run_dir) / f"checkpoint-{version:08d}.pt"
 
 
 def aggregations_in(run_dir: Path) -> int:
@@ -66,7 +74,7 @@ def assert_same_run(ref: Path, got: Path) -> None:
     assert s_got["status"] == "completed"
     s_ref.pop("wall_time_s", None), s_got.pop("wall_time_s", None)  # absent under DP
     assert s_got == s_ref, {k: (s_ref.get(k), s_got.get(k)) for k in {*s_ref, *s_got} if s_ref.get(k) != s_got.get(k)}
-    assert not list(got.glob("checkpoint-*")), "a completed run keeps no checkpoints"
+    assert not list(got.glob("checkpoint-*")) and not private_dir(got).exists(), "a completed run keeps no private/"
 
 
 def dir_bytes(run_dir: Path) -> dict:

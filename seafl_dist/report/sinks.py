@@ -8,7 +8,9 @@
 - ``summary.json``: final figures (also written, with ``status: failed``, when a run dies),
 - ``partition.json``: each device's sample count and label histogram,
 - ``model.pt``: the final model's ``state_dict`` (written by the server at the end),
-- ``checkpoint-*.pt``: while a run is under way (runtime/checkpoint.py).
+- ``private/``: server-private, never released (runtime/rundir.py private_dir): the checkpoints
+  ``checkpoint-*.pt`` and the workers' residual files while a run is under way (runtime/checkpoint.py,
+  runtime/residuals.py), the noise key; ``seafl release`` (runtime/release.py) copies the rest.
 Nothing here depends on real time except ``summary.json``'s ``wall_time_s`` (left out under DP without
 ``privacy.diagnostics``: docs/privacy.md, "No wall-clock channel"), so the other files are byte-identical on a rerun.
 """

@@ -19,10 +19,12 @@ A resumed run replays the schedule up to that aggregation without training, trun
 files to the recorded lengths, re-dispatches the jobs that were in flight (same seeds, same
 bits) and appends; its files end byte-identical to an uninterrupted run's.
 
-Files: ``<run>/checkpoint-<version:08d>.pt``, written to a temp file, fsynced, renamed, the
-directory fsynced; the last two are kept. A completed run deletes them (its ``summary.json``
-says ``completed`` and ``model.pt`` holds the final model), so a sweep of ResNet runs does not
-keep a gigabyte per run. Checkpoints are read with ``torch.load(weights_only=True)``: plain
+Files: ``<run>/private/checkpoint-<version:08d>.pt`` (the run dir's server-private part, runtime/rundir.py
+private_dir), written to a temp file, fsynced, renamed, the directory fsynced; the last two are kept. A run
+dir written before the move to private/ holds them at its top level: it resumes from there, and the resumed run
+writes into private/ (pruning the old ones as it goes). A completed run deletes them and private/ with them (its
+``summary.json`` says ``completed`` and ``model.pt`` holds the final model), so a sweep of ResNet runs does not
+keep a gigabyte per run, and nothing server-private is left to publish by mistake. Checkpoints are read with ``torch.load(weights_only=True)``: plain
 containers and tensors only, nothing executable.
 
 Which config keys may change on resume: those runtime/rundir.py names (where and how it runs,
@@ -48,8 +50,8 @@ from seafl_dist.report.device_eval import DEVICE_METRICS, DEVICE_SUMMARY
 from seafl_dist.report.sinks import FINISHED, read_config, read_summary, writing
 from seafl_dist.runtime import runlock, signals
 from seafl_dist.runtime.rundir import (check_writable, checkpoints, config_diff, config_tree, describe_diff,
-                                       numerics_fix, numerics_mismatch, profile_mismatch, proof_mismatch,
-                                       remove_checkpoints)
+                                       numerics_fix, numerics_mismatch, private_dir, profile_mismatch,
+                                       proof_mismatch, remove_private, run_of)
 from seafl_dist.settings import ConfigError
 from seafl_dist.versions import stamp
 
@@ -98,16 +100,26 @@ def atomic_save(obj, path: Path) -> None:
         fsync_dir(path.parent)
 
 
+def private_place(run_dir: Path) -> Path:
+    """The run dir's private/ (runtime/rundir.py), made (and its entry fsynced into the run dir) if absent."""
+    place = private_dir(run_dir)
+    if not place.is_dir():
+        place.mkdir(parents=True, exist_ok=True)
+        fsync_dir(place.parent)
+    return place
+
+
 def save(run_dir: Path, state: dict) -> Path:
-    """Write ``state`` (see :meth:`Server._checkpoint_state`) as the newest checkpoint; keep the last two."""
-    path = Path(run_dir) / f"checkpoint-{state['version']:08d}.pt"
+    """Write ``state`` (see :meth:`Server._checkpoint_state`) as the newest checkpoint, in private/; keep the last
+    two (a run dir written before the move: its top-level ones count among them, and go as new ones come)."""
+    path = private_place(run_dir) / f"checkpoint-{state['version']:08d}.pt"
     atomic_save({"format": FORMAT, **stamp(), **state}, path)
     for old in checkpoints(run_dir)[:-KEEP]:
         old.unlink(missing_ok=True)
     return path  # the workers' residual files go with their checkpoints: runtime/residuals.py retain()
 
 
-remove_all = remove_checkpoints  # every checkpoint and every temp file of a cut-short write
+remove_all = remove_private  # private/ whole, every checkpoint and every temp file of a cut-short write
 
 
 # ---- reading and checking -----------------------------------------------------------------
@@ -139,7 +151,7 @@ def load(path: Path, cfg, *, mmap: bool = False) -> dict:
     try:
         state = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except Exception as err:  # zip/pickle errors of a cut or damaged file come in many types
-        older = [p for p in checkpoints(path.parent) if p != path]
+        older = [p for p in checkpoints(run_of(path)) if p != path]
         hint = (f"delete it to resume from {older[-1].name}" if older else
                 "delete it (and the run dir's other files) to start the run afresh")
         why = (str(err).splitlines() or ["unreadable"])[0].split(". ")[0][:120]
@@ -155,7 +167,7 @@ def load(path: Path, cfg, *, mmap: bool = False) -> dict:
     diff = config_diff(saved, config_tree(cfg))
     if diff:
         raise CheckpointError(f"checkpoint {path} is of another config: {describe_diff(diff, saved, config_tree(cfg))}"
-                              f"; resume with the run's own config (seafl run --resume {path.parent}), use another "
+                              f"; resume with the run's own config (seafl run --resume {run_of(path)}), use another "
                               f"--out, or --overwrite to replace that run")
     why = profile_mismatch(cfg, state.get("profile_sha256"))
     if why:
@@ -172,7 +184,7 @@ def load(path: Path, cfg, *, mmap: bool = False) -> dict:
     if "device_eval" in state:  # device evaluation's files (runtime/device_eval.py)
         lengths += zip((DEVICE_METRICS, DEVICE_SUMMARY), state["device_eval"]["bytes"])
     for name, size in lengths:
-        f = path.parent / name
+        f = run_of(path) / name
         have = f.stat().st_size if f.exists() else None
         if have is None or have < size:
             raise CheckpointError(f"{f} is {'missing' if have is None else f'{have} bytes'}, shorter than the "
@@ -253,7 +265,7 @@ def plan(cfg, run_dir, *, explicit: bool, overwrite: bool = False) -> Plan:
             raise _other_config(run_dir, summary, diff, saved, cfg)
         return Plan("resume", found[-1])
     if explicit:
-        why = "is not a directory" if not run_dir.is_dir() else "holds no checkpoint (checkpoint-*.pt)"
+        why = "is not a directory" if not run_dir.is_dir() else "holds no checkpoint (private/checkpoint-*.pt)"
         raise CheckpointError(f"cannot resume {run_dir}: it {why}; start the run with "
                               f"seafl run CONFIG --out {run_dir}")
     return Plan("fresh")

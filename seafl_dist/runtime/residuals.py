@@ -7,15 +7,17 @@ so each worker writes its own devices' residuals, and rank 0's checkpoint names 
   message, the distributed form of one process's ``ErrorFeedback.taken``: the worker may forget the residual
   the job replaced. So a worker holds no more than one process does between checkpoints.
 - **Save.** A checkpoint at aggregation V (rank 0, runtime/snapshots.py) sends every worker SAVE(V). A worker
-  takes it between two optimiser steps, writes ``residuals-<V:08d>-rank<r>.pt`` (``{device: r_k}``, each
+  takes it between two optimiser steps, writes ``private/residuals-<V:08d>-rank<r>.pt`` (the run dir's
+  server-private part, runtime/rundir.py; ``{device: r_k}``, each
   device's residual before its first job not yet taken, as one process checkpoints it) atomically (temp,
   fsync, rename, dir fsync: checkpoint.atomic_save), and answers SAVED with the file's bytes. Rank 0 writes
-  ``checkpoint-<V:08d>.pt`` only once every worker answered and it sees every file at its size, and that
+  ``private/checkpoint-<V:08d>.pt`` only once every worker answered and it sees every file at its size, and that
   checkpoint lists them (``residuals``: {name: bytes}): a rank-0 checkpoint on disk is a complete one. A kill
   between the two leaves files no checkpoint names; the next checkpoint's pruning removes them.
 - **Retention.** Files go with their checkpoint: those of a version no kept checkpoint has (checkpoint.KEEP),
   or of the newest version but not named by it, are deleted after each checkpoint; a finished run or a fresh
-  start deletes them all (rundir.remove_checkpoints).
+  start deletes them all (rundir.remove_private). A run dir written before the move holds them at its top level,
+  beside its checkpoints: they are read and pruned there (:func:`files_of` finds both places).
 - **Resume, under any W.** Residuals are keyed by device, so a worker of any later attempt, with any W, reads
   the residuals of the devices it now holds from every listed file (memory-mapped: it reads only its own), and
   one process (``W = 1``) reads them all. A one-process checkpoint keeps its residuals inline (``feedback``),
@@ -30,17 +32,16 @@ residuals") gives the measurements (benchmarks/residual_checkpoint.py).
 """
 from __future__ import annotations
 
-import re
 import shutil
 from pathlib import Path
 
 import torch
 
-from seafl_dist.runtime.checkpoint import FORMAT, KEEP, atomic_save
-from seafl_dist.runtime.rundir import CHECKPOINT, checkpoints
+from seafl_dist.runtime.checkpoint import FORMAT, KEEP, atomic_save, private_place
+from seafl_dist.runtime.rundir import CHECKPOINT, RESIDUALS, checkpoints, private_dir, residual_files
 from seafl_dist.settings import ConfigError
 
-PATTERN = re.compile(r"^residuals-(\d{8})-rank(\d+)\.pt$")
+PATTERN = RESIDUALS
 PATTERN_CKPT = CHECKPOINT
 
 
@@ -49,11 +50,9 @@ def file_name(version: int, rank: int) -> str:
 
 
 def files_of(run_dir: Path) -> list[tuple[int, int, Path]]:
-    """(version, rank, path) of every residual file in ``run_dir``."""
-    run_dir = Path(run_dir)
-    if not run_dir.is_dir():
-        return []
-    return sorted((int(m.group(1)), int(m.group(2)), p) for p in run_dir.iterdir() if (m := PATTERN.match(p.name)))
+    """(version, rank, path) of every residual file of ``run_dir`` (in private/, or at the top level of a run dir
+    written before the move)."""
+    return residual_files(run_dir)
 
 
 # ---- a worker -------------------------------------------------------------------------------
@@ -69,7 +68,7 @@ class WorkerResiduals:
 
     def save(self, version: int) -> None:
         from seafl_dist.transport import SAVED, Header
-        path = self.dir / file_name(version, self.rank)
+        path = private_place(self.dir) / file_name(version, self.rank)
         state = {int(d): r for d, r in self.feedback.state().items()}
         atomic_save({"format": FORMAT, "version": version, "rank": self.rank, "residuals": state}, path)
         self.outbox.send(0, Header(SAVED, version=version, job=path.stat().st_size))
@@ -81,7 +80,7 @@ def check_written(run_dir: Path, version: int, sizes: dict[int, int]) -> dict[st
     """The files the workers said they wrote (``{rank: bytes}``), as rank 0 sees them: ``{name: bytes}``."""
     out = {}
     for rank, size in sorted(sizes.items()):
-        path = Path(run_dir) / file_name(version, rank)
+        path = private_dir(run_dir) / file_name(version, rank)
         have = path.stat().st_size if path.exists() else None
         if have != size:
             raise RuntimeError(f"worker rank {rank} wrote its devices' residuals to {path} ({size} bytes), but rank 0 "
@@ -143,7 +142,7 @@ def check_disk(cfg, exp, run_dir, free: int | None = None) -> None:
         while not probe.exists():
             probe = probe.parent
         free = shutil.disk_usage(probe).free
-    old = list(run_dir.glob("checkpoint-*.pt")) + [p for _, _, p in files_of(run_dir)]
+    old = checkpoints(run_dir) + [p for _, _, p in files_of(run_dir)]
     free += sum(p.stat().st_size for p in old if p.exists())
     if need > free:
         raise ConfigError(f"config key 'compression.error_feedback' has value True: the residual checkpoints of "

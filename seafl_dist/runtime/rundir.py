@@ -19,12 +19,18 @@ Beside the config, the code: a run dir's bits belong to one numerics version (se
 recorded in summary.json and checkpoints; absent: version 1). :func:`numerics_mismatch` says why a
 dir of another numerics version can be neither resumed nor counted as completed; the package version
 alone may differ.
+
+The server-private part: ``private/`` (:func:`private_dir`) holds what docs/privacy.md calls server-private
+(checkpoints, the workers' residual files, the noise key, the write-ahead record); a run dir written before the
+move holds its checkpoints and residual files at its top level, and :func:`checkpoints` and
+:func:`residual_files` find them there too (they are resumed from and pruned, never written there again).
 """
 from __future__ import annotations
 
 import hashlib
 import os
 import re
+import shutil
 from pathlib import Path
 
 import yaml
@@ -159,52 +165,110 @@ def proof_mismatch(run_dir: Path, summary: dict) -> str | None:
 # ---- the server-private part ----------------------------------------------------------------
 
 PRIVATE = "private"  # docs/privacy.md, "Every output and its status": what never leaves the server
+RESIDUALS = re.compile(r"^residuals-(\d{8})-rank(\d+)\.pt$")  # the workers' files (runtime/residuals.py)
 
 
 def private_dir(run_dir: Path) -> Path:
-    """The one place inside a run dir for what is server-private (the noise key; checkpoints and residual files
-    as they move there): ``<run>/private``. Nothing in it is released (``seafl release`` leaves it out)."""
+    """The one place inside a run dir for what is server-private: the checkpoints, the workers' residual files,
+    their temps, the noise key and the write-ahead record of released models: ``<run>/private``. Nothing in it is
+    released (``seafl release``, runtime/release.py, leaves it out); a fresh start, ``--overwrite`` and a run's
+    normal end delete it whole."""
     return Path(run_dir) / PRIVATE
+
+
+def places(run_dir: Path) -> tuple[Path, Path]:
+    """Where a run dir's checkpoints and residual files may be: ``private/`` (where they are written), then the
+    run dir's top level, where a seafl before the move wrote them (read, resumed from, pruned, never written)."""
+    return private_dir(run_dir), Path(run_dir)
+
+
+def run_of(path: Path) -> Path:
+    """The run dir a checkpoint or residual file at ``path`` belongs to: the parent of ``private/``, or the dir it
+    lies in (a run dir written before the move; such a dir holds config.yaml, and private/ never does)."""
+    parent = Path(path).parent
+    return parent.parent if parent.name == PRIVATE and not (parent / "config.yaml").is_file() else parent
+
+
+def _found(run_dir: Path, pattern: re.Pattern) -> list[tuple[int, Path]]:
+    """(version, path) of the files matching ``pattern`` in both :func:`places`, oldest first; of one version,
+    the one in private/ last."""
+    hits = [(int(m.group(1)), -i, p) for i, d in enumerate(places(run_dir)) if d.is_dir()
+            for p in d.iterdir() if (m := pattern.match(p.name))]
+    return [(v, p) for v, _, p in sorted(hits)]
+
+
+def private_files(run_dir: Path) -> list[Path]:
+    """The server-private files a run dir holds: all of private/, and the checkpoints and residual files at its
+    top level (a run dir written before the move)."""
+    inside = sorted(p for p in private_dir(run_dir).rglob("*") if p.is_file()) if private_dir(run_dir).is_dir() else []
+    top = [p for _, p in _found(run_dir, CHECKPOINT) + _found(run_dir, RESIDUALS) if p.parent == Path(run_dir)]
+    return inside + top
+
+
+def private_note(run_dir: Path) -> str | None:
+    """The one stderr line of a run that ends interrupted or failed (and of a SIGTERM) while its dir holds
+    server-private files: which folder, and how to publish the run without them; None when it holds none."""
+    if not private_files(run_dir):
+        return None
+    where = private_dir(run_dir) if private_dir(run_dir).is_dir() else Path(run_dir)
+    return (f"seafl: {run_dir} holds server-private files in {where} (checkpoints, devices' residuals, the noise "
+            f"key: never publish them); to publish this run, copy only what is released: seafl release {run_dir} OUT")
 
 
 # ---- checkpoints and clearing -------------------------------------------------------------
 
 def checkpoints(run_dir: Path) -> list[Path]:
-    """The run dir's checkpoints (``checkpoint-<version:08d>.pt``), oldest first."""
-    if not Path(run_dir).is_dir():
-        return []
-    found = [(int(m.group(1)), p) for p in Path(run_dir).iterdir() if (m := CHECKPOINT.match(p.name))]
-    return [p for _, p in sorted(found)]
+    """The run dir's checkpoints (``checkpoint-<version:08d>.pt``) in private/, and at the top level of a run
+    dir written before the move; oldest first."""
+    return [p for _, p in _found(run_dir, CHECKPOINT)]
+
+
+def residual_files(run_dir: Path) -> list[tuple[int, int, Path]]:
+    """(version, rank, path) of every residual file of the run dir (runtime/residuals.py), in both places."""
+    return [(v, int(RESIDUALS.match(p.name).group(2)), p) for v, p in _found(run_dir, RESIDUALS)]
 
 
 def remove_checkpoints(run_dir: Path) -> None:
     """Delete every checkpoint, the workers' residual files (runtime/residuals.py), and every temp file of a
-    cut-short write."""
+    cut-short write; private/ too, if nothing else is left in it."""
     for p in checkpoints(run_dir):
         p.unlink(missing_ok=True)
-    if Path(run_dir).is_dir():
-        for p in Path(run_dir).glob("residuals-*-rank*.pt"):
-            p.unlink(missing_ok=True)
+    for _, _, p in residual_files(run_dir):
+        p.unlink(missing_ok=True)
     remove_temps(run_dir)
+    try:
+        private_dir(run_dir).rmdir()
+    except OSError:  # absent, or it holds the noise key or the write-ahead record
+        pass
+
+
+def remove_private(run_dir: Path) -> None:
+    """Delete everything server-private: private/ whole (the noise key too) and the checkpoints and residual files
+    of a run dir written before the move. A fresh start of another config, ``--overwrite`` and a run's normal end
+    call it (:func:`clear` keeps the key and the record for a restart of the same config)."""
+    remove_checkpoints(run_dir)
+    if private_dir(run_dir).is_dir():
+        shutil.rmtree(private_dir(run_dir))
 
 
 def remove_temps(run_dir: Path) -> None:
     """Delete the temp files of writes a kill or a full disk cut short (hundreds of MB for ResNet checkpoints)."""
-    run_dir = Path(run_dir)
-    if run_dir.is_dir():
-        for pattern in TEMP_PATTERNS:
-            for p in run_dir.glob(pattern):
-                p.unlink(missing_ok=True)
+    for place in places(run_dir):
+        if place.is_dir():
+            for pattern in TEMP_PATTERNS:
+                for p in place.glob(pattern):
+                    p.unlink(missing_ok=True)
 
 
 def clear(run_dir: Path, extra: tuple = (), *, cfg=None) -> None:
-    """Remove every file an earlier run wrote (checkpoints and temps included), so nothing mixes.
+    """Remove every file an earlier run wrote (checkpoints, residual files and temps included, in private/ and at
+    the top level of a run dir written before the move), so nothing mixes.
 
     Only the run's own names go; anything else a user keeps in the dir stays, and so does ``wandb/``:
     W&B keeps each run in its own folder there, and the sink of the run about to start has opened
     its own already (it is built before the server takes the dir).
 
-    The server-private part goes too, unless ``cfg`` is the config of the dir's earlier attempt (config.yaml
+    The server-private part goes whole too (:func:`remove_private`), unless ``cfg`` is the config of the dir's earlier attempt (config.yaml
     without a difference in a key that is not free): that attempt ended before its first checkpoint, so this one
     starts over, and what it released under DP was drawn from the noise key or written to secure noise's record
     kept there. Keeping them, the restart draws the same noise again or replays the record, and releases nothing
@@ -212,7 +276,7 @@ def clear(run_dir: Path, extra: tuple = (), *, cfg=None) -> None:
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         return
-    remove_checkpoints(run_dir)
+    remove_checkpoints(run_dir)  # private/ stays if it holds the key or the record, and goes below unless kept
     if cfg is None or not same_run(run_dir, cfg):
         remove_private(run_dir)
     for name in RUN_FILES + tuple(extra):
@@ -226,15 +290,6 @@ def same_run(run_dir: Path, cfg) -> bool:
     except (OSError, ValueError, yaml.YAMLError):
         return False
     return isinstance(saved, dict) and not config_diff(saved, config_tree(cfg))
-
-
-def remove_private(run_dir: Path) -> None:
-    """Delete the server-private part (:func:`private_dir`) and everything in it."""
-    private = private_dir(run_dir)
-    if private.is_dir():
-        for p in private.iterdir():
-            p.unlink(missing_ok=True)
-        private.rmdir()
 
 
 # ---- what the dir is ----------------------------------------------------------------------

@@ -13,7 +13,7 @@ flushed) is a consistent state: the server snapshots it (references, no copies),
 a checkpoint when one is due (runtime/checkpoint.py), and on an interrupt or failure writes the
 last snapshot, never the half-done aggregation. ``resume=`` a checkpoint path continues a run;
 at the normal end the final model goes to ``model.pt``, ``summary.json`` records every run file's
-size and sha256 (the proof runtime/rundir.py checks) and the checkpoints are deleted. The run
+size and sha256 (the proof runtime/rundir.py checks) and private/ (checkpoints, residuals) is deleted. The run
 holds the run dir's lock (runtime/runlock.py) from before its first write to after its last.
 A file it cannot write (a full disk) ends it with a :class:`RunFileError` naming the file and
 the checkpoint kept.
@@ -181,8 +181,7 @@ class Server(Snapshots):
             if status in FINISHED:  # the proof that the dir's files are this run's (runtime/rundir.py)
                 summary["files"] = rundir.file_proof(self.dir)
             self._write_summary(summary, raise_error=status in FINISHED)
-            if status in FINISHED:
-                checkpoint.remove_all(self.dir)
+            self._leave(status)  # private/ deleted, or named on stderr (runtime/snapshots.py)
             for cb in self.callbacks:
                 cb.close(summary)
         return summary

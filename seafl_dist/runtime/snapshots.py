@@ -1,6 +1,7 @@
 """The checkpoint half of the server (runtime/server.py): the consistent state at the end of each
 aggregation, written as a checkpoint when one is due (runtime/checkpoint.py) or on the way out,
-and read back on resume; and the files a run writes last (model.pt, summary.json). A mixin of
+and read back on resume; the files a run writes last (model.pt, summary.json); and how it leaves the run dir's
+server-private part (runtime/rundir.py private_dir): deleted at a normal end, named on stderr otherwise. A mixin of
 :class:`~seafl_dist.runtime.server.Server`, whose attributes (``cfg``, ``dir``, ``writer``, ``devices``,
 ``rows``, ``staleness``, ``counts``, ``hook``...) it uses.
 """
@@ -13,8 +14,8 @@ from collections import Counter
 import torch
 
 from seafl_dist.report import write_json
-from seafl_dist.report.sinks import RunFileError
-from seafl_dist.runtime import checkpoint, residuals
+from seafl_dist.report.sinks import FINISHED, RunFileError
+from seafl_dist.runtime import checkpoint, residuals, rundir
 from seafl_dist.runtime.summary import build_summary
 from seafl_dist.settings import dump_config
 from seafl_dist.train import load_flat
@@ -99,8 +100,17 @@ class Snapshots:
     def _kept(self) -> str:
         if self._saved_version is None:
             return "no checkpoint was written yet: make room (or fix the cause) and rerun the same command"
-        return (f"checkpoint-{self._saved_version:08d}.pt is kept: make room (or fix the cause) and rerun the "
+        return (f"{rundir.PRIVATE}/checkpoint-{self._saved_version:08d}.pt is kept: make room (or fix the cause) and rerun the "
                 f"same command to resume from aggregation {self._saved_version}")
+
+    def _leave(self, status: str) -> None:
+        """The run's end: a finished run deletes everything server-private (private/ whole); an interrupted or
+        failed one keeps its checkpoints, and one stderr line says that the run dir holds server-private files and
+        how to publish the run without them (``seafl release``)."""
+        if status in FINISHED:
+            checkpoint.remove_all(self.dir)
+        elif note := rundir.private_note(self.dir):
+            print(note, file=sys.stderr)
 
     # ---- the files written last -----------------------------------------------------------
     def summary(self, status: str, error: str | None, wall: float) -> dict:

@@ -93,7 +93,7 @@ def test_an_interrupt_stops_the_job_and_is_not_turned_into_a_restart(launcher, t
     assert s["status"] == "interrupted" and "SIGTERM" in s["error"], s
     assert "seafl: resumed" not in err, "an interrupted job was resumed by torchrun's restart"
     assert "the previous attempt was interrupted" in err, err[-3000:]
-    assert list(out.glob("checkpoint-*.pt")), "the interrupt's checkpoint is kept for a rerun"
+    assert list(out.glob("private/checkpoint-*.pt")), "the interrupt's checkpoint is kept for a rerun"
 
 
 def test_a_config_error_fails_fast_on_every_attempt(tmp_path):

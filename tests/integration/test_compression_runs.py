@@ -6,7 +6,7 @@ import signal
 import pytest
 import torch
 
-from resuming import assert_same_run, checkpoint_versions, cli, reference, refused, run_args
+from resuming import assert_same_run, checkpoint_path, checkpoint_versions, cli, reference, refused, run_args
 from seafl_dist.cli import main as seafl_main
 from seafl_dist.report.trace import check_run
 from small_runs import QUICKSTART, SMALL
@@ -59,7 +59,7 @@ def test_killed_run_with_error_feedback_resumes_to_the_same_bytes(tmp_path):
     out = tmp_path / "run"
     stopped = cli(*run_args(overrides, out), fault="during_aggregate:3")
     assert stopped.returncode == -signal.SIGKILL and checkpoint_versions(out) == [2]
-    state = torch.load(out / "checkpoint-00000002.pt", weights_only=True)
+    state = torch.load(checkpoint_path(out, 2), weights_only=True)
     assert state["feedback"] and all(r.shape == (61706,) for r in state["feedback"].values())
     # torchrun may resume it too: its workers read their devices' residuals from it (runtime/residuals.py)
     from seafl_dist.runtime.launch import Target, _plan_for_all
@@ -67,7 +67,7 @@ def test_killed_run_with_error_feedback_resumes_to_the_same_bytes(tmp_path):
     from seafl_dist.settings import load_config
     plan, err = _plan_for_all(load_config(QUICKSTART, overrides), out, Target(), False)
     assert plan["action"] == "resume" and err is None
-    mine = gather(out / "checkpoint-00000002.pt", [d for d in range(10) if d % 2 == 0])  # worker 1 of W = 3
+    mine = gather(checkpoint_path(out, 2), [d for d in range(10) if d % 2 == 0])  # worker 1 of W = 3
     assert mine and sorted(mine) == sorted(d for d in state["feedback"] if d % 2 == 0)
     assert all(torch.equal(mine[d], state["feedback"][d]) for d in mine)
     resumed = cli(*run_args(overrides, out))
@@ -80,7 +80,7 @@ def test_a_checkpoint_without_residuals_is_refused_in_one_line(tmp_path):
     overrides = [*SMALL, *FEEDBACK, *EVERY_2]
     out = tmp_path / "run"
     assert cli(*run_args(overrides, out), fault="after_aggregate:2").returncode == -signal.SIGKILL
-    path = out / "checkpoint-00000002.pt"
+    path = checkpoint_path(out, 2)
     state = torch.load(path, weights_only=True)
     del state["feedback"]  # as a torchrun run writes it: its residuals stayed on the workers
     torch.save(state, path)

@@ -102,7 +102,7 @@ def test_a_population_that_never_comes_back_stalls(tmp_path, capsys):
     assert "no device can come online again" in s["stalled"] and "\n" not in s["stalled"]
     assert events(out)[-1] == {"event": "stall", "time": 8.0, "reason": s["stalled"]}
     assert f"  stalled: {s['stalled']}" in capsys.readouterr().out
-    assert not list(out.glob("checkpoint-*")) and (out / "model.pt").is_file()
+    assert not list(out.glob("checkpoint-*")) and not (out / "private").exists() and (out / "model.pt").is_file()
     checked = trace_check(out, profile)
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert run(out, [*SMALL, f"devices.profile={profile}", "run.max_aggregations=100"]) == 0  # finished: nothing to do

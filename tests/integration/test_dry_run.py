@@ -16,7 +16,7 @@ import pytest
 import in_process
 from fake_datasets import random_images, write_cifar, write_cinic, write_idx
 from leaf_files import WRITERS, write_leaf
-from resuming import cli, run_args
+from resuming import checkpoint_path, cli, run_args
 from one_line import one_error_line
 from seafl_dist.cli import main
 from seafl_dist.data import DataError, clear_cache, load_dataset
@@ -263,7 +263,7 @@ def test_resume_and_completed_run_dirs(tmp_path, capsys):
     """A run killed after aggregation 3 (checkpointed) resumes from it; a finished one is completed."""
     out = tmp_path / "run"
     stopped = cli(*run_args([*SMALL, "run.checkpoint_every=1"], out), fault="after_aggregate:3")
-    assert stopped.returncode != 0 and (out / "checkpoint-00000003.pt").exists(), stopped.stderr
+    assert stopped.returncode != 0 and checkpoint_path(out, 3).exists(), stopped.stderr
     before = snapshot(tmp_path)
     text, _ = dry(["run", "--resume", out], capsys)
     assert f"run dir: {out}: resume from checkpoint-00000003.pt (after aggregation 3)" in text

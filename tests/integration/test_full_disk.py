@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from resuming import assert_same_run, checkpoint_versions, cli, reference, run_args
+from resuming import assert_same_run, checkpoint_path, checkpoint_versions, cli, reference, run_args
 from seafl_dist.cli import main as seafl_main
 from seafl_dist.runtime import checkpoint
 from seafl_dist.runtime.runlock import NAME
@@ -83,12 +83,12 @@ def assert_one_line_and_resume(err: str, out: Path, victim: str, cause: str, ver
                                args=ARGS):
     assert "Traceback" not in err
     assert [line for line in err.splitlines() if "error" in line] == [
-        f"seafl: error: cannot write {out / victim}: {cause}; checkpoint-{version:08d}.pt is kept: make room "
+        f"seafl: error: cannot write {out / victim}: {cause}; private/checkpoint-{version:08d}.pt is kept: make room "
         f"(or fix the cause) and rerun the same command to resume from aggregation {version}"], err[-3000:]
     assert checkpoint_versions(out) == ([version - 1, version] if version > 1 else [version])
-    assert not list(out.glob("*.tmp")), "a cut-short write left its temp file"
+    assert not list(out.glob("*.tmp")) and not list(out.glob("private/*.tmp")), "a cut-short write left its temp file"
     assert not (out / NAME).exists(), "the failed run kept its lock"
-    kept = checkpoint.load(out / f"checkpoint-{version:08d}.pt", load_config(QUICKSTART, args))
+    kept = checkpoint.load(checkpoint_path(out, version), load_config(QUICKSTART, args))
     assert kept["version"] == version
     capsys.readouterr()
     assert seafl_main([str(a) for a in run_args(args, out)]) == 0  # space is back: the same command
@@ -103,7 +103,7 @@ def test_a_full_disk_stops_the_run_in_one_line_and_the_same_command_resumes(vict
         out, filled = disk / "run", []
         err = stop_break_continue(out, version, lambda: filled.append(fill(disk, leave=leave)))
         filled[0].unlink()
-        name = f"checkpoint-{version + 1:08d}.pt" if victim == "checkpoint" else victim
+        name = f"private/checkpoint-{version + 1:08d}.pt" if victim == "checkpoint" else victim
         assert_one_line_and_resume(err, out, name, "No space left on device", version, ref, capsys)
 
 

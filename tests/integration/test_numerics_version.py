@@ -18,11 +18,12 @@ import torch
 import seafl_dist
 from old_code import package_at
 from old_code import run as run_package
-from resuming import (SAME_BYTES, SMALL, QUICKSTART, checkpoint_versions, cli, dir_bytes, reference, refused,
+from resuming import (SAME_BYTES, SMALL, QUICKSTART, checkpoint_path, checkpoint_versions, cli, dir_bytes, reference, refused,
                       run_args, summary)
 from seafl_dist import versions
 from seafl_dist.cli import main as seafl_main
 from seafl_dist.report.sinks import write_json
+from seafl_dist.runtime.rundir import private_dir
 from seafl_dist.settings import ConfigError
 from seafl_dist.settings.core import parse_override
 
@@ -58,7 +59,7 @@ def rewrite_records(run_dir, **fields):
         return record
     if (run_dir / "summary.json").exists():
         write_json(run_dir / "summary.json", edit(summary(run_dir)))
-    for path in run_dir.glob("checkpoint-*.pt"):
+    for path in private_dir(run_dir).glob("checkpoint-*.pt"):
         torch.save(edit(torch.load(path, weights_only=True)), path)
 
 
@@ -92,7 +93,7 @@ def test_summary_and_every_checkpoint_record_both_versions(dirs):
     killed, done = dirs
     want = {"seafl_version": seafl_dist.__version__, "numerics": seafl_dist.NUMERICS}
     assert {k: summary(done)[k] for k in RECORDS} == want
-    for path in killed.glob("checkpoint-*.pt"):
+    for path in private_dir(killed).glob("checkpoint-*.pt"):
         assert {k: torch.load(path, weights_only=True)[k] for k in RECORDS} == want, path.name
 
 
@@ -101,7 +102,7 @@ def test_resume_across_numerics_versions_is_refused_and_overwrite_starts_afresh(
     d = other_numerics(killed, direction)
     for argv in (["run", "--resume", killed], run_args(ARGS, killed)):
         err = refused(argv, killed)
-        assert err.startswith(f"seafl: error: checkpoint {killed / 'checkpoint-00000004.pt'} was trained "
+        assert err.startswith(f"seafl: error: checkpoint {checkpoint_path(killed, 4)} was trained "
                               f"{d['dir_says']}, and {CODE_SAYS} (other bits); "), err
         assert "--overwrite" in err and "another --out" in err
         assert f"use seafl {d['dir_fields']['seafl_version']} for it" in err
@@ -156,7 +157,7 @@ def test_dirs_written_before_the_versions_were_recorded_are_numerics_version_1(m
                                                                                 done):
     for d in (killed, done):
         rewrite_records(d, seafl_version=None, numerics=None)
-    assert "numerics" not in summary(done) and "numerics" not in torch.load(killed / "checkpoint-00000004.pt")
+    assert "numerics" not in summary(done) and "numerics" not in torch.load(checkpoint_path(killed, 4))
     err = refused(run_args(ARGS, done), done)  # this code as it is, numerics version 2
     assert "trained by a seafl that recorded no version with numerics version 1, and this seafl" in err
     assert "use the seafl that wrote it for it" in err

@@ -4,9 +4,9 @@ the first aggregation t* that includes that device; at t* they may differ only i
 noised model (the evaluation's accuracy and loss, the floats of model.pt, what the summary derives from them).
 
 Nothing here lists the fields a run writes: every leaf of every released file (events.jsonl, metrics.csv,
-partition.json, summary.json, train_log.csv, config.yaml, model.pt, the captured stdout and stderr, and W&B's
-offline history) is compared, so a field added later that carries an un-noised value of an update fails here
-without anyone naming it. The device's replacement data is other images with other labels, or images that make
+partition.json, summary.json, train_log.csv, config.yaml, model.pt: runtime/release.py's compare, which
+``seafl release --check`` runs too; and here the captured stdout and stderr, and W&B's offline history) is
+compared, so a field added later that carries an un-noised value of an update fails here without anyone naming it. The device's replacement data is other images with other labels, or images that make
 its update non-finite (taken as a zero delta under DP). The model has batch norm, whose integer counter takes no
 noise, and logs its training loss (a module's own values, train_log.csv and W&B's ``train/*``).
 
@@ -19,10 +19,11 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-import torch
 
 from resuming import reference
+import in_process
 from seafl_dist.data.loaders import clear_cache
+from seafl_dist.runtime.release import compare, differing, first_inclusions
 from seafl_dist.report.wandb_files import offline_files, records
 from small_runs import DP_KEY, PER_ALGORITHM, SMALL
 from wandb_runs import history_across, offline_env
@@ -103,10 +104,6 @@ RULES = {
 }
 PRIVATE = ["privacy.enabled=true", "privacy.noise_multiplier=0.5", "privacy.clipping_bound=1", "devices.num=8", *DP_KEY,
            "run.max_aggregations=6", "run.eval_every=1"]
-# the only leaves that may differ at t*: the evaluation of the noised model, and what the summary derives from it
-EVAL_KEYS = {"accuracy", "loss", "metrics"}
-SUMMARY_DERIVED = re.compile(r"^(final_accuracy|final_loss|best_accuracy|final|best|status|diverged_at(\..*)?|"
-                             r"time_to_target\..*|files\.(events\.jsonl|metrics\.csv|model\.pt|summary\.json)\..*)$")
 
 
 @pytest.fixture(scope="module")
@@ -135,61 +132,17 @@ def run(out: Path, args, neighbour: str | None, capsys) -> tuple[Path, list[str]
     return out, (got.out + got.err).splitlines()
 
 
-def leaves(obj, prefix=""):
-    """{dotted path: value} of a JSON value's leaves."""
-    if isinstance(obj, dict):
-        return {k: v for key, val in obj.items() for k, v in leaves(val, f"{prefix}{key}.").items()} or {prefix: obj}
-    if isinstance(obj, list):
-        return {k: v for i, val in enumerate(obj) for k, v in leaves(val, f"{prefix}{i}.").items()} or {prefix: obj}
-    return {prefix.rstrip("."): obj}
-
-
-def differing(a, b) -> set[str]:
-    la, lb = leaves(a), leaves(b)
-    return {k for k in la.keys() | lb.keys() if la.get(k, "<absent>") != lb.get(k, "<absent>")}
-
-
-def first_inclusions(run_dir: Path) -> dict[int, int]:
-    first: dict[int, int] = {}
-    for e in map(json.loads, (run_dir / "events.jsonl").read_text().splitlines()):
-        if e["event"] == "aggregate":
-            for u in e["updates"]:
-                first.setdefault(u["device"], e["version"])
-    return first
-
-
 def assert_neighbours(a: Path, b: Path, t: int, lines_a: list[str], lines_b: list[str]) -> None:
     """What a reader of ``a`` and ``b`` (both ending at aggregation t, the first to include the changed device)
     can tell apart: only the evaluation of the noised model at t and what derives from it."""
-    names = {p.name for p in a.iterdir() if p.is_file()}
-    assert names == {p.name for p in b.iterdir() if p.is_file()}
-    assert "train_log.csv" not in names, "a module's logged training values are written under DP"
-    for name in ("config.yaml", "partition.json"):
-        assert (a / name).read_bytes() == (b / name).read_bytes(), name
-    ev_a, ev_b = [list(map(json.loads, (d / "events.jsonl").read_text().splitlines())) for d in (a, b)]
-    assert len(ev_a) == len(ev_b)
-    for x, y in zip(ev_a, ev_b):
-        diff = differing(x, y)
-        if x["event"] == "eval" and x["version"] == t:
-            assert {k.split(".")[0] for k in diff} <= EVAL_KEYS, (x, diff)
-        else:
-            assert not diff, f"{x['event']} of version {x.get('version')} differs in {sorted(diff)}"
-    rows_a, rows_b = [(d / "metrics.csv").read_text().splitlines() for d in (a, b)]
-    header = rows_a[0].split(",")
-    assert rows_a[0] == rows_b[0] and len(rows_a) == len(rows_b)
-    for ra, rb in zip(rows_a[1:], rows_b[1:]):
-        cells = [h for h, x, y in zip(header, ra.split(","), rb.split(",")) if x != y]
-        assert set(cells) <= ({"accuracy", "loss"} if int(ra.split(",")[0]) == t else set()), (ra, rb)
-    sa, sb = [json.loads((d / "summary.json").read_text()) for d in (a, b)]
-    assert sa["status"] in ("completed", "diverged") and sb["status"] in ("completed", "diverged")
-    diff = differing(sa, sb)
-    assert all(SUMMARY_DERIVED.match(k) for k in diff), sorted(diff)
-    assert "wall_time_s" not in sa, "real time is released under DP"
-    ma, mb = [torch.load(d / "model.pt", weights_only=True) for d in (a, b)]
-    assert ma.keys() == mb.keys()
-    for key in ma:  # noised floats may differ; an entry without noise (an integer counter) must not
-        if not ma[key].is_floating_point():
-            assert torch.equal(ma[key], mb[key]), key
+    assert {p.name for p in a.iterdir() if p.is_file()} == {p.name for p in b.iterdir() if p.is_file()}
+    assert not (a / "train_log.csv").exists(), "a module's logged training values are written under DP"
+    _, found = compare(a, b, t)  # every leaf of every released file (runtime/release.py)
+    outside = [str(d) for d in found if not d.allowed]
+    assert not outside, outside
+    assert {d.file for d in found} >= {"model.pt"} and all(d.allowed for d in found if d.file == "model.pt")
+    assert {json.loads((d / "summary.json").read_text())["status"] for d in (a, b)} <= {"completed", "diverged"}
+    assert "wall_time_s" not in json.loads((a / "summary.json").read_text()), "real time is released under DP"
     if (a / "wandb").exists():
         assert_wandb_neighbours(a, b, t)
     assert not [x for x in lines_a + lines_b if "norm" in x], "an update's norm is printed under DP"
@@ -266,6 +219,34 @@ def test_neighbouring_runs_differ_only_in_post_processing_of_the_noised_model(ru
         other, other_lines = run(tmp_path / kind, [*args, *end], f"{kind}-{device}", capsys)
         assert (other / "model.pt").read_bytes() != (base / "model.pt").read_bytes()  # the data did change w'
         assert_neighbours(base, other, t, lines, other_lines)
+    if rule == "fedbuff":
+        assert_release_check(base, other, device, t, tmp_path)
+
+
+def assert_release_check(base: Path, other: Path, device: int, t: int, tmp_path: Path) -> None:
+    """``seafl release --check`` of the neighbours passes (and releases); an un-noised value planted in one
+    event before t* (a leak), or at t* in a field of no evaluation, fails it with the line named."""
+    def copy(name: str, events: list[str] | None = None) -> Path:
+        """base's files (its summary.json holds no real time under DP: issue 60 C)."""
+        (tmp_path / name).mkdir()
+        for p in base.iterdir():
+            if p.is_file():
+                (tmp_path / name / p.name).write_bytes(p.read_bytes())
+        if events is not None:
+            (tmp_path / name / "events.jsonl").write_text("\n".join(events) + "\n")
+        return tmp_path / name
+
+    proc = in_process.seafl("release", other, tmp_path / "released", "--check", copy("same"), "--device", device)
+    assert proc.returncode == 0 and f"t* = aggregation {t}" in proc.stderr, proc.stderr
+    assert (tmp_path / "released" / "model.pt").read_bytes() == (other / "model.pt").read_bytes()
+    lines = (base / "events.jsonl").read_text().splitlines()
+    for at, (i, line) in (("before", next((i, x) for i, x in enumerate(lines) if '"aggregate"' in x)),
+                          ("at", next((i, x) for i, x in enumerate(lines) if '"eval", "time"' in x and
+                                      f'"version": {t},' in x))):
+        leaky = copy(f"leaky-{at}", [*lines[:i], line[:-1] + ', "norm": 0.25}', *lines[i + 1:]])
+        proc = in_process.seafl("release", other, tmp_path / f"out-{at}", "--check", leaky, "--device", device)
+        assert proc.returncode == 1 and not (tmp_path / f"out-{at}").exists(), proc.stderr
+        assert f"OUTSIDE  events.jsonl: line {i + 1} (" in proc.stderr and "norm" in proc.stderr, proc.stderr
 
 
 @pytest.mark.parametrize("mode", ["keyed", "secure"])

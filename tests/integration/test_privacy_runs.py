@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import in_process
-from resuming import assert_same_run, checkpoint_versions, cli, reference, run_args, summary
+from resuming import assert_same_run, checkpoint_path, checkpoint_versions, cli, reference, run_args, summary
 from seafl_dist.privacy import epsilon, sensitivity
 from seafl_dist.privacy.sensitivity import seafl_sensitivity
 from seafl_dist.report.build import write_report
@@ -104,7 +104,7 @@ def test_a_run_killed_in_the_middle_resumes_to_the_same_bytes_with_its_counts(tm
     out = tmp_path / "run"
     stopped = cli(*run_args(args, out), fault="during_aggregate:3")
     assert stopped.returncode != 0 and checkpoint_versions(out) == [2]
-    state = torch.load(out / "checkpoint-00000002.pt", weights_only=True)["privacy"]
+    state = torch.load(checkpoint_path(out, 2), weights_only=True)["privacy"]
     assert state["inclusions"] == dict(inclusions(aggregates(ref)[:2]))
     resumed = in_process.seafl(*run_args(args, out))  # the resume in this process: only the kill must be real
     assert resumed.returncode == 0, resumed.stderr[-3000:]

@@ -97,6 +97,8 @@ def test_stopped_from_outside_mid_run_resumes_to_the_same_bytes(sig, longer, tmp
         s = summary(out)
         assert s["status"] == "interrupted" and "SIGTERM" in s["error"]
         assert "interrupted" in err
+        notes = [line for line in err.splitlines() if "holds server-private files" in line]  # issue 60 B
+        assert len(notes) == 1 and f"in {out / 'private'} (" in notes[0] and f"seafl release {out} OUT" in notes[0]
     resumed = cli("run", "--resume", out)  # the config comes from the run dir
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert_same_run(ref, out)

@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from resuming import QUICKSTART, SMALL, checkpoint_versions, cli, reference, refused, run_args
+from resuming import QUICKSTART, SMALL, checkpoint_path, checkpoint_versions, cli, reference, refused, run_args
 from seafl_dist.settings import load_config
 from seafl_dist.runtime import checkpoint
 
@@ -17,7 +17,7 @@ LR = load_config(QUICKSTART).train.lr  # as config.yaml and the refusals write i
 
 @pytest.fixture(scope="module")
 def dirs(tmp_path_factory):
-    """(a run SIGKILLed right after aggregation 2, with checkpoint-00000002.pt; a completed run)."""
+    """(a run SIGKILLed right after aggregation 2, with private/checkpoint-00000002.pt; a completed run)."""
     base = tmp_path_factory.mktemp("bad-input")
     proc = cli(*run_args(ARGS, base / "killed"), fault="after_aggregate:2")
     assert proc.returncode != 0 and checkpoint_versions(base / "killed") == [2], proc.stderr[-2000:]
@@ -31,7 +31,7 @@ def killed(dirs, tmp_path):
 
 
 def test_resume_of_a_dir_without_checkpoint(killed, tmp_path):
-    for p in killed.glob("checkpoint-*.pt"):
+    for p in killed.glob("private/checkpoint-*.pt"):
         p.unlink()
     err = refused(["run", "--resume", str(killed)], killed)
     assert "holds no checkpoint" in err and f"--out {killed}" in err
@@ -50,12 +50,12 @@ def test_a_checkpoint_of_another_config_is_refused_naming_the_keys(killed):
 
 def test_where_and_how_it_runs_may_change_on_resume(killed):
     cfg = load_config(killed / "config.yaml", ["runtime.threads=2", "run.checkpoint_every=7", "logging.progress=bar"])
-    assert checkpoint.plan(cfg, killed, explicit=True) == checkpoint.Plan("resume", killed / "checkpoint-00000002.pt")
+    assert checkpoint.plan(cfg, killed, explicit=True) == checkpoint.Plan("resume", checkpoint_path(killed, 2))
 
 
 @pytest.mark.parametrize("damage", ["truncated", "garbage"])
 def test_a_truncated_or_corrupt_checkpoint_is_refused(killed, damage):
-    ck = killed / "checkpoint-00000002.pt"
+    ck = checkpoint_path(killed, 2)
     data = ck.read_bytes()
     ck.write_bytes(data[: len(data) // 2] if damage == "truncated" else data[:100] + b"\0" * 64 + data[164:])
     err = refused(["run", "--resume", str(killed)], killed)

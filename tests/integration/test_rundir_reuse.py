@@ -66,14 +66,14 @@ def test_overwrite_deletes_the_other_runs_files_before_anything_is_written(runs)
 
 def test_the_killed_run_resumes_with_the_same_command_and_never_reports_the_other(capsys, runs, killed):
     done_a, ref_b, _ = runs
-    for temp in ("checkpoint-00000004.pt.tmp", "model.pt.tmp"):  # as a kill during a write leaves them
+    for temp in ("private/checkpoint-00000004.pt.tmp", "model.pt.tmp"):  # as a kill during a write leaves them
         (killed / temp).write_bytes(b"\0" * 1000)
     err = refused(run_args(A, killed), killed)  # A into B's unfinished run: refused too
     assert "is of another config" in err and "algorithm.name ('seafl' there, 'fedbuff' now)" in err
     assert seafl_main([*map(str, run_args(B, killed)), "--overwrite"]) == 0  # a requeue repeats the command
     assert f"resumed {killed} after aggregation 3" in capsys.readouterr().err
     assert_same_run(ref_b, killed)
-    assert not list(killed.glob("*.tmp")) and not (killed / NAME).exists()
+    assert not list(killed.glob("*.tmp")) and not list(killed.glob("private/*")) and not (killed / NAME).exists()
     s = summary(killed)
     assert s["algorithm"] == "seafl" and s["aggregations"] == 6 and s != summary(done_a)
     assert refused(run_args(B, killed), killed, code=0).endswith("nothing to do")

@@ -6,7 +6,7 @@ import json
 import pytest
 import torch
 
-from resuming import assert_same_run, checkpoint_versions, cli, reference, run_args
+from resuming import assert_same_run, checkpoint_path, checkpoint_versions, cli, reference, run_args
 from small_runs import SMALL
 from user_extensions import EXTENDED, write
 
@@ -43,7 +43,7 @@ def test_a_run_killed_in_the_middle_with_adam_resumes_to_the_same_bytes(tmp_path
     out = tmp_path / "run"
     stopped = cli(*run_args(args, out), fault="during_aggregate:3")
     assert stopped.returncode != 0 and checkpoint_versions(out) == [2]
-    state = torch.load(out / "checkpoint-00000002.pt", weights_only=True)["server_opt"]
+    state = torch.load(checkpoint_path(out, 2), weights_only=True)["server_opt"]
     assert state["steps"] == 2 and state["m"].dtype == state["v"].dtype == torch.float64
     assert bool(state["m"].abs().sum() > 0) and bool((state["v"] != 1e-3 ** 2).any())
     resumed = cli(*run_args(args, out))

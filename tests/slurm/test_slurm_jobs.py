@@ -165,7 +165,7 @@ def test_requeued_job_continues_in_the_same_run_dir(slurm, submit, references, t
     ends with the trace of an uninterrupted run, having resumed from the checkpoint the first attempt
     wrote on its way out rather than starting over. With top-k error feedback (issue 52) the residuals live on
     the worker, which a preemption stops too, so the run resumes from its last periodic checkpoint (every 5
-    aggregations here), whose residuals-<V>-rank1.pt the worker wrote, and ends with the same model.pt bytes."""
+    aggregations here), whose private/residuals-<V>-rank1.pt the worker wrote, and ends with the same model.pt bytes."""
     long = [*SMALL, "run.max_aggregations=40", "compression.codec=topk", "compression.fraction=0.1",
             "compression.error_feedback=true", "runtime.placement=device", "run.checkpoint_every=5"]
     ref = references(tmp_path / "ref", *long)

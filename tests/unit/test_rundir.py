@@ -116,9 +116,11 @@ def test_the_proof_holds_until_a_file_changes(tmp_path):
 
 def test_clear_removes_the_runs_files_only(tmp_path):
     d = fake_run(tmp_path / "run")
-    for name in ("checkpoint-00000002.pt", "checkpoint-00000004.pt", "checkpoint-00000006.pt.tmp",
-                 "model.pt.tmp", "log.txt", "notes.md"):
-        (d / name).write_text("x")
+    for name in ("checkpoint-00000002.pt", "residuals-00000002-rank1.pt", "model.pt.tmp", "log.txt", "notes.md"):
+        (d / name).write_text("x")  # the checkpoint and residuals: a run dir written before the move to private/
+    rundir.private_dir(d).mkdir()
+    for name in ("checkpoint-00000004.pt", "checkpoint-00000006.pt.tmp", "noise.key", "released-00000005.pt"):
+        (rundir.private_dir(d) / name).write_text("x")  # private/ goes whole, the key and unknown names too
     (d / "wandb").mkdir()
     (d / "wandb" / "run.wandb").write_text("x")
     rundir.clear(d)
@@ -129,11 +131,62 @@ def test_clear_removes_the_runs_files_only(tmp_path):
 
 
 def test_remove_temps_leaves_the_checkpoints(tmp_path):
-    for name in ("checkpoint-00000002.pt", "checkpoint-00000004.pt.tmp", "summary.json.tmp", "partition.json.tmp"):
+    private = rundir.private_dir(tmp_path)
+    private.mkdir()
+    for name in ("checkpoint-00000004.pt.tmp", "summary.json.tmp", "partition.json.tmp"):
         (tmp_path / name).write_text("x")
+    for name in ("checkpoint-00000002.pt", "checkpoint-00000004.pt.tmp", "residuals-00000004-rank1.pt.tmp"):
+        (private / name).write_text("x")
     rundir.remove_temps(tmp_path)
-    assert [p.name for p in tmp_path.iterdir()] == ["checkpoint-00000002.pt"]
-    assert rundir.checkpoints(tmp_path) == [tmp_path / "checkpoint-00000002.pt"]
+    assert [p.name for p in tmp_path.iterdir()] == ["private"]
+    assert rundir.checkpoints(tmp_path) == [private / "checkpoint-00000002.pt"]
+
+
+def test_checkpoints_are_found_in_private_and_at_the_top_of_a_run_dir_written_before_the_move(tmp_path):
+    private = rundir.private_dir(tmp_path)
+    assert rundir.checkpoints(tmp_path) == [] and rundir.private_files(tmp_path) == []
+    for name in ("checkpoint-00000003.pt", "checkpoint-00000006.pt", "residuals-00000006-rank1.pt", "model.pt"):
+        (tmp_path / name).write_text("x")
+    assert rundir.checkpoints(tmp_path) == [tmp_path / "checkpoint-00000003.pt", tmp_path / "checkpoint-00000006.pt"]
+    assert rundir.run_of(tmp_path / "checkpoint-00000006.pt") == tmp_path
+    private.mkdir()
+    for name in ("checkpoint-00000006.pt", "checkpoint-00000009.pt"):  # a resume of it writes into private/
+        (private / name).write_text("x")
+    assert rundir.checkpoints(tmp_path) == [tmp_path / "checkpoint-00000003.pt", tmp_path / "checkpoint-00000006.pt",
+                                            private / "checkpoint-00000006.pt", private / "checkpoint-00000009.pt"]
+    assert rundir.run_of(private / "checkpoint-00000009.pt") == tmp_path
+    assert rundir.residual_files(tmp_path) == [(6, 1, tmp_path / "residuals-00000006-rank1.pt")]
+    assert sorted(p.name for p in rundir.private_files(tmp_path)) == [
+        "checkpoint-00000003.pt", "checkpoint-00000006.pt", "checkpoint-00000006.pt", "checkpoint-00000009.pt",
+        "residuals-00000006-rank1.pt"]
+    old = tmp_path / "runs" / "private"  # a run dir written before the move that happens to be named "private"
+    old.mkdir(parents=True)
+    (old / "config.yaml").write_text("x")
+    assert rundir.run_of(old / "checkpoint-00000006.pt") == old
+
+
+def test_removing_checkpoints_keeps_a_private_dir_that_holds_more_and_a_finished_run_removes_it_whole(tmp_path):
+    private = rundir.private_dir(tmp_path)
+    private.mkdir()
+    for name in ("checkpoint-00000002.pt", "residuals-00000002-rank1.pt", "noise.key"):
+        (private / name).write_text("x")
+    (tmp_path / "notes.md").write_text("x")
+    rundir.remove_checkpoints(tmp_path)
+    assert [p.name for p in private.iterdir()] == ["noise.key"]
+    rundir.remove_private(tmp_path)
+    assert [p.name for p in tmp_path.iterdir()] == ["notes.md"]
+
+
+def test_the_line_of_a_run_dir_holding_server_private_files_names_the_folder_and_the_release(tmp_path):
+    assert rundir.private_note(tmp_path) is None
+    (tmp_path / "checkpoint-00000002.pt").write_text("x")  # before the move: the files are at the top
+    assert f"holds server-private files in {tmp_path} (" in rundir.private_note(tmp_path)
+    rundir.private_dir(tmp_path).mkdir()
+    (rundir.private_dir(tmp_path) / "noise.key").write_text("x")
+    note = rundir.private_note(tmp_path)
+    assert note == (f"seafl: {tmp_path} holds server-private files in {tmp_path / 'private'} (checkpoints, devices' "
+                    f"residuals, the noise key: never publish them); to publish this run, copy only what is released: "
+                    f"seafl release {tmp_path} OUT")
 
 
 def test_readers_give_none_for_what_is_missing_or_unreadable(tmp_path):
