@@ -5,12 +5,16 @@ a config key (a dotted name whose first part is a section of seafl_dist.settings
 ``section.*``) that does not exist; a ``seafl`` command in a shell block that the real parser
 (seafl_dist.cli.build_parser) or the config loader refuses, or a usage line (```text) naming an
 option that does not exist; a Python block that does not compile; a YAML config block that is
-refused; a README test command other than the one .ci/run runs. Python blocks fenced as
-``python run`` are run, page by page in a temporary directory; a Python block whose first line
-is ``# name.py`` is a module the page's commands and blocks may import. The parser and the
+refused; a README test command other than the one .ci/run runs, or a README install line that
+.ci/run does not run or that leaves an extra out. Python blocks fenced as ``python run`` are run,
+page by page in a temporary directory; a Python block whose first line is ``# name.py`` is a
+module the page's commands and blocks may import. The parser and the
 Config are read when the test runs, so flags and keys added later are checked as they are.
 """
 import os
+import re
+import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -148,3 +152,44 @@ def test_each_check_catches_its_mistake(tmp_path, monkeypatch):
     for fine in ("logging.wandb.*", "run.sbatch", "model.eval", "clock.idle", "broken.md:36"):
         assert fine not in found, f"{fine!r} reported:\n{found}"
     assert "mymod:tiny" not in found  # the torchrun line imports the page's module and passes
+
+
+# ---- the README's install line is what CI runs, and installs what the tests need (issue 63, 1) ----------------
+
+def _install_block_pip_lines(page) -> list[str]:
+    heading = next(n for n, line in page.prose if re.match(r"^##\s+Install\s*$", line))
+    block = next(b for b in page.blocks if b.line > heading)
+    return [ln.strip() for ln in block.text.splitlines() if ln.startswith("pip install ")]
+
+
+def _readme_install(readme: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", str(ROOT / ".ci/readme_install"), str(readme)], capture_output=True, text=True)
+
+
+def test_ci_runs_the_readme_install_line_and_it_installs_every_extra():
+    readme = next(p for p in PAGES if p.name == "README.md")
+    lines = _install_block_pip_lines(readme)
+    assert len(lines) == 1, lines
+    printed = _readme_install(ROOT / "README.md")
+    assert printed.returncode == 0 and printed.stdout.strip() == lines[0], printed
+    ci = [ln.strip() for ln in (ROOT / ".ci/run").read_text().splitlines() if ln.strip() and not ln.startswith("#")]
+    assert 'install="$(.ci/readme_install)"' in ci and 'eval "python -m ${install} --quiet"' in ci, ci
+    assert not [ln for ln in ci if "pip install" in ln and "--upgrade pip" not in ln], ci  # no install line of its own
+    # the README's extras install every optional package the project declares (the tests import them)
+    tomllib = pytest.importorskip("tomllib")
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    named = re.search(r'"\.\[([\w,]+)\]"', lines[0]).group(1).split(",")
+    installed = {req for name in named for req in extras[name]}
+    missing = sorted({req for reqs in extras.values() for req in reqs} - installed)
+    assert not missing, f"README's `{lines[0]}` leaves out {missing}: add their extra to it"
+
+
+def test_readme_install_prints_only_the_install_blocks_line_and_refuses_none(tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text('# x\n\n## Install\n\n```bash\npython3 -m venv .venv\npip install -e ".[a,b]"\n```\n\n'
+                      'pip install not-in-a-block\n\n## Tests\n\n```bash\npip install pytest\n```\n')
+    assert _readme_install(readme).stdout == 'pip install -e ".[a,b]"\n'
+    readme.write_text("# x\n\n## Install\n\nnothing here\n\n## Tests\n\n```bash\npip install pytest\n```\n")
+    refused = _readme_install(readme)
+    assert refused.returncode == 1 and refused.stdout == "", refused
+    assert refused.stderr == f"{readme}: expected one `pip install` line in the ## Install block, found 0\n"
