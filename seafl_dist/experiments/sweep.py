@@ -38,6 +38,7 @@ import itertools
 import json
 import re
 import shlex
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -123,6 +124,9 @@ class Sweep:
                     seen.add(name)
                     runs.append(SweepRun(name, label, values, seed, self._config(name, values, seed, threads)))
         one_metric(self.name, runs)
+        for line in dict.fromkeys(r.config.algorithm.limit_line() for r in runs):  # each rule's once; its runs'
+            if line:  # configs hold β, so they do not say it again
+                print(line, file=sys.stderr)
         return with_job_types(runs)
 
     def _config(self, run_name: str, values: dict, seed: int, threads: int | None) -> Config:
