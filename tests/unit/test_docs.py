@@ -193,3 +193,58 @@ def test_readme_install_prints_only_the_install_blocks_line_and_refuses_none(tmp
     refused = _readme_install(readme)
     assert refused.returncode == 1 and refused.stdout == "", refused
     assert refused.stderr == f"{readme}: expected one `pip install` line in the ## Install block, found 0\n"
+
+
+# ---- docs/running.md's events.jsonl tables hold every event and field the code writes (issue 63, 7) ----------
+
+def _table_rows(page, header: str) -> dict[str, set[str]]:
+    """{first cell's code names, joined by ',': the code names in the last cell} of the table under ``header``."""
+    start = next(i for i, line in enumerate(page.lines) if line.startswith(header))
+    rows = {}
+    for line in page.lines[start + 2:]:
+        if not line.startswith("|"):
+            break
+        cells = line.strip("|").split("|")
+        names = re.findall(r"`([^`]+)`", cells[0])
+        rows[",".join(names)] = set(names) | set(re.findall(r"`([a-z_]+)`", cells[-1]))
+    return rows
+
+
+def _written_events() -> tuple[dict[str, set[str]], set[str]]:
+    """Read from the source: {event type: its keys} of every dict literal with a constant "event", and the keys of
+    the dict literals of an aggregate's "updates"."""
+    import ast
+    events, entries = {}, set()
+    for path in (ROOT / "seafl_dist").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Dict):
+                continue
+            keys = {k.value: v for k, v in zip(node.keys, node.values) if isinstance(k, ast.Constant)}
+            kind = keys.get("event")
+            if isinstance(kind, ast.Constant) and isinstance(kind.value, str) and " " not in kind.value:
+                events.setdefault(kind.value, set()).update(keys)
+                if isinstance(keys.get("updates"), ast.ListComp) and isinstance(keys["updates"].elt, ast.Dict):
+                    entries |= {k.value for k in keys["updates"].elt.keys if isinstance(k, ast.Constant)}
+    return events, entries
+
+
+def test_the_events_tables_of_running_md_hold_every_event_and_field():
+    import torch
+
+    from seafl_dist.algo import BufferedUpdate, aggregate
+    from seafl_dist.settings import config_from_dict
+    page = next(p for p in PAGES if p.name == "docs/running.md")
+    documented = _table_rows(page, "| event |")
+    written, entries = _written_events()
+    assert set(documented) == set(written) >= {"start", "notify", "finish", "aggregate", "eval", "drop", "stall"}
+    for kind, keys in written.items():
+        assert keys <= documented[kind], f"docs/running.md: `{kind}` leaves out {sorted(keys - documented[kind])}"
+    w = torch.ones(6)
+    ups = [BufferedUpdate(device=d, job=d, flat=flat, n_samples=3, base_version=0, epochs=1)
+           for d, flat in enumerate([torch.randn(6, generator=torch.Generator().manual_seed(0)),
+                                     torch.full((6,), float("nan"))])]
+    for rule in ("seafl", "seafl2", "fedbuff", "fedasync", "fedavg"):  # what each rule adds, kept and rejected
+        alg = config_from_dict({}, [f"algorithm.name={rule}"]).algorithm
+        entries |= {k for info in aggregate(alg, 1, w, ups, lambda v: w).info for k in info}
+    fields = set().union(*_table_rows(page, "| field |").values())
+    assert {"weight", "gamma", "a", "device"} <= entries and entries <= fields, sorted(entries - fields)
