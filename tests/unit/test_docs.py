@@ -248,3 +248,22 @@ def test_the_events_tables_of_running_md_hold_every_event_and_field():
         entries |= {k for info in aggregate(alg, 1, w, ups, lambda v: w).info for k in info}
     fields = set().union(*_table_rows(page, "| field |").values())
     assert {"weight", "gamma", "a", "device"} <= entries and entries <= fields, sorted(entries - fields)
+
+
+def test_the_docs_give_a_rule_the_arguments_the_code_calls_it_with():
+    """issue 63, 2: docs/architecture.md and docs/extending.md name a rule's arguments as the code calls them: a
+    built-in rule the six of its signature, a rule of your own the five of settings/plugins.py (``parts`` a
+    keyword it may declare)."""
+    import inspect
+
+    from seafl_dist.algo.dispatch import RULES
+    from seafl_dist.settings.plugins import SIGNATURES
+    built_in = {tuple(inspect.signature(rule).parameters) for rule in RULES.values()}
+    assert len(built_in) == 1, built_in
+    built_in, yours = built_in.pop(), SIGNATURES["algorithm.name"][0]
+    assert built_in == (*yours, "parts"), (built_in, yours)
+    for name in ("docs/architecture.md", "docs/extending.md"):
+        page = (ROOT / name).read_text()
+        said = {tuple(a.strip() for a in args.split(",")) for args in re.findall(r"`(?:rule|f)\((cfg,[^)`]*)\)", page)}
+        assert yours in said and said <= {yours, built_in}, f"{name}: a rule called with {said}"
+        assert built_in in said or name != "docs/architecture.md", f"{name}: the built-in rules' {built_in} missing"
