@@ -290,7 +290,7 @@ def load_config(path: str | Path, overrides: list[str] | tuple = ()) -> Config:
         named = re.match(r"config key '([^']+)'", str(err))
         overridden = {parse_override(text)[0] for text in overrides}
         if named and named.group(1) not in overridden and _holds(data, named.group(1)):
-            raise ConfigError(f"config file '{find_config(path)}': {err}") from None
+            raise ConfigError(f"{find_config(path)}: {err}") from None  # as --resume's refusals name it
         raise
 
 

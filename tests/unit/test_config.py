@@ -308,11 +308,11 @@ def test_a_refusal_of_a_value_from_a_yaml_file_names_the_file_and_one_from_an_ov
     path = tmp_path / "mine.yaml"
     path.write_text("algorithm: {theta: 2}\n")
     assert _refusal(lambda: load_config(path)) == (
-        f"config file '{path}': config key 'algorithm.theta' has value 2.0; allowed: a number in (0, 1]")
+        f"{path}: config key 'algorithm.theta' has value 2.0; allowed: a number in (0, 1]")
     assert _refusal(lambda: load_config(path, ["algorithm.theta=3"])).startswith(
         "config key 'algorithm.theta' has value 3.0; allowed:")
     path.write_text("trian: {lr: 3}\n")
-    assert _refusal(lambda: load_config(path)).startswith(f"config file '{path}': config key 'trian.lr' has value 3")
+    assert _refusal(lambda: load_config(path)).startswith(f"{path}: config key 'trian.lr' has value 3")
 
 
 @pytest.mark.parametrize("key, typo, fix", [("algorithm.name", "fedbuf", "fedbuff"), ("model.name", "lenet", "lenet5")])
