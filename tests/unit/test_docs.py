@@ -11,6 +11,7 @@ page by page in a temporary directory; a Python block whose first line is ``# na
 module the page's commands and blocks may import. The parser and the
 Config are read when the test runs, so flags and keys added later are checked as they are.
 """
+import importlib.util
 import os
 import re
 import subprocess
@@ -54,6 +55,8 @@ def test_python_blocks_compile_and_yaml_configs_load(page):
 @pytest.mark.parametrize("page", [p for p in PAGES if checks.run_blocks(p)], ids=lambda p: p.name)
 def test_python_run_blocks_run(page, tmp_path, monkeypatch):
     """The page's ``python run`` blocks, in order, sharing one namespace, in an empty directory."""
+    if why := _missing_extra(page):
+        pytest.skip(why)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     namespace = {"__name__": "__docs__"}
@@ -64,6 +67,35 @@ def test_python_run_blocks_run(page, tmp_path, monkeypatch):
             except Exception as err:  # noqa: BLE001 (any failure of a documented example is the finding)
                 pytest.fail(f"{page.where(block.line)}: the `python run` block raised {type(err).__name__}: {err}",
                             pytrace=False)
+
+
+def _missing_extra(page) -> str | None:
+    """Why a page's ``python run`` blocks cannot run here: they import a package of one of pyproject's extras
+    (datasets.md: the hf extra's ``datasets``) that is not installed; None when all is there."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10: no reader of pyproject.toml in the standard library
+        return None
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    extra_of = {re.split(r"[<>=!~\[;\s]", req)[0].lower().replace("-", "_"): name
+                for name, reqs in extras.items() for req in reqs}
+    for block in checks.run_blocks(page):
+        for i, line in enumerate(block.text.splitlines()):
+            module = (re.match(r"(?:import|from)\s+(\w+)", line) or [None, None])[1]
+            if module in extra_of and importlib.util.find_spec(module) is None:
+                return (f"{page.where(block.line + i)} imports {module}, from the {extra_of[module]!r} extra: "
+                        f'pip install -e ".[dev,{extra_of[module]}]"')
+    return None
+
+
+def test_a_page_needing_an_extra_that_is_not_installed_is_skipped_naming_it(tmp_path, monkeypatch):
+    page_file = tmp_path / "page.md"
+    page_file.write_text("# p\n\n```python run\nimport numpy as np\nimport datasets\n```\n")
+    page = read_page(page_file)
+    assert _missing_extra(page) is None  # installed here
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "datasets" else real(name, *a))
+    assert _missing_extra(page) == f"{page.where(5)} imports datasets, from the 'hf' extra: pip install -e \".[dev,hf]\""
 
 
 def test_readme_test_command_is_what_ci_runs():
