@@ -69,14 +69,21 @@ def test_python_run_blocks_run(page, tmp_path, monkeypatch):
                             pytrace=False)
 
 
+def _extras() -> dict[str, list[str]] | None:
+    """pyproject.toml's optional dependencies, by extra; None on Python 3.10 (no tomllib to read them)."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:
+        return None
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+
+
 def _missing_extra(page) -> str | None:
     """Why a page's ``python run`` blocks cannot run here: they import a package of one of pyproject's extras
     (datasets.md: the hf extra's ``datasets``) that is not installed; None when all is there."""
-    try:
-        import tomllib
-    except ModuleNotFoundError:  # Python 3.10: no reader of pyproject.toml in the standard library
+    extras = _extras()
+    if extras is None:
         return None
-    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     extra_of = {re.split(r"[<>=!~\[;\s]", req)[0].lower().replace("-", "_"): name
                 for name, reqs in extras.items() for req in reqs}
     for block in checks.run_blocks(page):
@@ -208,8 +215,8 @@ def test_ci_runs_the_readme_install_line_and_it_installs_every_extra():
     assert 'install="$(.ci/readme_install)"' in ci and 'eval "python -m ${install} --quiet"' in ci, ci
     assert not [ln for ln in ci if "pip install" in ln and "--upgrade pip" not in ln], ci  # no install line of its own
     # the README's extras install every optional package the project declares (the tests import them)
-    tomllib = pytest.importorskip("tomllib")
-    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    if (extras := _extras()) is None:
+        pytest.skip("Python 3.10 has no tomllib to read pyproject.toml's extras")
     named = re.search(r'"\.\[([\w,]+)\]"', lines[0]).group(1).split(",")
     installed = {req for name in named for req in extras[name]}
     missing = sorted({req for reqs in extras.values() for req in reqs} - installed)
