@@ -8,7 +8,7 @@ A sweep file is YAML with these top-level keys (all optional except that a sweep
 and a sweep file given to ``seafl run`` is refused naming ``seafl sweep``):
 
 ```yaml
-base: ../mnist_prelim.yaml      # run config to start from, relative to this file
+base: ../mnist_prelim.yaml      # run config to start from, relative to this file, or a packaged name (quickstart)
 name: buffer_size               # sweep name: output dir runs/<name>, W&B group (default: file stem)
 algorithm: {theta: 0.8}         # inline config sections, merged over base (any section of a run config)
 overrides: [run.max_aggregations=300]   # dotted overrides applied to every run, in order
@@ -34,10 +34,12 @@ or where it would be ``seed``).
 from __future__ import annotations
 
 import copy
+import difflib
 import itertools
 import json
 import re
 import shlex
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,6 +48,7 @@ from seafl_dist.experiments.arguments import parse_grid_arg, parse_seeds, split_
 from seafl_dist.report.runs import repeated_keys
 from seafl_dist.settings import (Config, ConfigError, config_from_dict, find_config,  # noqa: F401 (is_sweep_file:
                                  is_sweep_file, load_yaml, parse_override, set_dotted)  # its home before)
+from seafl_dist.settings.files import packaged, packaged_config, packaged_names
 
 SWEEP_KEYS = ("base", "name", "overrides", "grid", "points", "seeds", "targets", "baseline", "launcher")
 CONFIG_SECTIONS = tuple(Config.__dataclass_fields__)
@@ -123,6 +126,9 @@ class Sweep:
                     seen.add(name)
                     runs.append(SweepRun(name, label, values, seed, self._config(name, values, seed, threads)))
         one_metric(self.name, runs)
+        for line in dict.fromkeys(r.config.algorithm.limit_line() for r in runs):  # each rule's once; its runs'
+            if line:  # configs hold β, so they do not say it again
+                print(line, file=sys.stderr)
         return with_job_types(runs)
 
     def _config(self, run_name: str, values: dict, seed: int, threads: int | None) -> Config:
@@ -212,8 +218,7 @@ def load_sweep(path: str | Path, *, grid: list[tuple[str, list]] = (), seeds: li
                               + ", ".join(SWEEP_KEYS) + " and the config sections " + ", ".join(CONFIG_SECTIONS))
         base: dict = {}
         if data.get("base"):
-            base_path = (path.parent / str(data["base"])).resolve()
-            base = load_yaml(base_path)
+            base = load_yaml(base_path(path, str(data["base"])))
             if is_sweep_file(base):
                 raise ConfigError(f"sweep file '{path}': base '{data['base']}' is itself a sweep; base must be a run config")
         _merge(base, {k: v for k, v in data.items() if k in CONFIG_SECTIONS})
@@ -250,6 +255,19 @@ def load_sweep(path: str | Path, *, grid: list[tuple[str, list]] = (), seeds: li
                           f"(no --grid, no --seeds); run it with `seafl run {path}`, or sweep it with --grid KEY=V1,V2 "
                           f"or --seeds 0,1,2")
     return sweep
+
+
+def base_path(sweep_file: Path, base: str) -> Path:
+    """A sweep's ``base:``: a run config's path relative to the sweep file, else a packaged config's name
+    (``quickstart``, ``mnist/study``); ConfigError saying both were tried if neither."""
+    beside = (sweep_file.parent / base).resolve()
+    found = beside if beside.is_file() else packaged_config(base)
+    if found is None:
+        near = difflib.get_close_matches(base, packaged(), n=1, cutoff=0.6)
+        raise ConfigError(f"sweep file '{sweep_file}': base '{base}' is neither a file beside it ({beside} does not "
+                          f"exist) nor the name of a packaged config; give a path relative to the sweep file, or "
+                          + (f"did you mean {near[0]!r}? " if near else "") + f"one of: {packaged_names()}")
+    return found
 
 
 def _claim_own_keys(sweep: Sweep) -> None:

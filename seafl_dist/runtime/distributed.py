@@ -266,6 +266,8 @@ def run_distributed(cfg, out_dir, *, rank: int, world_size: int, local_rank: int
         exp = keep_only(exp, [])  # rank 0 trains nothing: keep only what evaluation needs
         print(f"seafl: running {cfg.name} ({cfg.algorithm.name}) on {world_size} ranks ({backend}): rank 0 "
               f"aggregates, {world_size - 1} workers train; output in {out_dir}", file=sys.stderr)
+        if cfg.algorithm.limit_line():  # a rule of your own under a β it did not choose (issue 63)
+            print(cfg.algorithm.limit_line(), file=sys.stderr)
         from seafl_dist.report.wandb_sink import make_callbacks
         executor = DistributedExecutor(world_size, numel, watcher, cfg.runtime.timeout_s, placement, links, ends,
                                        residuals_on=feedback)

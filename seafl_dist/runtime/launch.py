@@ -96,6 +96,8 @@ def _one_process(cfg, out: Path, target: Target) -> dict | None:
     from seafl_dist.runtime.server import format_summary
     use_threads(cfg)
     print(f"seafl: running {cfg.name} ({cfg.algorithm.name}) in one process; output in {out}", file=sys.stderr)
+    if cfg.algorithm.limit_line():  # a rule of your own under a β it did not choose (issue 63)
+        print(cfg.algorithm.limit_line(), file=sys.stderr)
     with outcome(out, 0):
         summary = run_inprocess(cfg, out, resume=decided.checkpoint, hook=faults.from_env())
     print(format_summary(summary))

@@ -301,8 +301,26 @@ def _yaml_problem(err: yaml.YAMLError) -> str:
 
 
 def load_config(path: str | Path, overrides: list[str] | tuple = ()) -> Config:
-    """Load a YAML file, apply dotted overrides, validate. The run name defaults to the file stem."""
-    return config_from_dict(load_run_yaml(path), overrides)
+    """Load a YAML file, apply dotted overrides, validate. The run name defaults to the file stem. A refusal of a
+    key whose value comes from the file (not from an override) names the file."""
+    data = load_run_yaml(path)
+    try:
+        return config_from_dict(data, overrides)
+    except ConfigError as err:
+        named = re.match(r"config key '([^']+)'", str(err))
+        overridden = {parse_override(text)[0] for text in overrides}
+        if named and named.group(1) not in overridden and _holds(data, named.group(1)):
+            raise ConfigError(f"{find_config(path)}: {err}") from None  # as --resume's refusals name it
+        raise
+
+
+def _holds(tree: dict, dotted: str) -> bool:
+    """Whether a config tree of plain dicts sets the dotted key."""
+    for part in dotted.split("."):
+        if not isinstance(tree, dict) or part not in tree:
+            return False
+        tree = tree[part]
+    return True
 
 
 # Keys of device populations (docs/devices.md), GPU switches, the Lightning loop's keys, the update guard, the

@@ -49,23 +49,31 @@ def describe(path: Path) -> str:
     return ""
 
 
-def find_config(path: str | Path) -> Path:
-    """``path`` if it is a file, else the packaged config it names; ConfigError listing them if neither."""
-    p = Path(path)
-    if p.is_file():
-        return p
-    name = p.as_posix()
+def packaged_config(path: str | Path) -> Path | None:
+    """The packaged config that ``path`` names (``quickstart``, ``configs/quickstart.yaml``), or None."""
+    name = Path(path).as_posix()
     if name.startswith("configs/"):
         name = name[len("configs/"):]
     for suffix in SUFFIXES:
         if name.endswith(suffix):
             name = name[: -len(suffix)]
-    shipped = packaged()
-    if name in shipped:
-        return shipped[name]
-    names = ", ".join(shipped) or "none found"
+    return packaged().get(name)
+
+
+def packaged_names() -> str:
+    return ", ".join(packaged()) or "none found"
+
+
+def find_config(path: str | Path) -> Path:
+    """``path`` if it is a file, else the packaged config it names; ConfigError listing them if neither."""
+    p = Path(path)
+    if p.is_file():
+        return p
+    shipped = packaged_config(p)
+    if shipped is not None:
+        return shipped
     raise ConfigError(f"config file '{path}' does not exist and is not the name of a packaged config; pass the path "
-                      f"of a YAML file, or one of: {names} (`seafl configs` lists them)")
+                      f"of a YAML file, or one of: {packaged_names()} (`seafl configs` lists them)")
 
 
 def is_sweep_file(data: dict) -> bool:

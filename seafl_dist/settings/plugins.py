@@ -26,6 +26,7 @@ torchrun's ranks and sweep runs start in the same directory.
 """
 from __future__ import annotations
 
+import difflib
 import importlib
 import inspect
 import os
@@ -151,5 +152,7 @@ def check(key: str, value: str, allowed: tuple) -> None:
     if is_import_path(value):
         resolve(key, value)
     elif value not in allowed:
-        raise ConfigError(f"config key '{key}' has value {value!r}; allowed: one of {', '.join(allowed)}, "
+        near = difflib.get_close_matches(str(value), allowed, n=1, cutoff=0.6)  # a typo's fix, as for keys
+        hint = f"did you mean {near[0]!r}? " if near else ""
+        raise ConfigError(f"config key '{key}' has value {value!r}; allowed: {hint}one of {', '.join(allowed)}, "
                           f"or {expected(key)}")

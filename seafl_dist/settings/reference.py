@@ -109,7 +109,8 @@ seafl run quickstart algorithm.buffer_size=5 algorithm.staleness_limit=null
 
 An unknown key, a value of the wrong type or one outside the key's allowed values stops the run
 before anything is written, with one line naming the key, the value and what is allowed (for a
-misspelt key, the nearest known one). Numbers are finite: NaN and `-.inf` are refused everywhere,
+misspelt key or built-in name, the nearest known one), and the config file when the value came from
+it rather than from an override. Numbers are finite: NaN and `-.inf` are refused everywhere,
 and `.inf` only means something where a key allows "no limit" (it then reads as `null`). `1e-6`
 is a number as well as `1.0e-6` (plain YAML reads the first as text). `seafl configs --keys` prints
 this list on a terminal.

@@ -15,6 +15,7 @@ from typing import Any, Optional
 from seafl_dist.settings.data import (  # noqa: F401  (re-exported: the section and the names it knows)
     EMNIST_SPLITS, TOKEN_DATASETS, WITH_WRITERS, WITHOUT_WRITERS, DataConfig,
 )
+from seafl_dist.settings import plugins
 from seafl_dist.settings.domains import SEEDS, Text, check_fields, list_of, plugin_or
 from seafl_dist.settings.errors import ConfigError, _fail  # noqa: F401  (ConfigError re-exported)
 from seafl_dist.settings.keys import key, section
@@ -53,7 +54,9 @@ class AlgorithmConfig:
         shown="`10`; fedbuff, fedasync: `null`; fedavg: `0`",
         note="Not given, it is 10 for seafl and seafl2 and ∞ for fedbuff and fedasync; a value given (in the file "
              "or an override) is kept for fedbuff and fedasync too, which then wait for stragglers as SEAFL does, "
-             "as PLATO's `staleness_bound` made the paper's baselines do. fedavg forces 0 (synchronous rounds).")
+             "as PLATO's `staleness_bound` made the paper's baselines do. fedavg forces 0 (synchronous rounds). "
+             "A rule of your own gets SEAFL's 10, and a run or sweep says so in one line at the start "
+             "(docs/extending.md).")
     alpha: float = key(3.0, "SEAFL α: staleness weight γ = αβ/(S+β) (Eq. 4)", "[0, inf)")
     mu: float = key(1.0, "SEAFL μ: importance weight s = μ(cos+1)/2 (Eq. 5); 0 turns importance weighting off",
                     "[0, inf)")
@@ -92,6 +95,7 @@ class AlgorithmConfig:
                                           "rule's result w′ (stage 6 of an aggregation)")
 
     def __post_init__(self) -> None:
+        self.limit_given = self.staleness_limit is not UNSET  # not a key: whether the config chose β (limit_line)
         if self.staleness_limit is UNSET:
             self.staleness_limit = None if self.name in ("fedbuff", "fedasync") else 10
         check_fields(self, "algorithm")
@@ -101,6 +105,16 @@ class AlgorithmConfig:
         if self.name == "seafl2" and self.partial is False:
             _fail("algorithm.partial", self.partial, "true or null for seafl2 (SEAFL² is SEAFL with partial "
                   "training; algorithm.name=seafl has none)")
+
+    def limit_line(self) -> str | None:
+        """The start-up line of a rule of your own that runs under SEAFL's β = 10 without the config choosing it,
+        printed once on stderr when a run or a sweep starts (docs/extending.md); None when β was given, or for a
+        built-in rule (whose default is documented per rule)."""
+        if self.limit_given or not plugins.is_import_path(self.name):
+            return None
+        return (f"seafl: algorithm.name={self.name} runs under β = {self.staleness_limit} (algorithm.staleness_limit "
+                f"not given: SEAFL's default; the server waits rather than let an update grow staler than "
+                f"{self.staleness_limit}); set algorithm.staleness_limit to choose, null for none (β = ∞, as fedbuff)")
 
     @property
     def partial_training(self) -> bool:

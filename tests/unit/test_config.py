@@ -294,3 +294,29 @@ def test_what_only_looks_like_scientific_notation_is_not_taken_for_a_number(text
         return
     with pytest.raises(ConfigError, match=f"config key '{key}' has value"):
         config_from_dict({}, [f"{key}={text}"])
+
+
+def _refusal(call) -> str:
+    with pytest.raises(ConfigError) as err:
+        call()
+    assert "\n" not in str(err.value), err.value
+    return str(err.value)
+
+
+def test_a_refusal_of_a_value_from_a_yaml_file_names_the_file_and_one_from_an_override_does_not(tmp_path):
+    """issue 63, 7: the file is named when the refused key's value came from it, not when an override set it."""
+    path = tmp_path / "mine.yaml"
+    path.write_text("algorithm: {theta: 2}\n")
+    assert _refusal(lambda: load_config(path)) == (
+        f"{path}: config key 'algorithm.theta' has value 2.0; allowed: a number in (0, 1]")
+    assert _refusal(lambda: load_config(path, ["algorithm.theta=3"])).startswith(
+        "config key 'algorithm.theta' has value 3.0; allowed:")
+    path.write_text("trian: {lr: 3}\n")
+    assert _refusal(lambda: load_config(path)).startswith(f"{path}: config key 'trian.lr' has value 3")
+
+
+@pytest.mark.parametrize("key, typo, fix", [("algorithm.name", "fedbuf", "fedbuff"), ("model.name", "lenet", "lenet5")])
+def test_an_unknown_built_in_name_gets_a_did_you_mean(key, typo, fix):
+    message = _refusal(lambda: config_from_dict({}, [f"{key}={typo}"]))
+    assert message.startswith(f"config key '{key}' has value '{typo}'; allowed: did you mean '{fix}'? one of "), message
+    assert "did you mean" not in _refusal(lambda: config_from_dict({}, [f"{key}=zzzzzz"]))

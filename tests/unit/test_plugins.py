@@ -235,3 +235,36 @@ def test_a_bad_partition_ends_in_one_line_naming_its_file_before_a_run_dir_is_ma
         assert code == 2 and not out.exists(), err
         one_error_line(err, f"config key 'data.partition' has value '{bad}:{attr}'", fragment,
                        f"in what {attr} in {tmp_path / (bad + '.py')} returned")
+
+
+def _beta_line(name, beta=10):
+    """What a user's rule that did not choose β is told at start-up (issue 63, 4): the oracle, written out."""
+    return (f"seafl: algorithm.name={name} runs under β = {beta} (algorithm.staleness_limit not given: SEAFL's "
+            f"default; the server waits rather than let an update grow staler than {beta}); set "
+            f"algorithm.staleness_limit to choose, null for none (β = ∞, as fedbuff)")
+
+
+def test_a_users_rule_that_does_not_choose_beta_is_told_the_one_it_runs_under(mods, tmp_path, monkeypatch, capsys):
+    """At the start of a run (the run itself stopped before it trains) and of a sweep (once a rule, not once a
+    run); nothing when the config gives β, even SEAFL's 10, nor for a built-in rule."""
+    good, _, _ = mods
+    rule = f"{good}:uniform_mean"
+    assert config(f"algorithm.name={rule}").algorithm.limit_line() == _beta_line(rule)
+    for given in ("algorithm.staleness_limit=10", "algorithm.staleness_limit=null"):
+        assert config(f"algorithm.name={rule}", given).algorithm.limit_line() is None
+    assert config("algorithm.name=seafl").algorithm.limit_line() is None
+
+    def before_training(cfg, out, **_):
+        raise ConfigError("stopped before training")
+    monkeypatch.setattr("seafl_dist.runtime.inprocess.run_inprocess", before_training)
+    for given, told in [([], True), (["algorithm.staleness_limit=10"], False)]:
+        seafl_main(["run", str(QUICKSTART), *SMALL, f"algorithm.name={rule}", *given, "--out", str(tmp_path / "r")])
+        lines = capsys.readouterr().err.splitlines()
+        assert (_beta_line(rule) in lines) is told and sum("runs under β" in ln for ln in lines) == int(told), lines
+
+    sweep_file = tmp_path / "sweep.yaml"
+    sweep_file.write_text(f"base: {QUICKSTART}\nseeds: [0, 1]\npoints:\n  - {{algorithm.name: fedbuff}}\n"
+                          f"  - {{label: mine, algorithm.name: '{rule}'}}\n"
+                          f"  - {{label: mine-beta, algorithm.name: '{rule}', algorithm.staleness_limit: 3}}\n")
+    assert seafl_main(["sweep", str(sweep_file), "--list"]) == 0
+    assert capsys.readouterr().err.splitlines().count(_beta_line(rule)) == 1

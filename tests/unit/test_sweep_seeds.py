@@ -133,3 +133,19 @@ def test_resuming_an_old_sweep_dir_flags_its_repeated_keys(tmp_path):
     fresh = io.StringIO()
     run_sweep(load_sweep(QUICK, seeds=[0]), tmp_path / "new", dry_run=True, stream=fresh)
     assert "repeated key" not in fresh.getvalue()
+
+
+def test_a_sweeps_base_is_a_file_beside_it_or_a_packaged_configs_name(tmp_path):
+    """issue 63, 7: `base: quickstart` from any folder; a file beside the sweep first; neither: one line saying both."""
+    sweep_file = tmp_path / "s.yaml"
+    sweep_file.write_text("base: quickstart\nseeds: [0, 1]\n")
+    assert load_sweep(sweep_file).base == load_yaml(QUICK)
+    sweep_file.write_text("base: quickstart.yaml\nseeds: [0, 1]\n")
+    assert load_sweep(sweep_file).base == load_yaml(QUICK)
+    (tmp_path / "quickstart.yaml").write_text("devices: {num: 7, concurrency: 3}\n")  # beside it: wins
+    assert load_sweep(sweep_file).base == {"devices": {"num": 7, "concurrency": 3}}
+    sweep_file.write_text("base: quickstrt\nseeds: [0, 1]\n")
+    message = one_line_error(lambda: load_sweep(sweep_file), f"sweep file '{sweep_file}': base 'quickstrt' is neither "
+                             f"a file beside it ({tmp_path / 'quickstrt'} does not exist) nor the name of a packaged "
+                             "config", "did you mean 'quickstart'?")
+    assert "digits/buffer_size" in message
