@@ -1,5 +1,6 @@
 """``aggregate``: run the rule that ``cfg.rule`` names (SEAFL² uses SEAFL's), or a user's rule named by
-import path (``algorithm.name: myrules:median``; :mod:`seafl_dist.settings.plugins`), whose result is checked."""
+import path (``algorithm.name: myrules:median``, its ``algorithm.params`` as keyword arguments;
+:mod:`seafl_dist.settings.plugins`), whose result is checked."""
 from __future__ import annotations
 
 import inspect
@@ -69,7 +70,8 @@ def _rule(cfg: AlgorithmConfig, version: int, global_flat: torch.Tensor, updates
     if is_import_path(cfg.rule):
         rule = resolve("algorithm.name", cfg.rule)
         extra = {"parts": parts} if "parts" in inspect.signature(rule).parameters else {}  # optional, as for the built-ins
-        result = rule(cfg, version, global_flat, list(updates), base_model, **extra)
+        own = getattr(cfg, "params", None) or {}  # algorithm.params: the rule's own keyword arguments
+        result = rule(cfg, version, global_flat, list(updates), base_model, **extra, **own)
         return checked(cfg.rule, result, global_flat, updates, version)
     try:
         rule = RULES[cfg.rule]

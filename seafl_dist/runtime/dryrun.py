@@ -143,7 +143,7 @@ def check_model(cfg: Config, found) -> tuple:
     with torch.random.fork_rng(devices=[]):  # like the run: building a model must not move torch's generator
         try:
             model = built(cfg, lambda: build_model(name, found.num_classes, c, width=cfg.model.width, image_size=h,
-                                                   optim=cfg.train, lightning=False))
+                                                   optim=cfg.train, lightning=False, params=cfg.model.params))
         except ValueError as err:
             raise ConfigError(f"config key 'model.name' has value {name!r}: {err}") from None
         x = zeros(2)
@@ -196,7 +196,7 @@ def _check_on_samples(cfg: Config, train, test) -> tuple:
     with torch.random.fork_rng(devices=[]):
         model = built(cfg, lambda: build_model(cfg.model.name, train.num_classes, train.in_channels,
                                                width=cfg.model.width, image_size=train.image_size, optim=cfg.train,
-                                               lightning=False))
+                                               lightning=False, params=cfg.model.params))
         names = check_user_model(cfg, model, train, train.num_classes, device,
                                  test.take(np.arange(min(EVAL_PROBE_ROWS, len(test)))))
     check_target_metric(cfg, names)
