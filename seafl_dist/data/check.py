@@ -57,6 +57,7 @@ class DataCheck:
     offsets: np.ndarray | None = None
     vocab: int = 0
     samples: tuple | None = None  # a DataModule: its (train, test) SampleDatasets, set up (prepare_data not run)
+    test: object | None = None  # FEMNIST, Shakespeare: the test split, for the DP check (runtime/setup.py)
 
     @property
     def inputs(self) -> str:
@@ -192,4 +193,4 @@ def _leaf(name: str, root: Path, download: bool) -> DataCheck:
     note = f"{len(train.writers)} {who}" + ("" if cached else "; no cache yet: the run's first load parses the "
                                                               "JSON files and writes it")
     return DataCheck(name, str(base), train.labels.numpy(), train.num_classes, tuple(train.images.shape[1:]),
-                     len(test), note, writers=train.writers, offsets=train.offsets, vocab=train.vocab)
+                     len(test), note, writers=train.writers, offsets=train.offsets, vocab=train.vocab, test=test)

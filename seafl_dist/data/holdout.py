@@ -30,6 +30,13 @@ Shakespeare: the writer's samples in LEAF's test files; a DataModule: the test s
 with no test sample (absent from the test files, or listed there with none, as LEAF's ``-t sample``
 split leaves a writer of very few samples) has an empty held-out part: it is left out of the device
 evaluation's statistics and counted (report/device_eval.py).
+
+**The central test set under DP** (:func:`test_set_refusal`). Where the devices are groups (``data.partition:
+natural``) and the test set is grouped alike, a test set that holds a device's group's samples (LEAF's ``-t sample``
+split: every writer's samples split 90/10 between the files) is that device's own held-out data: the central
+evaluation would release its accuracy on them un-noised. Under ``privacy.enabled`` such a run is refused in one line
+(runtime/setup.py); ``-t user`` (whole writers in the test files) passes. A test set whose samples name no group
+cannot be checked: docs/privacy.md, "Assumptions and limits".
 """
 from __future__ import annotations
 
@@ -100,6 +107,21 @@ def writer_holdout(writers: list[str], test_groups) -> list[np.ndarray]:
     where = {w: i for i, w in enumerate(test_groups.names)} if test_groups is not None else {}
     empty = np.zeros(0, dtype=np.int64)
     return [test_groups.rows(where[w]) if w in where else empty for w in writers]
+
+
+def test_set_refusal(writers: list[str], test_groups, *, field: str, value, where: str) -> str | None:
+    """Why a central test set grouped as ``test_groups`` (a :class:`~seafl_dist.data.labels.Groups`, or None) may not
+    be a DP run's: it holds samples of device k's group ``writers[k]`` (module doc); None when it holds none.
+    ``field``/``value``: the key the line names (``data.root`` for LEAF's files, else ``data.name``); ``where``:
+    what the test set is, in the line."""
+    held = writer_holdout(writers, test_groups)
+    shared = [w for w, rows in zip(writers, held) if len(rows)]
+    if not shared:
+        return None
+    return (f"config key '{field}' has value {value!r}; allowed: with privacy.enabled=true, a test set that holds no "
+            f"device's own samples: {len(shared)} of the {len(writers)} devices' groups (e.g. {shared[0]!r}) have "
+            f"samples in {where}, which the central evaluation would score without noise; make the test split of "
+            "other groups (LEAF: preprocess.sh -t user, whole writers in one split), or privacy.enabled=false")
 
 
 class Rows:

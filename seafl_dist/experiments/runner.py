@@ -102,9 +102,10 @@ class _Pool:
             tag, run, run_dir, log, t0 = self.running.pop(proc)
             log.close()
             ok = proc.returncode == 0 and run_status(run_dir) in FINISHED
-            wall = time.monotonic() - t0
+            # the real seconds carry the devices' data under DP (docs/privacy.md, "No wall-clock channel")
+            took = "" if run.config.privacy.withheld else f" in {time.monotonic() - t0:.0f}s"
             if ok:
-                self.say(f"{tag} done  {run.name} in {wall:.0f}s: {_done_line(run_dir)}")
+                self.say(f"{tag} done  {run.name}{took}: {_done_line(run_dir)}")
             else:
                 self.say(f"{tag} FAILED {run.name} (exit {proc.returncode}, status {run_status(run_dir)}); "
                          f"log {run_dir / 'log.txt'}:\n{_tail(run_dir / 'log.txt')}")

@@ -6,7 +6,8 @@ Each aggregation that includes device k releases w′ + N(0, (z·S)² I) with S 
 device takes part because it is fast and online, not because a random sample drew it. The run's ε is the
 largest over devices. ``dp-accounting`` computes it (PLD by default, RDP on request), never code of this
 project, once per distinct m; it is imported here only, when ε is first asked for, so a run without privacy
-never imports it (``pip install seafl-dist[privacy]`` installs it).
+never imports it (``pip install seafl-dist[privacy]`` installs it). :func:`composed_epsilon` composes several runs
+on the same data (``seafl report``, report/epsilon.py): ε adds up over runs; it is never averaged.
 """
 from __future__ import annotations
 
@@ -55,7 +56,12 @@ def epsilon(noise_multiplier: float, count: int, delta: float, accountant: str =
     if noise_multiplier == 0:
         return math.inf
     import dp_accounting
-    event = dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(noise_multiplier), count)
+    return _epsilon_of(dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(noise_multiplier), count),
+                       delta, accountant)
+
+
+def _epsilon_of(event, delta: float, accountant: str) -> float:
+    """ε at ``delta`` of the DpEvent ``event`` by ``accountant``."""
     grid = PLD_GRID
     if accountant == "pld":  # RDP's ε (milliseconds, an upper bound on the PLD's) sizes the PLD's grid
         rough = _accountant("rdp")
@@ -70,6 +76,31 @@ def run_epsilon(noise_multiplier: float, inclusions: Iterable[int], delta: float
     """The run's ε: the largest over devices of each one's ε for its number of inclusions m_k (one computation
     per distinct m)."""
     return max((epsilon(noise_multiplier, int(m), delta, accountant) for m in set(inclusions)), default=0.0)
+
+
+def composed_epsilon(runs: Iterable[tuple[float, int]], delta: float, accountant: str = "pld") -> float:
+    """ε at ``delta`` of several runs on the same data, composed: each run ``(z, m)`` is
+    ``SelfComposedDpEvent(GaussianDpEvent(z), m)`` for its most-included device (m its ``max_inclusions``), and
+    the runs are one ``ComposedDpEvent``. A device included m′ ≤ m times in a run loses at most what m inclusions
+    lose (ε grows with m), so this bounds every device's ε over the runs, whichever device it was in each. Never a
+    mean: k runs of ε each spend more than ε. 0 for no inclusion; ∞ when a run added no noise (z = 0)."""
+    pairs = tuple(sorted((float(z), int(m)) for z, m in runs if int(m) > 0))
+    if not 0 < delta < 1 or any(not z >= 0 for z, _ in pairs):
+        raise ValueError(f"composed_epsilon needs delta in (0, 1) and every z >= 0: got {delta}, {pairs}")
+    if not pairs:
+        return 0.0
+    if any(z == 0 for z, _ in pairs):
+        return math.inf
+    if len(pairs) == 1:
+        return epsilon(*pairs[0], delta, accountant)
+    return _composed(pairs, float(delta), accountant)
+
+
+@functools.lru_cache(maxsize=256)
+def _composed(pairs: tuple, delta: float, accountant: str) -> float:
+    import dp_accounting
+    return _epsilon_of(dp_accounting.ComposedDpEvent([
+        dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(z), m) for z, m in pairs]), delta, accountant)
 
 
 def calibrate(target_epsilon: float, count: int, delta: float, accountant: str = "pld") -> float:

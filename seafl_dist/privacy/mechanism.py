@@ -51,7 +51,11 @@ from .sensitivity import RULES, seafl_sensitivity, sensitivity
 PUBLIC_INFO = ("device", "job", "staleness", "base_version", "n_samples", "epochs", "rejected", "reason", "gamma", "a")
 DIAGNOSTICS_WARNING = ("seafl: warning: privacy.diagnostics is on: this run dir holds values outside the DP guarantee "
                        "(per-update weights and cosines, logged training values, clip counts, update norms, label "
-                       "histograms, device evaluation); do not publish it (docs/privacy.md)")
+                       "histograms, device evaluation, real time); do not publish it (docs/privacy.md)")
+# printed after the announcement: what the guarantee assumes of n_k (docs/privacy.md, "Evaluation and adjacency")
+N_K_NOTE = ("seafl: privacy: n_k, each device's sample count, is public by assumption: it sets the device's compute "
+            "time on the clock and is written to partition.json; data.samples_per_device gives every device the same "
+            "count, so that n_k reveals nothing (docs/privacy.md, \"Evaluation and adjacency\")")
 SEEDED_WARNING = ("seafl: warning: privacy.seeded_noise is on: the noise is drawn from run.seed, so anyone holding "
                   "config.yaml can regenerate it and subtract it; the ε reported holds against no reader who has the "
                   "config (for studies only; the default keyed noise holds, docs/privacy.md)")
@@ -117,6 +121,7 @@ class Mechanism:
         self.say = say
         if say:
             print(self.announcement(), file=sys.stderr)
+            print(N_K_NOTE, file=sys.stderr)
             if p.diagnostics:
                 print(DIAGNOSTICS_WARNING, file=sys.stderr)
             if self.mode == "seeded":

@@ -4,8 +4,10 @@
     seafl report runs/a runs/b --out runs/compare
 
 Writes into ``--out`` (default: the one directory given, else ``runs/report-<timestamp>``):
-- ``report.md``: a table per grid point (mean ± std over seeds) and a table per run,
-- ``report.csv``: the per-point table (``inf`` = never reached, ``nan`` = no ratio),
+- ``report.md``: a table per grid point (mean ± std over seeds) and a table per run; with DP runs, each run's ε,
+  each grid point's runs' ε composed (never averaged) and a "Privacy" section composing every DP run per data set
+  (report/epsilon.py),
+- ``report.csv``: the per-point table (``inf`` = never reached, ``nan`` = no ratio; ``epsilon_composed``),
 - ``runs.csv``: the per-run table,
 - ``accuracy_vs_time.png``: mean test accuracy over seeds against virtual time, a min–max band
   per grid point, targets as labelled dashed lines (report/figures.py),
@@ -38,6 +40,7 @@ from pathlib import Path
 from seafl_dist.report.curves import uneven_ends_note
 from seafl_dist.report.figures import plot_accuracy_vs_time, plot_time_to_target
 from seafl_dist.report.device_eval_plot import write_device_eval
+from seafl_dist.report.epsilon import per_data
 from seafl_dist.report.participation_plot import write_participation
 from seafl_dist.report.plots import plot_timeline
 from seafl_dist.report.value_plots import plot_time_vs_value, swept_keys
@@ -109,7 +112,7 @@ def _md_table(header: list[str], body: list[list[str]]) -> str:
 
 
 def markdown(grows: list[dict], rrows: list[dict], targets: list[float], baseline: str | None,
-             metric: Metric = Metric()) -> str:
+             metric: Metric = Metric(), pooled: list[dict] = ()) -> str:
     keys = list(grows[0]["settings"]) if grows else []
     ratio_cols = baseline is not None and any(r["baseline"] for r in grows)
     FIGURES = figure_columns(metric)
@@ -133,10 +136,10 @@ def markdown(grows: list[dict], rrows: list[dict], targets: list[float], baselin
         rhead.append("diverged at")
         rbody = [row + [fmt_diverged(r)] for row, r in zip(rbody, rrows)]
     if any("epsilon" in r for r in rrows):  # a column only where a run had privacy.enabled (docs/privacy.md)
-        head.append("ε")
-        body = [row + [_fmt(g.get("epsilon", math.nan), 3)] for row, g in zip(body, grows)]
+        head.append("ε composed")  # over the point's runs (report/epsilon.py): never their mean
+        body = [row + [_fmt_epsilon(g)] for row, g in zip(body, grows)]
         rhead.append("ε")
-        rbody = [row + [_fmt(r.get("epsilon", math.nan), 3)] for row, r in zip(rbody, rrows)]
+        rbody = [row + [_fmt_epsilon(r)] for row, r in zip(rbody, rrows)]
     reach = ("each test accuracy" if metric.is_accuracy else
               f"each value of {metric.label} ({metric.direction}: at or {'above' if metric.mode == 'max' else 'below'} it)")
     notes = (f"Times are virtual seconds to reach {reach}: mean ± sample std over seeds; "
@@ -147,12 +150,38 @@ def markdown(grows: list[dict], rrows: list[dict], targets: list[float], baselin
                   "above 10 × the first one, or an accuracy collapsed to near chance for 3 evaluations).")
     if any("epsilon" in r for r in rrows):
         notes += (" \"ε\": the run's ε at its privacy.delta, the largest over devices (summary.json's privacy; "
-                  "docs/privacy.md); \"—\": a run without privacy.")
+                  "docs/privacy.md); \"—\": a run without privacy. \"ε composed\": a grid point's runs composed "
+                  "(never their mean: seeds on the same data spend ε together), each as its most-included device's m "
+                  "at its z, which bounds every device (ε grows with m), at the runs' smallest δ.")
+        if any(r.get("epsilon_seeded") for r in rrows):
+            notes += (f" \"{SEEDED}\": privacy.seeded_noise, the noise drawn from run.seed: that ε holds against no "
+                      "reader of config.yaml.")
     if ratio_cols:
         notes += (f" \"vs {baseline}\" = mean time / the baseline's mean time (0.78× = 22% faster), given only "
                   "where every seed of both reached the target.")
     return "\n\n".join(["# seafl report", notes, "## By grid point", _md_table(head, body),
-                        "## Runs", _md_table(rhead, rbody)]) + "\n"
+                        "## Runs", _md_table(rhead, rbody), *privacy_section(pooled)]) + "\n"
+
+
+def privacy_section(pooled: list[dict]) -> list[str]:
+    """report.md's "Privacy" section: every DP run of the report composed per data set (report/epsilon.py)."""
+    if not pooled:
+        return []
+    note = ("Every DP run of this report, composed per data set (the same data.name, data.root and data.files): what "
+            "they spend together on that data, each run as its most-included device's m at its z. Runs on different "
+            "data are not composed together.")
+    return ["## Privacy", note, _md_table(["data", "DP runs", "δ", "ε composed"], [
+        [p["data"], p["runs"], f"{p['delta']:g}", _fmt_epsilon({**p, "epsilon_seeded": p["seeded"]})]
+        for p in pooled])]
+
+
+SEEDED = "(seeded: none vs config.yaml)"  # beside an ε that seeded noise makes hold against no reader of the config
+
+
+def _fmt_epsilon(row: dict) -> str:
+    """A table's ε cell: the value (3 decimals), flagged where seeded noise was in it; "—" for a run without DP."""
+    text = _fmt(row.get("epsilon", math.nan), 3)
+    return f"{text} {SEEDED}" if row.get("epsilon_seeded") and text != "—" else text
 
 
 def _csv_cell(v):
@@ -172,8 +201,8 @@ def write_csvs(out: Path, grows: list[dict], rrows: list[dict], targets: list[fl
         for name, _, _ in figure_columns(metric) + [("wall_time_s", "", 0)]:
             row[f"{name}_mean"], row[f"{name}_std"] = g[name]
         row["diverged"] = g["diverged"]
-        if "epsilon" in g:  # privacy.enabled runs
-            row["epsilon_mean"], row["epsilon_std"] = g["epsilon"]
+        if "epsilon" in g:  # privacy.enabled runs: the point's runs composed (report/epsilon.py), never a mean
+            row["epsilon_composed"], row["epsilon_seeded"] = g["epsilon"], g["epsilon_seeded"]
         flat_g.append(row)
     flat_r = [{k: v for k, v in {**r, **r["settings"]}.items() if k != "settings"} for r in rrows]
     for name, rows in (("report.csv", flat_g), ("runs.csv", flat_r)):
@@ -209,7 +238,7 @@ def write_report(paths, out: str | Path, *, targets: list[float] | None = None, 
                           "give another with --baseline")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    md = markdown(grows, rrows, targets, baseline, metric)
+    md = markdown(grows, rrows, targets, baseline, metric, per_data(runs))
     ends = uneven_ends_note(groups)  # runs capped by a count of aggregations: said, with the fix (report/curves.py)
     if ends:
         md = md.replace("\n\n## By grid point", f"\n\n{ends}\n\n## By grid point", 1)

@@ -19,6 +19,10 @@ started a job has zeros, and blanks where there is nothing to average:
   summed ``weight``, so the shares add up to 1 over the devices.
 - ``coefficient``: the sum, over its accepted updates, of the coefficient of w_k in w_{t+1} that the rule applied
   (:func:`coefficient`); ``mean_coefficient``: that per accepted update. Blank for a rule of one's own.
+- **Withheld weights.** An accepted update whose entry has no ``weight`` key (SEAFL's and SEAFL²'s under DP without
+  ``privacy.diagnostics``: they read the update, docs/privacy.md) was given a weight the trace does not say: its
+  device's ``weight``, ``coefficient`` and ``mean_coefficient`` are blank, not 0, and so is every device's
+  ``weight_share`` in that run (the total is unknown). A ``weight`` of null (a non-finite one) still counts as 0.
 
 The recorded weights are not normalised alike (algo/): SEAFL records p_k before ϑ (Eq. 8 multiplies by ϑ),
 FedBuff η_g·c_k/|B| (the coefficient on Δ_k = w_k − w_{t_k}), FedAsync a_k·Π_{j after k}(1 − a_j) (a with one
@@ -69,6 +73,7 @@ def run_participation(events: list[dict], config: dict) -> list[dict]:
     started, durations, staleness = defaultdict(int), defaultdict(list), defaultdict(list)
     counts = defaultdict(lambda: defaultdict(int))
     weight, coef, n_samples = defaultdict(float), defaultdict(float), {}
+    withheld = set()  # devices with an accepted update whose weight the trace withholds (module doc)
     begun = {}  # job -> start time
     for e in events:
         kind = e.get("event")
@@ -88,6 +93,9 @@ def run_participation(events: list[dict], config: dict) -> list[dict]:
                     counts[k]["updates_rejected"] += 1
                     continue
                 counts[k]["updates_accepted"] += 1
+                if "weight" not in u:  # withheld (SEAFL's under DP), not 0
+                    withheld.add(k)
+                    continue
                 w = float(u.get("weight") or 0.0)  # a non-finite weight is written as null
                 weight[k] += w
                 if known:
@@ -98,13 +106,15 @@ def run_participation(events: list[dict], config: dict) -> list[dict]:
     for k in range(max(int(config.get("devices.num") or 0), 1 + max(devices, default=-1))):
         ok = counts[k]["updates_accepted"]
         done = ok + counts[k]["updates_rejected"] + counts[k]["jobs_dropped"]
+        said = known and k not in withheld  # a coefficient the trace gives
         rows.append({"algorithm": algorithm, "device": k, "n_samples": n_samples.get(k), "jobs_started": started[k],
                      "updates_accepted": ok, "updates_rejected": counts[k]["updates_rejected"],
                      "jobs_dropped": counts[k]["jobs_dropped"], "jobs_unaggregated": started[k] - done,
                      "mean_job_s": _mean(durations[k]), "speed_quartile": None, "mean_staleness": _mean(staleness[k]),
-                     "weight": weight[k], "weight_share": weight[k] / total if total > 0 else None,
-                     "coefficient": coef[k] if known else None,
-                     "mean_coefficient": coef[k] / ok if known and ok else None})
+                     "weight": None if k in withheld else weight[k],
+                     "weight_share": weight[k] / total if total > 0 and not withheld else None,
+                     "coefficient": coef[k] if said else None,
+                     "mean_coefficient": coef[k] / ok if said and ok else None})
     bounds = quartile_bounds(rows)
     for r in rows:
         if r["mean_job_s"] is not None:

@@ -5,7 +5,8 @@ share). The speed quartiles are marked: dashed boundaries, Q2 and Q4 shaded, and
 mean share of one of its devices; the panel's heading gives each quartile's summed share, fastest first. Over seeds
 these are means, seeds matched by quartile (device ids are not the same devices across seeds). A dotted line is an
 equal say: 1 / the devices drawn. A device without a finished job has no speed and is not drawn; the heading says how
-many. The duration axis is logarithmic when the slowest device is over 10 times slower than the fastest.
+many. A run whose weights the trace withholds (SEAFL's and SEAFL²'s under DP without diagnostics: blank in
+participation.csv) has no share to draw: none of its devices is drawn, never at 0, and the heading says so. The duration axis is logarithmic when the slowest device is over 10 times slower than the fastest.
 
 :func:`write_participation` writes, beside ``participation.png``: ``participation.pdf``, ``participation.csv`` (one
 row per device and run, report/participation.py's columns) and ``participation_quartiles.csv`` (per arm and quartile,
@@ -69,6 +70,9 @@ def _heading(label: str, per_run: list, summary: list[dict]) -> str:
     lines = [wrap(label, 40)]
     if all(s is not None for s in shares):
         lines.append("Q1–Q4 share: " + " · ".join(f"{s:.0%}" for s in shares))
+    withheld = sum(any(d["weight"] is None for d in devices) for devices in per_run)
+    if withheld:
+        lines.append(wrap(f"weights withheld under DP ({withheld} of {len(per_run)} runs): not drawn", 40))
     never = sum(d["jobs_started"] == 0 for devices in per_run for d in devices)
     unfinished = sum(d["jobs_started"] > 0 and d["mean_job_s"] is None for devices in per_run for d in devices)
     if never or unfinished:
@@ -85,7 +89,8 @@ def _panel(ax, label: str, look: dict, per_run: list, summary: list[dict]) -> No
                    color=look["color"], edgecolor="black", marker=look["marker"],
                    alpha=0.85 if len(per_run) == 1 else 0.5, zorder=3)
     drawn_counts = [sum(d["mean_job_s"] is not None for d in devices) for devices in per_run]
-    equal = [1 / n for n in drawn_counts if n]
+    equal = [1 / n for n, devices in zip(drawn_counts, per_run) if n and any(d["weight_share"] is not None
+                                                                             for d in devices)]
     if equal:
         ax.axhline(float(np.mean(equal)), ls=":", lw=1.0, color="0.35", zorder=2)
     if summary[0]["seeds"]:

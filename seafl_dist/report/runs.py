@@ -60,6 +60,12 @@ class RunResult:
         """``{"version", "time"}`` where the run diverged (summary.json, report/divergence.py), else None."""
         return self.summary.get("diverged_at")
 
+    @property
+    def withheld(self) -> bool:
+        """Run under DP without ``privacy.diagnostics``: the report shows no real time of it (docs/privacy.md, "No
+        wall-clock channel"), not even one that a summary.json written before seafl withheld it still holds."""
+        return bool(self.config.get("privacy.enabled")) and not self.config.get("privacy.diagnostics")
+
     def figures(self) -> dict:
         rows, s = self.rows, self.summary
         upd = sum(r["updates"] or 0 for r in rows)
@@ -74,7 +80,7 @@ class RunResult:
             "mean_staleness": s.get("mean_staleness", stale),
             "notifications": s.get("notifications", rows[-1]["notifications"] if rows else 0),
             "drops": (s.get("drops") or {}).get("total", 0),  # jobs lost to churn (docs/devices.md)
-            "wall_time_s": s.get("wall_time_s", math.nan),
+            "wall_time_s": math.nan if self.withheld else s.get("wall_time_s", math.nan),
             **({"epsilon": math.inf if priv.get("epsilon") is None else priv["epsilon"]}  # DP runs only (∞: z = 0)
                if (priv := s.get("privacy")) else {}),
         }

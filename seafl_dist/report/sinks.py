@@ -9,8 +9,8 @@
 - ``partition.json``: each device's sample count and label histogram,
 - ``model.pt``: the final model's ``state_dict`` (written by the server at the end),
 - ``checkpoint-*.pt``: while a run is under way (runtime/checkpoint.py).
-Nothing here depends on real time except ``summary.json``'s ``wall_time_s``, so the other
-files are byte-identical on a rerun.
+Nothing here depends on real time except ``summary.json``'s ``wall_time_s`` (left out under DP without
+``privacy.diagnostics``: docs/privacy.md, "No wall-clock channel"), so the other files are byte-identical on a rerun.
 """
 from __future__ import annotations
 

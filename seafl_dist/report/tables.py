@@ -1,4 +1,5 @@
-"""Time-to-accuracy tables over finished runs: per run, and per grid point (mean ± std over seeds).
+"""Time-to-accuracy tables over finished runs: per run, and per grid point (mean ± std over seeds; ε composed over
+them, report/epsilon.py, never averaged).
 
     runs = find_runs(["runs/buffer_size"])           # report/runs.py: a run dir, a sweep dir, or a dir of run dirs
     groups = group_runs(runs)                        # runs that differ only in run.seed
@@ -19,6 +20,7 @@ import math
 import statistics
 from dataclasses import dataclass, field
 
+from seafl_dist.report.epsilon import composed_of, seeded
 from seafl_dist.report.runs import RunResult
 
 IGNORED = ("name", "run.seed", "run.targets", "logging.", "runtime.")
@@ -166,7 +168,10 @@ def group_rows(groups: list[Group], targets: list[float], baseline: str | None) 
             row[f"ratio_{t:g}"] = ratio(st, ttt_stats(base.runs, t) if base else None)
         figs = [r.figures() for r in g.runs]
         for name in figs[0]:
-            row[name] = mean_std([f[name] for f in figs])
+            if name != "epsilon":  # ε composes over the seeds; it is never averaged (report/epsilon.py)
+                row[name] = mean_std([f[name] for f in figs])
+        if any("epsilon" in f for f in figs):
+            row["epsilon"], row["epsilon_seeded"] = composed_of(g.runs), seeded(g.runs)
         row["diverged"] = sum(r.diverged_at is not None for r in g.runs)
         rows.append(row)
     return rows
@@ -186,6 +191,8 @@ def run_rows(groups: list[Group], targets: list[float], baseline: str | None) ->
                 row[f"ttt_{t:g}"] = st["mean"]
                 row[f"ratio_{t:g}"] = ratio(st, ttt_stats(base.runs, t) if base else None)
             row.update(r.figures())
+            if "epsilon" in row:
+                row["epsilon_seeded"] = seeded([r])
             at = r.diverged_at or {}
             row["diverged_version"], row["diverged_time"] = at.get("version"), at.get("time")
             rows.append(row)

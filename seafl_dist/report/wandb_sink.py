@@ -23,6 +23,12 @@ What a run logs:
   with null for never, ...), the plots ``accuracy_vs_time`` and
   ``timeline`` (written into the run dir with its report.md), and exit code 1 if the run failed.
 
+Under DP (``privacy.enabled`` without ``privacy.diagnostics``) W&B starts only when the run has ended: W&B stamps
+each row with the real time it arrives (``_timestamp``, ``_runtime``) and samples the machine on a timer, and the
+real time carries the devices' data (docs/privacy.md, "No wall-clock channel"). The rows are held here and logged,
+the same rows as live, after the server's last write, with W&B's system statistics and metadata off
+(``x_disable_stats``, ``x_disable_meta``; the console is never captured); offline, ``wandb sync`` uploads them later.
+
 Resume: the W&B run id is written to ``<run dir>/wandb_run.json`` before anything is logged. A
 resumed run (``--resume``, a rerun of the same command, a requeued job, torchrun's restart)
 continues that id (``wandb.init(id=..., resume="allow")``) and logs each version once: versions
@@ -92,10 +98,26 @@ class WandbSink:
         w = cfg.logging.wandb
         run_id = (_read_ledger(self.dir) if resumed else None) or _new_id()
         write_json(self.dir / LEDGER, {"id": run_id, "project": w.project, "entity": w.entity})  # before any log
-        earlier = wandb_files.offline_files(self.dir / "wandb", run_id)  # before init adds this process's own
+        self.earlier = wandb_files.offline_files(self.dir / "wandb", run_id)  # before init adds this process's own
+        self.resumed, self.run_id = resumed, run_id
+        self.catch_up = resumed
+        self.pending: tuple[int, dict] | None = None  # (version, values) of an aggregation awaiting its evaluation
+        self.device_pending: tuple[int, dict] | None = None  # a device evaluation's values awaiting its version's row
+        # under DP (without privacy.diagnostics) W&B starts only once the run has ended: it stamps each row with
+        # the real time it arrives (_timestamp, _runtime) and samples the machine on a timer, so every row waits
+        # here until close() (docs/privacy.md, "No wall-clock channel")
+        self.held: list[tuple[int, dict]] | None = [] if cfg.privacy.withheld else None
+        self.run = None
+        if self.held is None:
+            self._start()
+
+    def _start(self) -> None:
+        """``wandb.init`` (offline instead when online fails) and the metrics' axes."""
+        wandb, cfg, w = self.wandb, self.cfg, self.cfg.logging.wandb
+        quiet = {"x_disable_stats": True, "x_disable_meta": True} if self.held is not None else {}  # no timer, no host
         kwargs = dict(project=w.project, entity=w.entity, group=w.group, tags=list(w.tags) or None, name=cfg.name,
-                      config=cfg.to_dict(), dir=str(self.dir), job_type=(w.job_type or "seafl-run")[:JOB_TYPE_CHARS], id=run_id, resume="allow",
-                      settings=wandb.Settings(console="off", silent=True))
+                      config=cfg.to_dict(), dir=str(self.dir), job_type=(w.job_type or "seafl-run")[:JOB_TYPE_CHARS],
+                      id=self.run_id, resume="allow", settings=wandb.Settings(console="off", silent=True, **quiet))
         try:
             self.run = wandb.init(mode=w.mode, **kwargs)
         except Exception as err:  # online without key or network
@@ -105,14 +127,11 @@ class WandbSink:
             self.run = wandb.init(mode="offline", **kwargs)
         self.offline = self.run.settings.mode == "offline" or bool(getattr(self.run, "offline", False))
         # versions W&B already holds: they are skipped, the ones after them (re)logged from the run files
-        self.logged_through = self._logged_through(earlier) if resumed else -1
-        self.catch_up = resumed
-        self.pending: tuple[int, dict] | None = None  # (version, values) of an aggregation awaiting its evaluation
+        self.logged_through = self._logged_through(self.earlier) if self.resumed else -1
         self.run.define_metric("virtual_time")
         self.run.define_metric("version")
         for prefix in ("eval/*", "agg/*", "train/*") + (("device_eval/*",) if cfg.run.device_eval_every else ()):
             self.run.define_metric(prefix, step_metric="virtual_time")
-        self.device_pending: tuple[int, dict] | None = None  # a device evaluation's values awaiting its version's row
         self.run.define_metric(f"eval/{self.metric.name}", step_metric="virtual_time", summary=self.metric.mode)
         self._write_note()
 
@@ -146,7 +165,9 @@ class WandbSink:
             self._catch_up(version)
 
     def _log(self, version: int, values: dict) -> None:
-        if version > self.logged_through:  # else W&B has it: a resumed run re-logs from its checkpoint
+        if self.run is None:  # under DP: held until the run has ended
+            self.held.append((version, values))
+        elif version > self.logged_through:  # else W&B has it: a resumed run re-logs from its checkpoint
             self.run.log(values, step=version)
 
     def _flush_pending(self) -> None:
@@ -241,6 +262,10 @@ class WandbSink:
             self._flush_pending()
             self._flush_device()
         # else the run resumes from a checkpoint at or before the pending version, and logs it then
+        if self.run is None:  # under DP: W&B starts now, after the server's last write, and gets every row at once
+            self._start()
+            for row in self.held:
+                self._log(*row)
         flat = {}
         for k, v in summary.items():
             if isinstance(v, dict):

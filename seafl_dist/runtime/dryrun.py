@@ -35,7 +35,7 @@ def dry_run(cfg: Config, out: Path, *, explicit: bool, overwrite: bool = False, 
         return 0
     from seafl_dist.data.check import check_dataset
     from seafl_dist.runtime.device_eval import held_out_split
-    from seafl_dist.runtime.setup import make_shards
+    from seafl_dist.runtime.setup import check_private_test, make_shards
 
     found = check_dataset(cfg.data, cfg.data_seed)
     data = found.samples[0] if found.samples else found  # a DataModule's training set, else what was read
@@ -54,6 +54,9 @@ def dry_run(cfg: Config, out: Path, *, explicit: bool, overwrite: bool = False, 
         lines.append(f"devices: {d.num} simulated, {d.concurrency} training at once; shards: made after the download")
     else:
         shards, writers = make_shards(cfg, data)
+        test = found.samples[1] if found.samples else found.test
+        if cfg.privacy.enabled and writers is not None and test is not None:  # the devices' own test samples
+            check_private_test(cfg, test, writers)
         shards, held = held_out_split(cfg, data, shards)  # a device left without a training sample: refused here
         by = cfg.data.partition_by
         each = "" if writers is None else f" (one per writer, of {len(found.writers)})" if by is None else \

@@ -65,10 +65,9 @@ class Server(Snapshots):
         self._saved_version: int | None = None
         self._last_save = self._t0 = time.monotonic()
         self.wall_before = 0.0
-        self.callbacks, lc = list(callbacks), self.cfg.logging
+        self.callbacks = list(callbacks)
         self.metric = Metric.of(self.cfg.run)  # what targets, stopping, best and final follow
-        self.progress = progress or Progress(lc.progress, total=self.cfg.run.max_aggregations,
-                                             every_s=lc.progress_every_s, metric=self.metric)
+        self.progress = progress or Progress.of(self.cfg, self.metric)  # logging.progress (report/progress.py)
         self.eval_model = exp.new_model()
         self.parts, self.codec = exp.flat_parts(), UpdateCodec(self.cfg.compression, FlatLayout.of(self.eval_model))
         self.privacy = mechanism_of(exp, FlatLayout.of(self.eval_model))  # stages 3-5 under DP (privacy/)

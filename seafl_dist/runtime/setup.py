@@ -12,11 +12,13 @@ import numpy as np
 import torch
 
 from seafl_dist.settings import Config, ConfigError
+from seafl_dist.settings.data import WITH_WRITERS
 from seafl_dist.runtime import determinism
 from seafl_dist.runtime.device_eval import gather, held_out_split
 from seafl_dist.runtime.model_checks import built, check_inputs, check_model_size, say_unused_optimizer_keys
 from seafl_dist.data import clear_cache, load_dataset, partition
 from seafl_dist.data.custom import custom_partition
+from seafl_dist.data.holdout import test_set_refusal
 from seafl_dist.data.datamodule import is_datamodule_path
 from seafl_dist.data.labels import class_labels, keys, sample_groups
 from seafl_dist.data.natural import natural_partition
@@ -217,6 +219,8 @@ def prepare(cfg: Config, *, local_rank: int = 0, need_test: bool = True, fetch=N
         raise ConfigError(f"config key 'data.augment' has value True; allowed: false for data.name={d.name}, a "
                           "DataModule: crop and flip are for the built-in image sets; augment in its dataset or collate")
     shards, writers = make_shards(cfg, train)
+    if cfg.privacy.enabled and test is not None and writers is not None:
+        check_private_test(cfg, test, writers)  # the test set may not be the devices' own held-out samples
     shards, held = held_out_split(cfg, train, shards)  # data.device_holdout: the shards become the training parts
     check_inputs(cfg, train.inputs)
     check_model_size(cfg, train.num_classes, train.in_channels, train.image_size, num_devices=len(shards))
@@ -236,6 +240,22 @@ def prepare(cfg: Config, *, local_rank: int = 0, need_test: bool = True, fetch=N
     elif need_test:
         check_target_metric(cfg, exp.eval_names)
     return exp
+
+
+def check_private_test(cfg: Config, test, writers: list[str]) -> None:
+    """Under DP, with devices that are groups (``data.partition: natural``): refuse, in one line, a test set holding
+    a device's group's samples (data/holdout.py ``test_set_refusal``: LEAF's ``-t sample`` split). A test set whose
+    samples name no group cannot be checked, and passes (docs/privacy.md, "Assumptions and limits")."""
+    d = cfg.data
+    try:
+        groups = sample_groups(test, keys(d)[1])
+    except ConfigError:  # a DataModule's test samples without the group key: nothing to match them by
+        return
+    leaf = d.name in WITH_WRITERS
+    why = test_set_refusal(writers, groups, field="data.root" if leaf else "data.name", value=d.root if leaf else d.name,
+                           where=f"{test.name}'s test files" if leaf else f"{d.name}'s test split")
+    if why:
+        raise ConfigError(why)
 
 
 def check_user_model(cfg: Config, model, data, num_classes: int, device, eval_data=None) -> list[str] | None:

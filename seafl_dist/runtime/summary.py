@@ -12,7 +12,8 @@ def build_summary(cfg, rows: list[dict], counts, staleness: list, *, status: str
                   churn: bool, profile_sha256: str | None, stalled: str | None,
                   diverged_at: dict | None = None) -> dict:
     """What summary.json holds: the run's outcome from its metric rows and the server's counters, and
-    which seafl (package and numerics version, seafl_dist/versions.py) trained it."""
+    which seafl (package and numerics version, seafl_dist/versions.py) trained it. ``wall_time_s``, the real
+    seconds, is left out under DP without ``privacy.diagnostics`` (docs/privacy.md, "No wall-clock channel")."""
     metric = Metric.of(cfg.run)  # the easiest target first: ascending for max, descending for min
     targets = sorted(set(cfg.run.targets) | ({cfg.run.target_accuracy} - {None}), reverse=metric.mode == "min")
     last = rows[-1] if rows else {}
@@ -30,7 +31,7 @@ def build_summary(cfg, rows: list[dict], counts, staleness: list, *, status: str
         "notifications": counts["notify"], "rejected_updates": counts["rejected"],
         "diverged_at": diverged_at,  # {"version", "time"} of the evaluation where it diverged (report/divergence.py)
         "events": {k: counts[k] for k in ("start", "notify", "finish", "aggregate", "eval")},
-        "wall_time_s": wall, **stamp(),
+        **({} if cfg.privacy.withheld else {"wall_time_s": wall}), **stamp(),
         **churn_figures(counts, churn=churn, profile_sha256=profile_sha256, stalled=stalled),
     }
 
@@ -58,8 +59,8 @@ def format_summary(summary: dict) -> str:
     return "\n".join([
         f"run {summary['name']} ({summary['algorithm']}): {summary['status']}",
         f"  final {metric.name} {final:.4f}, best {best:.4f}{way}" if final is not None else "  no evaluation",
-        f"  virtual time {summary['virtual_time'] or 0:.1f}s over {summary['aggregations']} aggregations,"
-        f" real time {summary['wall_time_s']:.1f}s",
+        f"  virtual time {summary['virtual_time'] or 0:.1f}s over {summary['aggregations']} aggregations"
+        + (f", real time {summary['wall_time_s']:.1f}s" if "wall_time_s" in summary else ""),
         f"  time to target {metric.name}: {ttt}",
         f"  events: {ev['start']} start, {ev['finish']} finish, {ev['notify']} notify, "
         f"{ev['aggregate']} aggregate, {ev['eval']} eval; mean staleness {summary['mean_staleness']:.2f},"

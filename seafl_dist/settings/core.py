@@ -72,6 +72,7 @@ class Config:
                   f"at most devices.concurrency ({self.devices.concurrency}), or the buffer never fills")
         _check_device_eval(self)
         self.privacy.check_with(self.algorithm, self.run)
+        _check_data_under_dp(self)
         _check_inputs(self.model.name, self.data.name)
         if self.compression.error_feedback and self.runtime.placement != "device":
             _fail("compression.error_feedback", True, f"false unless runtime.placement=device (not "
@@ -110,6 +111,25 @@ def _check_device_eval(cfg: "Config") -> None:
               "data.device_holdout > 0, or data.device_test=writers")
     if run.device_eval_sample is not None and cfg.devices.num is not None and run.device_eval_sample > cfg.devices.num:
         _fail("run.device_eval_sample", run.device_eval_sample, f"at most devices.num ({cfg.devices.num}), or null")
+
+
+def _check_data_under_dp(cfg: "Config") -> None:
+    """What DP assumes of the data (docs/privacy.md, "Evaluation and adjacency"): disjoint shards, so that replacing
+    one device's shard changes no other device's; and a test split that is not the training split, whose accuracy
+    the run releases un-noised. (A test set holding the devices' writers' samples is refused where the data is read:
+    runtime/setup.py ``check_private_test``.)"""
+    d = cfg.data
+    if not cfg.privacy.enabled:
+        return
+    if d.shards_overlap:
+        _fail("data.shards_overlap", True, "false with privacy.enabled=true (user-level adjacency replaces one "
+              "device's shard and assumes the shards disjoint: a sample two devices share would change both)")
+    splits, files = d.splits or {}, d.files or {}
+    same = ("data.splits", d.splits) if splits.get("train", "train") == splits.get("test", "test") else \
+        ("data.files", d.files) if files.get("train") is not None and files.get("train") == files.get("test") else None
+    if same:
+        _fail(*same, "a test split other than the training split with privacy.enabled=true (the central evaluation "
+              "would score the released model on the devices' own samples without noise)")
 
 
 def _resolve_algorithm(alg: AlgorithmConfig, dev: DevicesConfig) -> None:

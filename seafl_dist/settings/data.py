@@ -68,10 +68,14 @@ class DataConfig:
               "alpha: 0.3, seed: 42}`); `num_partitions` is `devices.num`",
         note="The partitioner's own `seed` seeds it (`data.seed` does not): the same arguments give the rows Flower "
              "gives. Without a `seed` it takes Flower's default.")
-    shards_overlap: bool = key(False, "a custom `data.partition` may give devices shared samples")
+    shards_overlap: bool = key(False, "a custom `data.partition` may give devices shared samples",
+                               note="Refused with `privacy.enabled: true`: user-level adjacency assumes disjoint "
+                                    "shards (docs/privacy.md, \"Evaluation and adjacency\").")
     concentration: float = key(0.3, "Dirichlet concentration over labels (smaller: more skew)", "(0, inf)")
     samples_per_device: Optional[int] = key(None, "fixed shard size, drawn without replacement; `null`: the "
-                                            "whole training set is shared out", "[1, inf)")
+                                            "whole training set is shared out", "[1, inf)",
+                                            note="Under DP, n_k is public by assumption (it drives the clock and "
+                                                 "partition.json): a fixed size makes it reveal nothing.")
     test_fraction: float = key(0.2, "`digits` only: the seeded, stratified held-out share", "(0, 1)")
     emnist_split: str = key("balanced", "`emnist` only: the split (`balanced`: 47 classes)", EMNIST_SPLITS)
     augment: bool = key(False, "random crop and horizontal flip of training batches (CIFAR style)")

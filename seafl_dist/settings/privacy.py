@@ -59,7 +59,8 @@ class PrivacyConfig:
                                            "longer started; `null`: no cap (ε grows as the run goes)", "[1, inf)")
     diagnostics: bool = key(False, "also write what lies outside the guarantee, for debugging: SEAFL's per-update "
                             "cosines and weights, a module's logged training values, the clip counts, update norms on "
-                            "stderr, label histograms, device evaluation; a warning line says so",
+                            "stderr, label histograms, device evaluation, real time (and W&B logged live); a warning "
+                            "line says so",
                             note="docs/privacy.md, \"Every output and its status\", lists each output. Off: a run "
                                  "writes only what is public, post-processing of the noised models, or server-private "
                                  "(the checkpoints), and `run.device_eval_every` is refused.")

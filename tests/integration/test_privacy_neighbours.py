@@ -23,7 +23,7 @@ import torch
 
 from resuming import reference
 from seafl_dist.data.loaders import clear_cache
-from seafl_dist.report.wandb_files import offline_files
+from seafl_dist.report.wandb_files import offline_files, records
 from small_runs import DP_KEY, PER_ALGORITHM, SMALL
 from wandb_runs import history_across, offline_env
 
@@ -182,8 +182,9 @@ def assert_neighbours(a: Path, b: Path, t: int, lines_a: list[str], lines_b: lis
         assert set(cells) <= ({"accuracy", "loss"} if int(ra.split(",")[0]) == t else set()), (ra, rb)
     sa, sb = [json.loads((d / "summary.json").read_text()) for d in (a, b)]
     assert sa["status"] in ("completed", "diverged") and sb["status"] in ("completed", "diverged")
-    diff = {k for k in differing(sa, sb) if k != "wall_time_s"}
+    diff = differing(sa, sb)
     assert all(SUMMARY_DERIVED.match(k) for k in diff), sorted(diff)
+    assert "wall_time_s" not in sa, "real time is released under DP"
     ma, mb = [torch.load(d / "model.pt", weights_only=True) for d in (a, b)]
     assert ma.keys() == mb.keys()
     for key in ma:  # noised floats may differ; an entry without noise (an integer counter) must not
@@ -192,21 +193,22 @@ def assert_neighbours(a: Path, b: Path, t: int, lines_a: list[str], lines_b: lis
     if (a / "wandb").exists():
         assert_wandb_neighbours(a, b, t)
     assert not [x for x in lines_a + lines_b if "norm" in x], "an update's norm is printed under DP"
-    masked = [[re.sub(r"real time [\d.]+s|real +[\d.]+s", "real time", x.replace(str(d), "<run dir>")) for x in lines]
-              for d, lines in ((a, lines_a), (b, lines_b))]
+    assert not [x for x in lines_a + lines_b if re.search(r"\breal\b", x)], "real time is printed under DP"
+    masked = [[x.replace(str(d), "<run dir>") for x in lines] for d, lines in ((a, lines_a), (b, lines_b))]
     post = re.compile(r"accuracy|diverged|loss")  # lines that print the evaluation of the noised model
     assert [x for x in masked[0] if not post.search(x)] == [x for x in masked[1] if not post.search(x)]
 
 
 def wandb_history(run_dir: Path, t: int) -> dict[int, dict]:
     """W&B's offline history rows by step, once versions 0..t are on disk and the file has stopped growing: W&B's
-    service may still be writing it when ``run.finish`` returns on a loaded machine (up to 60 s)."""
+    service may still be writing it when ``run.finish`` returns on a loaded machine (up to 60 s). W&B's own keys
+    (``_runtime``, ``_timestamp``: when a row reached W&B) are checked apart (assert_wandb_after_the_run)."""
     run_id = json.loads((run_dir / "wandb_run.json").read_text())["id"]
     last = None
     for _ in range(120):
         rows: dict[int, dict] = {}
         try:
-            for row in history_across(offline_files(run_dir / "wandb", run_id)):  # W&B's own keys (_runtime, ...) aside
+            for row in history_across(offline_files(run_dir / "wandb", run_id)):
                 rows.setdefault(row["_step"], {}).update({k: v for k, v in row.items() if not k.startswith("_")})
         except Exception:  # a record cut mid-write
             rows = {}
@@ -217,11 +219,24 @@ def wandb_history(run_dir: Path, t: int) -> dict[int, dict]:
     return rows
 
 
+def assert_wandb_after_the_run(run_dir: Path) -> None:
+    """W&B got the run's rows only after the server's last write (summary.json), so its stamps carry no step's
+    real time, and sampled no system statistics on a timer, nor the console."""
+    files = offline_files(run_dir / "wandb", json.loads((run_dir / "wandb_run.json").read_text())["id"])
+    ended = (run_dir / "summary.json").stat().st_mtime
+    stamps = [row["_timestamp"] for row in history_across(files)]
+    assert stamps and min(stamps) >= ended, f"W&B stamped rows {ended - min(stamps):.3f}s before the run ended"
+    kinds = {rec.WhichOneof("record_type") for f in files for rec in records(f)}
+    assert not kinds & {"stats", "output", "output_raw"}, kinds
+
+
 def assert_wandb_neighbours(a: Path, b: Path, t: int) -> None:
     """Every W&B value logged before version t is the same; at t and after (the plots at the end) only the
     evaluation of the noised model and what is drawn from it may differ."""
     ha, hb = wandb_history(a, t), wandb_history(b, t)
     assert ha.keys() == hb.keys() and t in ha
+    for run_dir in (a, b):
+        assert_wandb_after_the_run(run_dir)
     for step in ha:
         diff = differing(ha[step], hb[step])
         allowed = (lambda k: k.startswith(("eval/", "plots/"))) if step >= t else (lambda k: False)

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -160,14 +161,18 @@ def eval_row(v):
             "updates": 1, "mean_staleness": 0.0, "max_staleness": 0, "notifications": 0, "rejected": 0}
 
 
-def test_versions_w_and_b_already_holds_are_skipped(tmp_path, wandb_offline_env):
+@pytest.mark.parametrize("dp", [False, True])
+def test_versions_w_and_b_already_holds_are_skipped(dp, tmp_path, wandb_offline_env):
     """A process logs versions 0..4 and is interrupted with its checkpoint at 2; the resumed one
-    re-runs 3 and 4 (skipped: the earlier offline file holds them) and logs 5."""
+    re-runs 3 and 4 (skipped: the earlier offline file holds them) and logs 5. Under DP (issue 60 C) each process
+    starts W&B only in close(), without system statistics: every row is stamped after the run's end."""
     from seafl_dist.report.sinks import RunWriter
     from seafl_dist.report.wandb_sink import WandbSink
     from seafl_dist.settings import config_from_dict
 
-    cfg = config_from_dict({}, ["logging.wandb.enabled=true", "logging.wandb.mode=offline", "train.epochs=2"])
+    private = ["privacy.enabled=true", "privacy.noise_multiplier=1"] if dp else []
+    cfg = config_from_dict({}, ["logging.wandb.enabled=true", "logging.wandb.mode=offline", "train.epochs=2",
+                                *private])
     out = tmp_path / "run"
     first = WandbSink(cfg, out)
     writer = RunWriter(out)
@@ -177,20 +182,29 @@ def test_versions_w_and_b_already_holds_are_skipped(tmp_path, wandb_offline_env)
             first.on_aggregate(agg_event(v))
         writer.metrics(eval_row(v))
         first.on_eval(eval_row(v))
+    assert (first.run is None and not (out / "wandb").exists()) is dp, "W&B started during a DP run"
+    ended = time.time()
     first.close({"status": "interrupted"})
     writer.close()
 
     again = WandbSink(cfg, out, resumed=True)
-    assert again.run.id == first.run.id and again.logged_through == 4
     for v in (3, 4, 5):
         again.on_aggregate(agg_event(v))
         again.on_eval(eval_row(v))
+    ended_again = time.time()
     again.close({"status": "completed"})
+    assert again.run.id == first.run.id and again.logged_through == 4
+    assert bool(first.run.settings.x_disable_stats) is dp
     files = offline_files(out / "wandb", first.run.id)
     assert logged_versions(files) == [0, 1, 2, 3, 4, 5]
+    assert (min(h["_timestamp"] for h in read_offline_run(files[0])["history"]) >= ended) is dp
+    if dp:
+        assert min(h["_timestamp"] for h in read_offline_run(files[1])["history"]) >= ended_again
     history = history_across(files)
     last = next(h for h in history if h.get("version") == 5)
     assert last["eval/best_accuracy"] == 0.7 and last["agg/max_staleness"] == 1
+    if dp:  # the ledger's ids are DP's as without it (one W&B start less)
+        return
 
     fresh = WandbSink(cfg, out)  # a run that starts over in the dir is a new W&B run
     fresh.close({"status": "failed"})

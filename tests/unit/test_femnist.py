@@ -17,6 +17,7 @@ from seafl_dist.settings import ConfigError, config_from_dict
 from seafl_dist.sim import stream_seed
 
 from leaf_files import WRITERS, leaf_object, leaf_samples, write_leaf
+from one_line import one_error_line, one_line_message
 
 
 @pytest.fixture(autouse=True)
@@ -122,6 +123,32 @@ def test_prepare_resolves_devices_num_null_to_the_writers(tmp_path):
         prepare(_config(tmp_path, m=6))
 
 
+DP = {"enabled": True, "noise_multiplier": 1.0}
+
+
+def test_under_dp_a_test_set_holding_the_devices_own_writers_is_refused_in_one_line(tmp_path):
+    """LEAF's -t sample split (every writer in both files, as write_leaf makes them): the central evaluation would
+    score the released model on the devices' own held-out samples without noise (issue 60 D)."""
+    write_leaf(tmp_path)
+    with pytest.raises(ConfigError) as err:
+        prepare(config_from_dict({**_config(tmp_path, num=2).to_dict(), "privacy": DP}))
+    one_line_message(str(err.value), f"config key 'data.root' has value {str(tmp_path)!r}", "with privacy.enabled=true",
+                     "2 of the 2 devices' groups", "femnist's test files", "-t user")
+    assert prepare(_config(tmp_path, num=2)).test is not None  # without DP: the same files, as before
+
+
+def test_under_dp_a_test_set_of_other_writers_and_a_split_that_is_not_by_writer_pass(tmp_path):
+    """-t user: whole writers in one split, so no device's writer is in the test files; and a dirichlet split of
+    FEMNIST, whose devices are no writers (docs/privacy.md, "Assumptions and limits")."""
+    write_leaf(tmp_path / "user", {"f0000_14": (5, 0), "f0001_41": (3, 0), "f0002_07": (4, 0), "f0003_33": (0, 2),
+                                   "f0004_28": (0, 3)})
+    exp = prepare(config_from_dict({**_config(tmp_path / "user").to_dict(), "privacy": DP}))
+    assert exp.num_devices == 3 and len(exp.test) == 5 and not set(exp.writers) & {"f0003_33", "f0004_28"}
+    write_leaf(tmp_path / "sample")
+    cfg = config_from_dict({**_config(tmp_path / "sample", num=2, partition="dirichlet").to_dict(), "privacy": DP})
+    assert prepare(cfg).writers is None
+
+
 @pytest.mark.parametrize("data, message", [
     ({"name": "digits"}, "'data.partition' has value 'natural'; allowed: dirichlet, iid or an import path for "
                          "data.name=digits: natural makes each writer a device and digits has no writers"),
@@ -186,3 +213,15 @@ def test_missing_files_and_duplicate_writers(tmp_path):
     (folder / "zz.json").write_text(json.dumps(leaf_object({"f0001_41": leaf_samples(1, 0)})))
     with pytest.raises(DataFormatError, match=r"zz.json: writer 'f0001_41' is also in all_data_0_"):
         load_dataset("femnist", root=tmp_path, train=True)
+
+
+def test_the_refusal_is_the_runs_and_the_dry_runs_one_error_line(tmp_path):
+    import in_process
+    write_leaf(tmp_path / "leaf")
+    args = ["run", "quickstart", "data.name=femnist", f"data.root={tmp_path / 'leaf'}", "data.partition=natural",
+            "devices.num=null", "devices.concurrency=2", "algorithm.buffer_size=1", "privacy.enabled=true",
+            "privacy.noise_multiplier=1", "--out", tmp_path / "run"]
+    for extra in (["--dry-run"], []):
+        done = in_process.seafl(*args, *extra)
+        assert done.returncode == 2
+        one_error_line(done.stderr, "config key 'data.root'", "5 of the 5 devices' groups", "-t user")

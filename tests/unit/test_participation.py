@@ -192,3 +192,37 @@ def test_the_figure_marks_quartiles_and_says_what_is_not_drawn(tmp_path):
     assert fig.legends[0].get_title().get_text() == "mean over 2 seeds, matched by speed quartile"
     dots = [c for c in axes[0].collections if c.get_offsets().shape[0] == 4]  # a seed's devices with a speed
     assert len(dots) == 2 and sorted(dots[0].get_offsets()[:, 1]) == pytest.approx([0.0, 0.0, 0.2, 0.8])
+
+
+def test_a_withheld_weight_is_left_empty_not_zero_in_the_csv_and_never_drawn_at_zero(tmp_path):
+    """SEAFL under DP without diagnostics writes no ``weight`` (issue 60 E): participation.csv leaves the device's
+    weight, coefficient and every share of that run empty, and the figure draws none of them (a dot at 0 would read
+    "no say"); a run that records its weights (FedBuff here, in the same report) still has every cell."""
+    root, runs = tmp_path / "sw", []
+    for alg in ("seafl", "fedbuff"):
+        name = f"algorithm={alg}"
+        run = make_run(root / name, [(0, 0.1), (5, 0.5)], algorithm=alg,
+                       extra=["devices.num=6", "devices.concurrency=4", "algorithm.buffer_size=2"])
+        events = trace(*RECORDED[alg][0])
+        if alg == "seafl":  # as privacy/mechanism.py releases SEAFL's entries: no weight key at all
+            events = [{**e, "updates": [{k: v for k, v in u.items() if k != "weight"} for u in e["updates"]]}
+                      if e["event"] == "aggregate" else e for e in events]
+        (run / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+        runs.append({"name": name, "label": name, "point": {"algorithm.name": alg}, "seed": 0})
+    (root / "sweep.json").write_text(json.dumps({"name": "sw", "runs": runs}))
+    rows, _, panels = participation_of(group_runs(find_runs([root])))
+    fig = plot_participation(panels, "made", tmp_path / "participation.png", rows)  # and participation.csv
+    with open(tmp_path / "participation.csv") as f:
+        rows = {(r["point"], int(r["device"])): r for r in csv.DictReader(f)}
+    seafl = [rows[("algorithm=seafl", k)] for k in range(6)]
+    assert [r["weight"] for r in seafl] == ["", "0.0", "0.0", "", "0.0", "0.0"]  # 0 and 3: accepted, weight withheld
+    assert all(r["weight_share"] == "" for r in seafl)
+    assert seafl[0]["coefficient"] == seafl[0]["mean_coefficient"] == seafl[3]["coefficient"] == ""
+    assert seafl[0]["updates_accepted"] == "2"  # what the trace does say is still there
+    fedbuff = [rows[("algorithm=fedbuff", k)] for k in range(6)]
+    assert [float(r["weight"]) for r in fedbuff] == pytest.approx([1.5, 0, 0, 0.5, 0, 0])
+    assert [float(r["weight_share"]) for r in fedbuff] == pytest.approx([0.75, 0, 0, 0.25, 0, 0])
+    withheld, recorded = [ax for ax in fig.axes if ax.get_visible()]
+    assert not any(c.get_offsets().shape[0] for c in withheld.collections)  # no dot, at 0 or anywhere
+    assert "weights withheld under DP (1 of 1 runs)" in withheld.get_title().replace("\n", " ")
+    assert "withheld" not in recorded.get_title() and any(c.get_offsets().shape[0] == 4 for c in recorded.collections)

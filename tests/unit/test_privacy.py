@@ -310,11 +310,31 @@ ON = ["privacy.enabled=true", "algorithm.name=fedbuff"]
      "null with privacy.enabled=true, or privacy.diagnostics=true"),
     (["privacy.enabled=true", "privacy.noise_multiplier=1", "algorithm.name=seafl2", "algorithm.alpha=0",
       "privacy.seafl_form=model"], "algorithm.alpha", "> 0 with privacy.seafl_form=model, or privacy.seafl_form=delta"),
+    (ON + ["privacy.noise_multiplier=1", "data.shards_overlap=true"], "data.shards_overlap",
+     "false with privacy.enabled=true (user-level adjacency"),
 ])
 def test_bad_privacy_values_are_refused_in_one_line(overrides, key, allowed):
     with pytest.raises(ConfigError) as err:
         config_from_dict({}, overrides)
     one_line_message(str(err.value), f"config key '{key}'", allowed)
+
+
+@pytest.mark.parametrize("data, key", [
+    ({"name": "hf:parquet", "files": {"train": "a.parquet", "test": "a.parquet"}}, "data.files"),
+    ({"name": "hf:saved", "splits": {"test": "train"}}, "data.splits"),
+    ({"name": "hf:saved", "splits": {"train": "all", "test": "all"}}, "data.splits"),
+])
+def test_under_dp_a_test_split_that_is_the_training_split_is_refused_in_one_line(data, key):
+    """The central evaluation's accuracy is released un-noised: it may not be on the devices' own samples (issue 60
+    D); the same data without DP, and a test split of its own under DP, are accepted."""
+    with pytest.raises(ConfigError) as err:
+        config_from_dict({"data": data}, ON + ["privacy.noise_multiplier=1"])
+    one_line_message(str(err.value), f"config key '{key}'", "a test split other than the training split with "
+                     "privacy.enabled=true")
+    assert config_from_dict({"data": data}).data.name == data["name"]
+    other = {**data, **({"files": {"train": "a.parquet", "test": "b.parquet"}} if "files" in data else
+                        {"splits": {"train": "all", "test": "held"}})}
+    assert config_from_dict({"data": other}, ON + ["privacy.noise_multiplier=1"]).privacy.enabled
 
 
 def test_what_the_refusals_leave_open_is_accepted():
@@ -328,6 +348,7 @@ def test_what_the_refusals_leave_open_is_accepted():
     for extra in (["algorithm.alpha=0"], ["algorithm.alpha=0.01", "privacy.seafl_form=model"]):
         config_from_dict({}, ["privacy.enabled=true", "privacy.noise_multiplier=1", "algorithm.name=seafl", *extra])
     config_from_dict({}, ["algorithm.alpha=0", "privacy.seafl_form=model"])  # privacy off: no S to cover
+    assert config_from_dict({}, ["data.shards_overlap=true"]).data.shards_overlap  # overlap without DP: accepted
 
 
 def test_the_section_is_left_out_of_config_yaml_at_its_defaults_and_kept_when_set():

@@ -129,16 +129,28 @@ def test_the_ledger_goes_through_a_checkpoint_and_a_missing_one_is_refused():
 
 def test_the_announcement_says_z_c_delta_and_the_bound_or_that_there_is_none(capsys):
     Mechanism(config("privacy.max_participation=4", noise=None), PARTS, LAYOUT)
-    line = capsys.readouterr().err.strip()
+    line = capsys.readouterr().err.splitlines()[0]
     assert line == (f"seafl: privacy: z 1.5, C 0.5, δ 1e-05, pld; m <= 4 per device, so ε <= "
                     f"{epsilon(Z, 4, 1e-5):.4g}")
     Mechanism(config(noise=None), PARTS, LAYOUT)
-    assert capsys.readouterr().err == ("seafl: privacy: z 1.5, C 0.5, δ 1e-05, pld; no cap: ε grows with the "
-                                       "most-included device's m, reported as the run goes\n")
+    assert capsys.readouterr().err.splitlines()[0] == ("seafl: privacy: z 1.5, C 0.5, δ 1e-05, pld; no cap: ε grows "
+                                                       "with the most-included device's m, reported as the run goes")
     rdp = Mechanism(config_from_dict({}, ["algorithm.name=fedbuff", "privacy.enabled=true", "privacy.epsilon=3",
                                           "privacy.max_participation=4", "privacy.accountant=rdp"]), PARTS, LAYOUT)
     assert rdp.z == calibrate(3.0, 4, 1e-5, "rdp") != calibrate(3.0, 4, 1e-5, "pld")
-    assert capsys.readouterr().err.endswith(f"rdp; m <= 4 per device, so ε <= {epsilon(rdp.z, 4, 1e-5, 'rdp'):.4g}\n")
+    assert capsys.readouterr().err.splitlines()[0].endswith(
+        f"rdp; m <= 4 per device, so ε <= {epsilon(rdp.z, 4, 1e-5, 'rdp'):.4g}")
+
+
+def test_every_dp_run_starts_by_saying_n_k_is_public_by_assumption_and_how_to_make_it_reveal_nothing(capsys):
+    """The line after the announcement (issue 60 D): n_k's status, and data.samples_per_device; none without DP."""
+    Mechanism(config(noise=None), PARTS, LAYOUT)  # keyed (the default): its key's line comes at open()
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 2 and lines[0].startswith("seafl: privacy: z 1.5")
+    assert lines[1].startswith("seafl: privacy: n_k") and "public by assumption" in lines[1]
+    assert "clock" in lines[1] and "partition.json" in lines[1] and "data.samples_per_device" in lines[1]
+    off = SimpleNamespace(cfg=config_from_dict({}, ["algorithm.name=fedbuff"]))
+    assert isinstance(mechanism_of(off, LAYOUT), NoPrivacy) and capsys.readouterr().err == ""
 
 
 def test_without_privacy_the_rule_itself_and_nothing_reported():

@@ -1,5 +1,6 @@
 """Report tables on hand-made run dirs: time to target (incl. never), mean ± std, baseline ratios."""
 import csv
+import functools
 import json
 import math
 
@@ -77,6 +78,7 @@ def test_run_rows_and_files(sweep_dir, tmp_path):
     assert result["targets"] == [0.5, 0.7, 0.9] and result["baseline"] == "fedbuff"  # from sweep.json
     md = (out / "report.md").read_text()
     assert "| algorithm=fedbuff |" in md and "never" in md and "vs fedbuff" in md
+    assert "ε" not in md and "## Privacy" not in md  # no DP run: no ε column, no composition
     with open(out / "runs.csv") as f:
         runs = {r["run"]: r for r in csv.DictReader(f)}
     assert float(runs["algorithm=fedbuff,seed=0"]["ttt_0.7"]) == math.inf
@@ -152,6 +154,17 @@ def test_a_runs_figures_from_its_summary_or_else_from_its_rows(tmp_path):
     figures = find_runs([empty])[0].figures()
     assert all(math.isnan(figures.pop(k)) for k in ("best_accuracy", "final_accuracy", "wall_time_s"))
     assert figures == {"aggregations": 0, "virtual_time": 0.0, "mean_staleness": 0.0, "notifications": 0, "drops": 0}
+
+
+def test_a_dp_runs_real_time_is_not_reported_even_where_its_summary_holds_one(tmp_path):
+    """Under DP without privacy.diagnostics the report reads the run's config, not summary.json's word: a summary
+    written before real time was withheld (make_run's holds 1.5 s) shows none (docs/privacy.md, "No wall-clock
+    channel"); with diagnostics it shows."""
+    dp = ["privacy.enabled=true", "privacy.noise_multiplier=1", "algorithm.name=fedbuff"]
+    make_run(tmp_path / "runs" / "dp", [(0, 0.1), (4, 0.6)], extra=dp)
+    make_run(tmp_path / "runs" / "diag", [(0, 0.1), (4, 0.6)], extra=[*dp, "privacy.diagnostics=true"], seed=1)
+    walls = {r.name: r.figures()["wall_time_s"] for r in find_runs([tmp_path / "runs"])}
+    assert math.isnan(walls["dp"]) and walls["diag"] == 1.5
 
 
 def test_runs_of_one_target_metric_report_together_and_of_two_are_refused(tmp_path):
@@ -252,6 +265,91 @@ def test_mean_std_takes_infinities_and_skips_missing_values(values, mean, std):
     got = mean_std(values)
     for g, want in zip(got, (mean, std)):
         assert (math.isnan(g) and math.isnan(want)) or g == pytest.approx(want)
+
+
+# ---- ε over pooled runs (issue 60 E): composed, never averaged ------------------------------------------------------
+
+@functools.lru_cache
+def oracle_epsilon(pairs, delta=1e-5, kind="rdp"):
+    """ε of runs ``pairs`` ((z, m), ...) composed, by dp-accounting directly: each run m Gaussian mechanisms at its z,
+    ADD_OR_REMOVE_ONE as privacy/accountant.py explains; RDP (milliseconds) unless ``kind`` is pld (a second each)."""
+    import dp_accounting
+    relation = dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE
+    acc = dp_accounting.pld.PLDAccountant(neighboring_relation=relation) if kind == "pld" else \
+        dp_accounting.rdp.RdpAccountant(neighboring_relation=relation)
+    for z, m in pairs:
+        acc.compose(dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(z), m))
+    return float(acc.get_epsilon(delta))
+
+
+def dp_run(path, seed, z, m, *, data=(), noise="keyed"):
+    """A hand-made FedBuff run under DP (RDP) whose summary.json says its most-included device was in m aggregations."""
+    make_run(path, [(0, 0.1), (10, 0.6)], algorithm="fedbuff", seed=seed,
+             extra=["privacy.enabled=true", f"privacy.noise_multiplier={z}", "privacy.accountant=rdp", *data])
+    summary = json.loads((path / "summary.json").read_text())
+    summary["privacy"] = {"epsilon": oracle_epsilon(((z, m),)), "delta": 1e-5, "noise_multiplier": z,
+                          "clipping_bound": 1.0, "accountant": "rdp", "max_inclusions": m, "noise": noise}
+    (path / "summary.json").write_text(json.dumps(summary))
+    return path
+
+
+def test_the_composed_epsilon_of_runs_is_dp_accountings_for_all_their_inclusions_at_their_own_z():
+    from seafl_dist.privacy.accountant import composed_epsilon
+    both = oracle_epsilon(((2.0, 3), (2.0, 4)), kind="pld")  # z = 2: a small ε, so a fast PLD
+    assert composed_epsilon([(2.0, 3), (2.0, 4)], 1e-5) == pytest.approx(both, rel=1e-4)
+    mixed = composed_epsilon([(1.1, 3), (0.9, 4)], 1e-5, "rdp")
+    assert mixed == pytest.approx(oracle_epsilon(((1.1, 3), (0.9, 4))), rel=1e-9)
+    assert mixed > oracle_epsilon(((1.1, 7),)) > oracle_epsilon(((1.1, 4),))  # z = 0.9 spends more; two runs more
+    assert composed_epsilon([(1.1, 3), (0.0, 2)], 1e-5) == math.inf and composed_epsilon([(1.1, 0)], 1e-5) == 0.0
+
+
+def test_a_grid_points_seeds_report_their_composed_epsilon_never_its_mean(tmp_path):
+    dp_run(tmp_path / "d" / "s0", 0, 1.1, 3)
+    dp_run(tmp_path / "d" / "s1", 1, 1.1, 4)
+    e3, e4, both = oracle_epsilon(((1.1, 3),)), oracle_epsilon(((1.1, 4),)), oracle_epsilon(((1.1, 3), (1.1, 4)))
+    assert both > e4 > e3 and f"{both:.3f}" != f"{(e3 + e4) / 2:.3f}"  # the check tells the two apart
+    result = write_report([tmp_path / "d"], tmp_path / "rep", targets=[0.5])
+    (group,) = result["groups"]
+    assert group["runs"] == 2 and group["epsilon"] == pytest.approx(both, rel=1e-9)
+    md = result["markdown"]
+    point = next(line for line in md.splitlines() if line.startswith("| fedbuff |"))
+    assert point.endswith(f"| {both:.3f} |") and "| ε composed |" in md
+    assert f"{(e3 + e4) / 2:.3f}" not in md and "seeded" not in md  # no mean of ε anywhere; keyed noise: no flag
+    assert [r["epsilon"] for r in result["runs"]] == [e3, e4]  # each run's own
+    assert md.count(f"| {e3:.3f} |") == 1 and md.count(f"| {e4:.3f} |") == 1
+    assert "## Privacy" in md and f"| data.name=digits, data.root=data | 2 | 1e-05 | {both:.3f} |" in md
+    with open(tmp_path / "rep" / "report.csv") as f:
+        (row,) = list(csv.DictReader(f))
+    assert float(row["epsilon_composed"]) == pytest.approx(both, rel=1e-9) and "epsilon_mean" not in row
+
+
+def test_runs_on_other_data_are_never_composed_with_them(tmp_path):
+    from seafl_dist.report.epsilon import composed_of, per_data
+    dp_run(tmp_path / "a" / "s0", 0, 1.1, 3)
+    dp_run(tmp_path / "a" / "s1", 1, 0.9, 4)
+    dp_run(tmp_path / "b" / "s0", 0, 1.1, 3, data=["data.name=mnist"])
+    runs = find_runs([tmp_path / "a", tmp_path / "b"])
+    assert composed_of(runs[:2]) == pytest.approx(oracle_epsilon(((1.1, 3), (0.9, 4))), rel=1e-9)
+    assert math.isnan(composed_of(runs))  # digits and mnist: not one data set, nothing composed
+    pooled = per_data(runs)
+    assert [(p["data"], p["runs"]) for p in pooled] == [("data.name=digits, data.root=data", 2),
+                                                        ("data.name=mnist, data.root=data", 1)]
+    assert pooled[0]["epsilon"] == composed_of(runs[:2]) and pooled[1]["epsilon"] == oracle_epsilon(((1.1, 3),))
+
+
+def test_an_epsilon_that_seeded_noise_entered_is_flagged_in_every_table(tmp_path):
+    """privacy.seeded_noise: anyone with config.yaml can subtract the noise, so that run's ε, its grid point's
+    composition and its data set's carry the flag (issue 60 A's caveat, in the report); the keyed seed's own ε not."""
+    dp_run(tmp_path / "d" / "s0", 0, 1.1, 3, noise="seeded")
+    dp_run(tmp_path / "d" / "s1", 1, 1.1, 4)
+    result = write_report([tmp_path / "d"], tmp_path / "rep", targets=[0.5])
+    md, flag = result["markdown"], "(seeded: none vs config.yaml)"
+    both, e3, e4 = (f"{oracle_epsilon(p):.3f}" for p in (((1.1, 3), (1.1, 4)), ((1.1, 3),), ((1.1, 4),)))
+    assert next(line for line in md.splitlines() if line.startswith("| fedbuff |")).endswith(f"| {both} {flag} |")
+    assert f"| {e3} {flag} |" in md and f"| {e4} |" in md and f"| {both} {flag} |" in md.split("## Privacy")[1]
+    assert "privacy.seeded_noise, the noise drawn from run.seed" in md
+    with open(tmp_path / "rep" / "runs.csv") as f:
+        assert [r["epsilon_seeded"] for r in csv.DictReader(f)] == ["True", "False"]
 
 
 def test_an_unknown_baseline_is_refused_listing_the_labels(sweep_dir, tmp_path, capsys):
