@@ -13,8 +13,8 @@ from pathlib import Path
 
 import yaml
 
-from docs_pages import (ROOT, SHELL_LANGS, Page, config_keys, key_mentions, key_pattern, key_problem, link_problem,
-                        links, seafl_commands, shell_lines)
+from docs_pages import (ROOT, SHELL_LANGS, Page, config_keys, in_mapping, key_mentions, key_pattern, key_problem,
+                        link_problem, links, seafl_commands, shell_lines)
 
 
 def link_problems(page: Page) -> list[str]:
@@ -59,7 +59,7 @@ def _override_problems(overrides: list[str]) -> list[str]:
         except ConfigError as err:
             out.append(str(err))
             continue
-        if key not in keys:
+        if key not in keys and not in_mapping(key):
             out.append(f"override '{text}': config key '{key}' does not exist in seafl_dist.settings")
     return out
 

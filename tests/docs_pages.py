@@ -144,6 +144,23 @@ def config_keys() -> tuple[set[str], set[str]]:
     return keys, sections
 
 
+def in_mapping(key: str) -> bool:
+    """Whether ``key`` names an entry of a key whose value is a mapping (``algorithm.params.beta``): a name of
+    the user's own that a page, an override or a sweep may set."""
+    from seafl_dist.settings import Config
+    from seafl_dist.settings.domains import base_type
+    cls, parts = Config, key.split(".")
+    for i, part in enumerate(parts[:-1]):
+        hints = typing.get_type_hints(cls)
+        if part not in hints:
+            return False
+        if dataclasses.is_dataclass(hints[part]):
+            cls = hints[part]
+            continue
+        return i > 0 and base_type(hints[part]) is dict
+    return False
+
+
 def key_pattern(top: set[str]) -> re.Pattern:
     """Dotted names that start with a section; not inside a longer name, not a call (``model.eval()``)."""
     names = "|".join(sorted(top, key=len, reverse=True))
@@ -156,7 +173,7 @@ def key_problem(key: str, keys: set[str], sections: set[str]) -> str | None:
         return None
     if key.endswith(".*"):
         return None if key[:-2] in sections else f"'{key}': no config section '{key[:-2]}'"
-    if key in keys or key in sections:  # a subsection (`clock.idle`) is a name a page may use
+    if key in keys or key in sections or in_mapping(key):  # a subsection (`clock.idle`) is a name a page may use
         return None
     return f"config key '{key}' does not exist in seafl_dist.settings"
 

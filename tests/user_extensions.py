@@ -80,6 +80,20 @@ def put_mlp(num_classes, in_channels, image_size, width):
 _names = itertools.count()
 
 
+def mean_of_any(cfg, version, global_flat, updates, base_model, **params):
+    """A rule of one's own that takes any keyword argument (``algorithm.params``): the buffer's plain mean."""
+    import torch
+    from seafl_dist.algo import AggregationResult
+    info = [{"weight": 1 / len(updates)} for _ in updates]
+    return AggregationResult(torch.stack([u.flat for u in updates]).mean(0), info)
+
+
+def mlp_of_any(num_classes, in_channels, image_size, width, **params):
+    """A model builder of one's own that takes any keyword argument (``model.params``)."""
+    from torch import nn
+    return nn.Sequential(nn.Flatten(), nn.Linear(in_channels * image_size ** 2, num_classes))
+
+
 def write(folder, source: str = SOURCE, prefix: str = "user_ext") -> str:
     name = f"{prefix}_{next(_names)}_{abs(hash(str(folder))) % 10**8}"
     (Path(folder) / f"{name}.py").write_text(source)

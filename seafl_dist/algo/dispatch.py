@@ -1,14 +1,14 @@
 """``aggregate``: run the rule that ``cfg.rule`` names (SEAFL² uses SEAFL's), or a user's rule named by
-import path (``algorithm.name: myrules:median``; :mod:`seafl_dist.settings.plugins`), whose result is checked."""
+import path (``algorithm.name: myrules:median``, its ``algorithm.params`` as keyword arguments;
+:mod:`seafl_dist.settings.plugins`), whose result is checked."""
 from __future__ import annotations
 
 import inspect
-
 from typing import Callable, Optional
 
 import torch
 
-from ..settings import AlgorithmConfig
+from ..settings import AlgorithmConfig, ConfigError
 from ..settings.plugins import is_import_path, plugin_error, resolve
 from .common import BaseModels, staleness_of
 from .fedasync import fedasync
@@ -70,7 +70,8 @@ def _rule(cfg: AlgorithmConfig, version: int, global_flat: torch.Tensor, updates
     if is_import_path(cfg.rule):
         rule = resolve("algorithm.name", cfg.rule)
         extra = {"parts": parts} if "parts" in inspect.signature(rule).parameters else {}  # optional, as for the built-ins
-        result = rule(cfg, version, global_flat, list(updates), base_model, **extra)
+        own = getattr(cfg, "params", None) or {}  # algorithm.params: the rule's own keyword arguments
+        result = rule(cfg, version, global_flat, list(updates), base_model, **extra, **own)
         return checked(cfg.rule, result, global_flat, updates, version)
     try:
         rule = RULES[cfg.rule]
@@ -104,3 +105,27 @@ def checked(path: str, result, global_flat: torch.Tensor, updates: list[Buffered
         d.setdefault("reason", None)
         d.setdefault("staleness", version - u.base_version)
     return AggregationResult(new.to(global_flat.dtype), info)
+
+
+def try_rule(cfg: AlgorithmConfig, global_flat: torch.Tensor, parts: FlatParts) -> None:
+    """Call a user's rule (``cfg.rule`` an import path) as a run's first aggregation calls it, and check its
+    result as the run does (``--dry-run``, runtime/dryrun.py): at version 0, on a buffer of two updates that
+    started from w_0 = ``global_flat``, each w_0 plus a small seeded delta (counters one step on), 10 and 20
+    samples. Its failure is one ConfigError line naming ``algorithm.name``; torch's generator does not move."""
+    if not is_import_path(cfg.rule):
+        return
+    g = torch.Generator().manual_seed(0)
+    steps = parts.counters.to(global_flat.dtype)
+    updates = [BufferedUpdate(device=k, job=k, base_version=0, n_samples=10 * (k + 1), epochs=1,
+                              flat=global_flat + 1e-3 * torch.randn(global_flat.shape, generator=g)
+                              * (~parts.counters) + steps)
+               for k in range(2)]
+    try:
+        aggregate(cfg, 0, global_flat, updates, lambda v: global_flat, parts)
+    except ConfigError:
+        raise
+    except Exception as err:  # the user's rule raised
+        text = " ".join(str(err).split()) or "(no message)"
+        raise plugin_error("algorithm.name", cfg.rule, f"it raised {type(err).__name__}: {text}, on a dry run's "
+                                                       f"buffer of 2 updates from version 0 of the model's "
+                                                       f"{global_flat.numel()} entries") from None

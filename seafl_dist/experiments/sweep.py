@@ -126,10 +126,22 @@ class Sweep:
                     seen.add(name)
                     runs.append(SweepRun(name, label, values, seed, self._config(name, values, seed, threads)))
         one_metric(self.name, runs)
+        self._check_baseline(runs)
         for line in dict.fromkeys(r.config.algorithm.limit_line() for r in runs):  # each rule's once; its runs'
             if line:  # configs hold β, so they do not say it again
                 print(line, file=sys.stderr)
         return with_job_types(runs)
+
+    def _check_baseline(self, runs: list[SweepRun]) -> None:
+        """``baseline`` names one grid point (its label, or the algorithm of one point) as the report takes it:
+        else it would leave the report's "vs" columns out without a word (report/tables.py ``baseline_problem``)."""
+        from seafl_dist.report.tables import baseline_problem
+        if self.baseline is None:
+            return
+        points = {r.label: str(r.config.algorithm.name) for r in runs}
+        why = baseline_problem(str(self.baseline), list(points), list(points.values()))
+        if why:
+            raise ConfigError(f"sweep '{self.name}': baseline {self.baseline!r} {why}")
 
     def _config(self, run_name: str, values: dict, seed: int, threads: int | None) -> Config:
         tree = copy.deepcopy(self.base)

@@ -36,13 +36,15 @@ MODELS = {"lenet5": LeNet5, "resnet18": ResNet18, "vgg16": VGG16, "lstm": CharLS
 
 
 def build_model(name: str, num_classes: int, in_channels: int, *, width: float = 1.0, image_size: int = 28,
-                optim: TrainConfig | None = None, lightning: bool = True) -> FLNet:
+                optim: TrainConfig | None = None, lightning: bool = True, params: dict | None = None) -> FLNet:
     """A fresh, randomly initialised model (seed torch beforehand for reproducible weights): a
     LightningModule, or with ``lightning=False`` the plain ``nn.Module`` (same weights for the same seed).
-    A model named by import path is built by :func:`.custom.build_custom` (it imports Lightning)."""
+    A model named by import path is built by :func:`.custom.build_custom` (it imports Lightning), given
+    ``params`` (``model.params``) as keyword arguments."""
     if is_import_path(name):
         from .custom import build_custom
-        return build_custom(name, num_classes, in_channels, width=width, image_size=image_size, optim=optim)
+        return build_custom(name, num_classes, in_channels, width=width, image_size=image_size, optim=optim,
+                            params=params)
     if name not in MODELS:
         raise ValueError(f"unknown model {name!r}; known: {', '.join(MODELS)}")
     cls = lightning_class(MODELS[name]) if lightning else MODELS[name]

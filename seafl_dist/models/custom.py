@@ -1,6 +1,6 @@
 """A model named by import path (``model.name: mymodels:tiny_cnn``), built and checked.
 
-The builder is called as ``f(num_classes, in_channels, image_size, width)``. A LightningModule
+The builder is called as ``f(num_classes, in_channels, image_size, width, **model.params)``. A LightningModule
 that defines ``training_step`` and ``configure_optimizers`` is used as it is; a plain
 ``torch.nn.Module`` (``forward(x) -> logits``) is wrapped in :class:`Wrapped`, which trains it
 like the built-in models: cross-entropy, SGD from ``train.*``. Anything else is refused with
@@ -34,9 +34,10 @@ def _overrides(module: L.LightningModule, name: str) -> bool:
 
 
 def build_custom(path: str, num_classes: int, in_channels: int, *, width: float, image_size: int,
-                 optim: TrainConfig | None = None) -> FLModule | L.LightningModule:
-    """Call the builder ``path`` names and make its result trainable here (see the module doc)."""
-    made = resolve("model.name", path)(num_classes, in_channels, image_size, width)
+                 optim: TrainConfig | None = None, params: dict | None = None) -> FLModule | L.LightningModule:
+    """Call the builder ``path`` names (``params``: its own keyword arguments) and make its result trainable
+    here (see the module doc)."""
+    made = resolve("model.name", path)(num_classes, in_channels, image_size, width, **(params or {}))
     if isinstance(made, L.LightningModule):
         missing = [m for m in ("training_step", "configure_optimizers") if not _overrides(made, m)]
         if missing:

@@ -37,6 +37,7 @@ import math
 import sys
 from pathlib import Path
 
+from seafl_dist.report.curves import uneven_ends_note
 from seafl_dist.report.figures import plot_accuracy_vs_time, plot_time_to_target
 from seafl_dist.report.device_eval_plot import write_device_eval
 from seafl_dist.report.epsilon import per_data
@@ -45,7 +46,7 @@ from seafl_dist.report.plots import plot_timeline
 from seafl_dist.report.value_plots import plot_time_vs_value, swept_keys
 from seafl_dist.report.metric import Metric
 from seafl_dist.report.runs import common_metric, find_runs
-from seafl_dist.report.tables import fmt_value, group_rows, group_runs, run_rows, short
+from seafl_dist.report.tables import baseline_problem, fmt_value, group_rows, group_runs, run_rows, short
 
 OTHER_FIGURES = [("aggregations", "aggregations", 0), ("virtual_time", "virtual time (s)", 1),
                  ("mean_staleness", "mean staleness", 2), ("notifications", "notifications", 0), ("drops", "drops", 0)]
@@ -226,15 +227,22 @@ def write_report(paths, out: str | Path, *, targets: list[float] | None = None, 
     metric = common_metric(runs)  # runs of different target metrics are refused in one line
     targets = sorted((float(t) for t in (targets if targets else default_targets(paths, runs))),
                      reverse=metric.mode == "min")  # the easiest first
-    baseline = baseline or default_baseline(paths)
+    given, baseline = baseline, baseline or default_baseline(paths)
     groups = group_runs(runs)  # grid point -> its seeds' runs: every table and figure below takes these
     grows, rrows = group_rows(groups, targets, baseline), run_rows(groups, targets, baseline)
-    if baseline and not any(g["baseline"] for g in grows):
-        print(f"seafl: warning: baseline {baseline!r} matches no grid point (points: "
-              + ", ".join(g["label"] for g in grows) + "); no ratios", file=sys.stderr)
+    why = baseline and not any(g["baseline"] for g in grows) and \
+        baseline_problem(baseline, [g.label for g in groups], [str(g.config.get("algorithm.name")) for g in groups])
+    if why:  # the "vs" columns would be left out without a word
+        from seafl_dist.settings import ConfigError
+        raise ConfigError(f"--baseline {baseline!r} {why}" if given else f"the sweep's baseline {baseline!r} {why}; "
+                          "give another with --baseline")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     md = markdown(grows, rrows, targets, baseline, metric, per_data(runs))
+    ends = uneven_ends_note(groups)  # runs capped by a count of aggregations: said, with the fix (report/curves.py)
+    if ends:
+        md = md.replace("\n\n## By grid point", f"\n\n{ends}\n\n## By grid point", 1)
+        print(f"seafl: note: {ends}", file=sys.stderr)
     write_csvs(out, grows, rrows, targets, metric)
     files = {"report.md": out / "report.md", "report.csv": out / "report.csv", "runs.csv": out / "runs.csv"}
     drawn = figures(groups, targets, out, until=until, log_x=log_x, seed_curves=seed_curves, zoom=zoom, metric=metric)

@@ -8,6 +8,9 @@ time ranges of the two panels, arms whose means coincide, and where runs diverge
   drawn for both, its legend entry naming both (:func:`same_curves`).
 - A run that diverged (summary.json's ``diverged_at``, report/divergence.py) gets a cross on its arm's
   mean curve at that time (:func:`mark_divergence`).
+- Runs that end at different virtual times (``run.max_aggregations`` caps a count, not a time) get a bar on
+  their arm's mean curve where each ends before the last (:func:`mark_ends`): past it the mean holds that
+  seed at its last value; :func:`uneven_ends_note` says so in one line and suggests ``run.max_time``.
 """
 from __future__ import annotations
 
@@ -19,6 +22,8 @@ import numpy as np
 MARGIN = 1.1  # the close-up runs 10% past the slowest arm's mean reaching the highest target
 SAME = 1e-9  # two mean curves closer than this everywhere on their common grid are one curve
 DIVERGED = {"marker": "x", "ms": 9, "mew": 2.2, "color": "#c0392b", "ls": "none", "zorder": 5}
+ENDED = {"marker": "|", "ms": 16, "mew": 2.4, "ls": "none", "zorder": 6}  # in the arm's colour, outlined (ended())
+UNEVEN = 0.01  # runs whose ends differ by more than this share of the latest end "end at different times"
 
 
 def mean_curve(runs, name: str = "accuracy") -> dict:
@@ -155,3 +160,52 @@ def draw_curves(ax, groups, labels, looks, curves, end: float, seed_curves: bool
         if seed_curves:
             for t, acc in c["curves"]:
                 ax.plot(t, acc, drawstyle="steps-post", lw=0.6, alpha=0.35, color=look["color"], zorder=2)
+
+
+def ended(color) -> dict:
+    """The keywords of a run's end bar in ``color``, outlined in black so it shows on its own curve's steps."""
+    from matplotlib import patheffects
+    return {**ENDED, "color": color, "path_effects": [patheffects.withStroke(linewidth=4.4, foreground="black")]}
+
+
+def run_ends(groups) -> list[float]:
+    """Each run's last evaluated virtual time, over every group."""
+    return [float(run.rows[-1]["time"]) for g in groups for run in g.runs if run.rows]
+
+
+def uneven(groups) -> tuple[float, float] | None:
+    """(earliest, latest) end of the runs when they end at different virtual times (by more than
+    :data:`UNEVEN` of the latest), else None."""
+    ends = run_ends(groups)
+    if len(ends) < 2 or max(ends) - min(ends) <= UNEVEN * max(ends):
+        return None
+    return min(ends), max(ends)
+
+
+def mark_ends(ax, groups, curves: list[dict], drawn, looks) -> bool:
+    """A bar on each drawn arm's mean curve where each of its runs ends before the latest run does, when the
+    runs end at different times; True when any was drawn (the legend then says so)."""
+    span = uneven(groups)
+    if span is None:
+        return False
+    marked = False
+    for i in drawn:
+        c = curves[i]
+        ends = sorted({float(r.rows[-1]["time"]) for r in groups[i].runs if r.rows} - {span[1]})
+        ends = [t for t in ends if span[1] - t > UNEVEN * span[1]]
+        if ends and len(c["time"]):
+            at = [float(c["mean"][max(0, int(np.searchsorted(c["time"], t, side="right")) - 1)]) for t in ends]
+            ax.plot(ends, at, **ended(looks[i]["color"]))
+            marked = True
+    return marked
+
+
+def uneven_ends_note(groups) -> str | None:
+    """One line when the runs end at different virtual times, suggesting ``run.max_time``; else None."""
+    span = uneven(groups)
+    if span is None:
+        return None
+    return (f"The runs end at different virtual times, from {span[0]:.1f} s to {span[1]:.1f} s "
+            f"(run.max_aggregations caps a count of aggregations, not a time): a bar on a curve marks where a run "
+            f"ends, past it the mean holds that seed at its last value, and \"final\" compares different times; "
+            f"set run.max_time (e.g. run.max_time={span[0]:g}) to end every run at one time.")

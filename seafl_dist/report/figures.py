@@ -7,14 +7,18 @@
   ``until``; log-x on request. Beside it, when an arm's mean reaches the targets, a close-up panel of
   the same curves from a little below the lowest target, up to where the slowest arm's mean reaches
   the highest target, plus 10% (the arms that converge differ there, a few points apart at the top of
-  a 0–1 axis). Arms whose means coincide share one line and one legend entry naming them all; a run
-  that diverged is marked with a cross where it did (report/curves.py).
+  a 0–1 axis): only when some arm's mean reaches the lowest target within that range and, for accuracy,
+  the close-up would start at 50% or above (with the default targets 0.5, 0.7, 0.9 it would start at
+  30%: no close-up). Arms whose means coincide share one line and one legend entry naming them all; a run
+  that diverged is marked with a cross where it did, and where runs end at different times a bar marks
+  where each run ends before the last (report/curves.py).
 - :func:`plot_time_to_target`: per target a panel, per arm a row: each seed a dot, the mean over
   the seeds that reached the target a bar, a seed that never did a cross in the "never" strip.
 - ``report/value_plots.py``: time to target against a swept number (K, β, ...), one line per algorithm.
 
 Every function takes the report's groups (``tables.group_runs``: grid point → its seeds' runs) and
-returns the matplotlib Figure it saved (tests read it). Arms are named and styled by ``labels.py``.
+returns the matplotlib Figure it saved (tests read it). Arms are named by their sweep point's label where the
+sweep file gave one, else by ``labels.py``, which styles them.
 """
 from __future__ import annotations
 
@@ -29,8 +33,8 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 
-from seafl_dist.report.curves import (DIVERGED, draw_curves, joint_label, mark_divergence, mean_curve, run_end,
-                                      same_curves, time_axis_end, zoom_range)
+from seafl_dist.report.curves import (DIVERGED, draw_curves, ended, joint_label, mark_divergence, mark_ends,
+                                      mean_curve, run_end, same_curves, time_axis_end, zoom_range)
 from seafl_dist.report.labels import figure_title, reader_labels, styles
 from seafl_dist.report.metric import Metric
 
@@ -73,11 +77,19 @@ def write_rows(path: Path, rows: list[dict]) -> None:
         w.writerows({k: ("inf" if isinstance(v, float) and math.isinf(v) else v) for k, v in r.items()} for r in rows)
 
 
+def point_label(group) -> str | None:
+    """The label a sweep file gave the group's point (``points: [{label: stalebuff, ...}]``), as the tables
+    name it; None for a point named from its keys (``buffer_size=10``) or a run outside a sweep."""
+    label = group.runs[0].label
+    return label if label and "=" not in label and all(r.label == label for r in group.runs) else None
+
+
 def arms(groups) -> tuple[list[str], list[dict]]:
-    """(reader labels, styles) of the groups, in their order; the sweep's name added where two
-    sweeps hold the same grid point."""
+    """(labels, styles) of the groups, in their order: a point's own label where the sweep file gave one, else
+    the reader's label from the keys that vary; the sweep's name added where two sweeps hold the same
+    grid point."""
     configs = [g.config for g in groups]
-    labels = reader_labels(configs)
+    labels = [point_label(g) or lab for g, lab in zip(groups, reader_labels(configs))]
     labels = [f"{lab} ({g.sweep})" if g.sweep and labels.count(lab) > 1 else lab for lab, g in zip(labels, groups)]
     return labels, styles(configs)
 
@@ -167,10 +179,11 @@ def plot_accuracy_vs_time(groups, targets, path: str | Path, *, until: float | N
         axes = list(fig.subplots(1, 2, width_ratios=(1, 1), gridspec_kw={"wspace": 0.12}) if close_up
                     else [fig.subplots()])
         first = min((float(t) for c in curves for t in c["time"] if t > 0), default=1.0)  # log-x starts here
-        diverged = False
+        diverged = any_ended = False
         for ax, ylim, end in zip(axes, [(0.0, 1.0) if metric.is_accuracy else None, close_up], [full, near]):
             draw_curves(ax, groups, shown, looks, curves, end, seed_curves, drawn)
             diverged = mark_divergence(ax, groups, curves, drawn) or diverged
+            any_ended = mark_ends(ax, groups, curves, drawn, looks) or any_ended
             ax.set_xlabel("virtual time (s)" + (", log scale" if log_x else ""))
             if ylim is not None:  # another metric: the range its curves span
                 ax.set_ylim(*ylim)
@@ -193,6 +206,9 @@ def plot_accuracy_vs_time(groups, targets, path: str | Path, *, until: float | N
             if diverged:
                 handles.append(Line2D([], [], **DIVERGED))
                 names.append("where a run diverged")
+            if any_ended:
+                handles.append(Line2D([], [], **ended("white")))
+                names.append("where a run ends")
             fig.legend(handles, names, title=seeds_caption(groups), frameon=False,
                        loc="outside lower center", ncol=min(ncol, len(names)))
         label_targets(fig, axes, targets, metric)

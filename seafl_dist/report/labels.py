@@ -1,6 +1,6 @@
 """Names as a reader says them: arms ("SEAFL, K = 10, β = 10", "FedAsync, β = ∞"), figure titles
 ("MNIST, LeNet-5: K varies"), and each arm's style (the algorithm sets the hue, a varying value
-the shade, with a line style and a marker of its own for print and colour-blind readers).
+the shade, from Okabe & Ito's colour-blind-safe palette, with a line style and a marker of its own for print).
 
 An arm's label is built from the keys that vary between the arms shown, in reader's symbols
 (:data:`SYMBOLS`), leaving out the budget (``run.*``), the seed and the keys an algorithm does not
@@ -40,8 +40,13 @@ USES = {  # the algorithm.* keys (or sections) each built-in rule reads and does
                  "update_norm_factor", "server_opt"),
     "fedavg": ("update_norm_factor", "server_opt")}  # the update guard runs before every rule, the optimizer after
 NOT_ARMS = ("name", "run.", "logging.", "runtime.")  # budget, bookkeeping and execution: not what an arm is
-HUES = {"seafl": "Blues", "seafl2": "Purples", "fedbuff": "Oranges", "fedasync": "Greens", "fedavg": "Greys"}
-SPARE_HUES = ("Reds", "YlOrBr", "PuRd", "BuGn")  # (not FedAvg red beside FedAsync green: colour-blind readers)
+# Okabe & Ito's colour-blind-safe palette: one colour per algorithm, the spare ones (a rule of your own) in an order
+# that keeps the next arm far from the last (reddish purple beside FedBuff's orange, not its neighbour vermillion)
+OKABE_ITO = {"blue": "#0072B2", "orange": "#E69F00", "bluish green": "#009E73", "sky blue": "#56B4E9",
+             "reddish purple": "#CC79A7", "vermillion": "#D55E00", "yellow": "#F0E442", "black": "#000000"}
+HUES = {"seafl": OKABE_ITO["blue"], "seafl2": OKABE_ITO["sky blue"], "fedbuff": OKABE_ITO["orange"],
+        "fedasync": OKABE_ITO["bluish green"], "fedavg": OKABE_ITO["black"]}
+SPARE_HUES = tuple(OKABE_ITO[c] for c in ("reddish purple", "vermillion", "yellow"))
 LINESTYLES = ("-", "--", "-.", ":", (0, (5, 1, 1, 1, 1, 1)), (0, (8, 2)))
 MARKERS = ("o", "s", "^", "D", "v", "P", "h", "*")  # not "X": the time-to-target figure's "never"
 
@@ -194,10 +199,16 @@ def figure_title(configs: list[dict], seeds: list[int], swept=()) -> str:
     return f"{head}: {tail}" if head and tail else head or tail
 
 
+def shade(color: str, amount: float) -> tuple:
+    """``color`` mixed with white by ``amount`` > 0, with black by −``amount`` < 0 (its hue kept): RGB."""
+    from matplotlib.colors import to_rgb
+    mix = (1.0, 1.0, 1.0) if amount > 0 else (0.0, 0.0, 0.0)
+    return tuple(c + abs(amount) * (m - c) for c, m in zip(to_rgb(color), mix))
+
+
 def styles(configs: list[dict]) -> list[dict]:
-    """Matplotlib keyword sets, one per arm: hue by algorithm, shade and line style by rank within it,
-    marker by rank among all arms."""
-    from matplotlib import colormaps
+    """Matplotlib keyword sets, one per arm: the colour by algorithm (:data:`OKABE_ITO`), lighter to darker and a
+    line style by rank within it, the marker by rank among all arms."""
     algos = list(dict.fromkeys(str(c.get("algorithm.name")) for c in configs))
     spare = iter(SPARE_HUES * (1 + len(algos)))
     hue = {a: HUES.get(a) or next(spare) for a in algos}
@@ -206,7 +217,7 @@ def styles(configs: list[dict]) -> list[dict]:
         a = str(c.get("algorithm.name"))
         n, i = sum(str(d.get("algorithm.name")) == a for d in configs), seen[a]
         seen[a] += 1
-        shade = 0.75 if n == 1 else 0.5 + 0.45 * i / (n - 1)  # paler than 0.5 is hard to see
-        out.append({"color": colormaps[hue[a]](shade), "linestyle": LINESTYLES[i % len(LINESTYLES)],
+        out.append({"color": shade(hue[a], 0.0 if n == 1 else 0.45 - 0.75 * i / (n - 1)),
+                    "linestyle": LINESTYLES[i % len(LINESTYLES)],
                     "marker": MARKERS[rank % len(MARKERS)]})  # no two of up to 8 arms share one
     return out

@@ -119,6 +119,21 @@ def find_baseline(groups: list[Group], group: Group, baseline: str | None) -> Gr
     return None
 
 
+def baseline_problem(baseline: str, labels: list[str], algorithms: list[str]) -> str | None:
+    """Why ``baseline`` names no single grid point among those ``labels`` (each point's algorithm.name in
+    ``algorithms``), or None: a label, else the algorithm of exactly one point (as :func:`find_baseline` takes
+    it). The reason lists the labels that exist."""
+    if any(lab == baseline or lab.endswith("/" + baseline) for lab in labels):
+        return None
+    hits = [lab for lab, a in zip(labels, algorithms) if a == baseline]
+    if len(hits) == 1:
+        return None
+    if hits:
+        return (f"names the algorithm of {len(hits)} grid points ({', '.join(hits)}); give one point's label")
+    return (f"names no grid point; the labels: {', '.join(dict.fromkeys(labels))} (or the algorithm.name of one "
+            f"point: {', '.join(dict.fromkeys(algorithms))})")
+
+
 def ttt_stats(runs: list[RunResult], target: float) -> dict:
     times = [r.ttt(target) for r in runs]
     reached = [t for t in times if math.isfinite(t)]

@@ -6,7 +6,9 @@
 In order, each step a one-line error (exit 2) when it fails: the config (loaded by the CLI, its
 plugins imported), the dataset (formats and sizes only, :mod:`seafl_dist.data.check`: nothing
 downloaded, no cache built), the model (built for the dataset's samples and given a batch of
-zeros: images, or token ids 0), the partition (the run's own, from the same seed), the compute
+zeros: images, or token ids 0), a rule of your own (``algorithm.name: pkg.module:rule``, called on a
+buffer of two updates of the model's size and its result checked as a run checks it, algo/dispatch.py
+``try_rule``), the partition (the run's own, from the same seed), the compute
 device, and the run dir (can it be made, and would the run start fresh, resume from a checkpoint, or find it completed).
 A device profile (``devices.profile``) is read and checked like the run reads it. Then one report
 on stdout: the non-default config keys, the dataset, the model, the devices and their shard sizes,
@@ -43,8 +45,10 @@ def dry_run(cfg: Config, out: Path, *, explicit: bool, overwrite: bool = False, 
         f"{found.num_classes or 'no'} classes" if found.samples else
         f"{len(found.labels)} training and {found.n_test} test {_samples(found)}, "
         f"{found.num_classes} classes" if found.labels is not None else "") + (f"; {found.note}" if found.note else ""))
-    model_line, numel = check_model(cfg, found)
+    model_line, numel, model = check_model(cfg, found)
     lines.append(f"model: {model_line}")
+    if is_import_path(cfg.algorithm.rule):
+        lines.append(f"rule: {cfg.algorithm.rule}: {try_rule_on(cfg, model)}")
     d = cfg.devices
     if found.labels is None and not found.samples:
         lines.append(f"devices: {d.num} simulated, {d.concurrency} training at once; shards: made after the download")
@@ -66,7 +70,8 @@ def dry_run(cfg: Config, out: Path, *, explicit: bool, overwrite: bool = False, 
     lines.append(f"ranks: {layout(cfg, environ)}")
     lines.append(f"run dir: {out}: {run_dir_plan(cfg, out, explicit, overwrite)}")
     print("\n".join(lines), file=stream or sys.stdout)
-    print("seafl: dry run: config, data, model, partition and run dir check out; nothing was trained or written",
+    print("seafl: dry run: config, data, model, " + ("rule, " if is_import_path(cfg.algorithm.rule) else "")
+          + "partition and run dir check out; nothing was trained or written",
           file=sys.stderr)
     return 0
 
@@ -108,9 +113,22 @@ def _samples(found) -> str:
     return f"images of {'x'.join(map(str, found.shape))}"
 
 
-def check_model(cfg: Config, found) -> str:
+def try_rule_on(cfg: Config, model) -> str:
+    """A user's rule called on two updates of ``model``'s flat size, its result checked (algo/dispatch.py
+    ``try_rule``); what the report says of it."""
+    from seafl_dist.algo import FlatParts
+    from seafl_dist.algo.dispatch import try_rule
+    from seafl_dist.train import FlatLayout, flatten
+    layout = FlatLayout.of(model)
+    parts = FlatParts(params=layout.mask("param"), stats=layout.mask("stat"), counters=layout.mask("counter"))
+    try_rule(cfg.algorithm, flatten(model), parts)
+    return f"called on 2 updates of {layout.numel:,} entries; its result has the shape a run needs"
+
+
+def check_model(cfg: Config, found) -> tuple:
     """Build the model for the dataset's samples and run a batch of two zeros through it (images of zeros, or
-    sequences of token 0; a user's model: and a probe job on four, runtime/setup.py ``check_user_model``)."""
+    sequences of token 0; a user's model: and a probe job on four, runtime/setup.py ``check_user_model``):
+    the report's line, the flat size and the model."""
     import torch
 
     from seafl_dist.models import build_model
@@ -128,7 +146,7 @@ def check_model(cfg: Config, found) -> str:
     with torch.random.fork_rng(devices=[]):  # like the run: building a model must not move torch's generator
         try:
             model = built(cfg, lambda: build_model(name, found.num_classes, c, width=cfg.model.width, image_size=h,
-                                                   optim=cfg.train, lightning=False))
+                                                   optim=cfg.train, lightning=False, params=cfg.model.params))
         except ValueError as err:
             raise ConfigError(f"config key 'model.name' has value {name!r}: {err}") from None
         x = zeros(2)
@@ -162,10 +180,10 @@ def check_model(cfg: Config, found) -> str:
         codec = UpdateCodec(cfg.compression, FlatLayout.of(model))
         line += (f"; uploads {codec.name}: {codec.upload_bytes:,} of the model's {codec.model_bytes:,} bytes "
                  f"({codec.ratio:.4g})" + (", with error feedback" if cfg.compression.error_feedback else ""))
-    return line, numel
+    return line, numel, model
 
 
-def _check_on_samples(cfg: Config, train, test) -> tuple[str, int]:
+def _check_on_samples(cfg: Config, train, test) -> tuple:
     """check_model for a DataModule's samples: the model built and probed as runtime/setup.py ``prepare`` does."""
     import numpy as np
     import torch
@@ -181,14 +199,14 @@ def _check_on_samples(cfg: Config, train, test) -> tuple[str, int]:
     with torch.random.fork_rng(devices=[]):
         model = built(cfg, lambda: build_model(cfg.model.name, train.num_classes, train.in_channels,
                                                width=cfg.model.width, image_size=train.image_size, optim=cfg.train,
-                                               lightning=False))
+                                               lightning=False, params=cfg.model.params))
         names = check_user_model(cfg, model, train, train.num_classes, device,
                                  test.take(np.arange(min(EVAL_PROBE_ROWS, len(test)))))
     check_target_metric(cfg, names)
     say_unused_optimizer_keys(cfg, model)
     params = sum(p.numel() for p in model.parameters())
     return f"{cfg.model.name} (width {cfg.model.width:g}), {params:,} parameters", \
-        sum(t.numel() for t in model.state_dict().values())
+        sum(t.numel() for t in model.state_dict().values()), model
 
 
 def population_lines(cfg: Config, n_samples: list[int], model_bytes: int) -> list[str]:

@@ -74,7 +74,7 @@ class Experiment:
         ``lightning``: its LightningModule twin (same state_dict), what ``train.loop: lightning`` trains."""
         d, m = self.train, self.cfg.model
         return build_model(m.name, d.num_classes, d.in_channels, width=m.width, image_size=d.image_size,
-                           optim=self.cfg.train, lightning=lightning)
+                           optim=self.cfg.train, lightning=lightning, params=m.params)
 
     def flat_parts(self) -> FlatParts:
         """Which flat entries are trainable parameters, float statistics and integer counters."""

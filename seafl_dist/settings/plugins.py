@@ -14,6 +14,10 @@ data.partition      f(labels, num_devices, seed)                        one inde
 algorithm.name      f(cfg, version, global_flat, updates, base_model)   an AggregationResult (as the built-ins)
 ==================  ==================================================  ==========================================
 
+``algorithm.params`` and ``model.params`` (a mapping) are passed to the rule and to the model builder as
+keyword arguments after those (``f(..., beta=2)``: hyperparameters of your own, which sweeps can vary as
+``algorithm.params.beta``); :func:`check_params` binds them to the callable's signature when the config loads.
+
 When the config loads, each path is imported and checked: the module exists, has the attribute,
 the attribute is callable and accepts those arguments. What it returns is checked before any
 training starts (model, dataset, partition: when the run is prepared) or, for a rule, on every
@@ -100,6 +104,9 @@ def resolve(key: str, value: str) -> Callable:
     try:
         inspect.signature(obj).bind(*params)
     except TypeError as err:
+        if key in PARAMS_KEYS and _binds_partly(obj, params):  # its own parameters left: <section>.params gives
+            _RESOLVED[value] = obj                              # them (check_params says which are missing)
+            return obj
         raise plugin_error(key, value, f"{attr} cannot be called with the {len(params)} arguments "
                                        f"({', '.join(params)}): {err}") from None
     except ValueError:  # no signature (some builtins): trust it, the call will tell
@@ -145,6 +152,74 @@ def makes_datamodule(fn) -> bool:
     except TypeError:
         return False
     return True
+
+
+PARAMS_KEYS = ("algorithm.name", "model.name")  # the callables a section's ``params`` is passed to
+FIXED_KEYWORDS = {"algorithm.name": ("parts",)}  # passed by name when the callable takes it (algo/dispatch.py)
+
+
+def _binds_partly(fn, params: tuple) -> bool:
+    try:
+        inspect.signature(fn).bind_partial(*params)
+        return True
+    except TypeError:
+        return False
+
+
+def own_parameters(fn, key: str) -> list[str] | None:
+    """The names of ``fn``'s parameters beyond those the run passes it as ``key`` (its own hyperparameters);
+    None when it takes ``**kwargs`` (any name) or has no signature."""
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values()):
+        return None
+    taken = SIGNATURES[key][0] + FIXED_KEYWORDS.get(key, ())
+    return [n for n, p in sig.parameters.items() if n not in taken and p.kind is not p.VAR_POSITIONAL]
+
+
+def check_params(key: str, value: str, params: dict | None) -> None:
+    """``params`` (``<section>.params``) bind to the callable ``value`` names (``key``: ``algorithm.name`` or
+    ``model.name``) as keyword arguments after the run's own: an unknown name, a name the run passes itself or
+    a parameter of its own left without a default is one line naming the callable's parameters."""
+    field = key.split(".")[0] + ".params"
+    fn = resolve(key, value)
+    own = own_parameters(fn, key)
+    shown = "null" if params is None else repr(params)
+    params = params or {}
+    theirs = f"{value} takes " + ("any name (**kwargs)" if own is None else ", ".join(own) if own else
+                                  "no parameters of its own") + \
+        f" (after {', '.join(SIGNATURES[key][0])})"
+    for name in params:
+        if not isinstance(name, str) or not name.isidentifier():
+            raise ConfigError(f"config key '{field}' has value {shown}: {name!r} is not a parameter name; {theirs}")
+        if name in SIGNATURES[key][0] + FIXED_KEYWORDS.get(key, ()) or (own is not None and name not in own):
+            raise ConfigError(f"config key '{field}' has value {shown}: {value} has no parameter {name!r} of its "
+                              f"own; {theirs}")
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return
+    try:
+        sig.bind_partial(*SIGNATURES[key][0], **params)
+        missing = [n for n, p in sig.parameters.items() if n in (own or ()) and n not in params
+                   and p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    except TypeError as err:
+        raise ConfigError(f"config key '{field}' has value {shown}: {err}; {theirs}") from None
+    if missing:
+        raise ConfigError(f"config key '{field}' has value {shown}: {value} needs {', '.join(missing)} (no "
+                          f"default); give {', '.join(f'{field}.{n}' for n in missing)}")
+
+
+def refuse_params_of_built_in(key: str, value: str, params: dict | None) -> None:
+    """A built-in rule or model takes its settings from its section's keys: a non-empty ``params`` is refused."""
+    if params:
+        section = key.split(".")[0]
+        what = "model builder" if section == "model" else "rule"
+        raise ConfigError(f"config key '{section}.params' has value {params!r}: null for {key}={value} (params are "
+                          f"the keyword arguments of a {what} of your own, {key}: package.module:callable; a "
+                          f"built-in one takes its section's keys)")
 
 
 def check(key: str, value: str, allowed: tuple) -> None:

@@ -19,6 +19,7 @@ from seafl_dist.settings import plugins
 from seafl_dist.settings.domains import SEEDS, Text, check_fields, list_of, plugin_or
 from seafl_dist.settings.errors import ConfigError, _fail  # noqa: F401  (ConfigError re-exported)
 from seafl_dist.settings.keys import key, section
+from seafl_dist.settings.plugins import check_params, is_import_path, refuse_params_of_built_in
 from seafl_dist.settings.server_opt import ServerOptConfig
 
 ALGORITHMS = ("seafl", "seafl2", "fedbuff", "fedasync", "fedavg")
@@ -46,6 +47,12 @@ class AlgorithmConfig:
 
     name: str = key("seafl", "the algorithm: `seafl`, `seafl2`, `fedbuff`, `fedasync`, `fedavg`, or `pkg.module:rule` "
                     "(a rule of your own)", plugin_or(ALGORITHMS))
+    params: Optional[dict] = key(
+        None, "a rule of your own only: its own keyword arguments (`{beta: 2}`), passed as `rule(cfg, version, "
+              "global_flat, updates, base_model, beta=2)`; `null`: none",
+        note="Checked against the rule's signature when the config loads (an unknown name is refused naming its "
+             "parameters); a sweep varies one entry as `algorithm.params.beta`, an override sets it as "
+             "`algorithm.params.beta=2`. Left out of config.yaml when null (docs/extending.md).")
     buffer_size: int = key(10, "K: the server aggregates once the buffer holds this many updates; fedavg forces "
                            "`devices.concurrency`, fedasync 1", "[1, inf)")
     staleness_limit: Optional[int] = key(
@@ -99,6 +106,7 @@ class AlgorithmConfig:
         if self.staleness_limit is UNSET:
             self.staleness_limit = None if self.name in ("fedbuff", "fedasync") else 10
         check_fields(self, "algorithm")
+        self.params = own_params("algorithm.name", self.name, self.params)
         self.server_opt.check_with_rule(self.name, self.server_lr)
         if self.name == "seafl" and self.alpha == 0 and self.mu == 0:
             _fail("algorithm.alpha", self.alpha, "alpha > 0 or mu > 0 (both 0 gives every update weight 0)")
@@ -213,9 +221,25 @@ class ModelConfig:
     name: str = key("lenet5", "the model: `lenet5`, `resnet18`, `vgg16` (images), `lstm` (LEAF's character LSTM, "
                     "for shakespeare), or `pkg.module:builder`", plugin_or(MODEL_NAMES))
     width: float = key(1.0, "channel multiplier (small widths make small test models)", "(0, inf)")
+    params: Optional[dict] = key(
+        None, "a model builder of your own only: its own keyword arguments (`{depth: 3}`), passed as "
+              "`builder(num_classes, in_channels, image_size, width, depth=3)`; `null`: none",
+        note="Checked against the builder's signature when the config loads, as `algorithm.params` is against a "
+             "rule's. Left out of config.yaml when null.")
 
     def __post_init__(self) -> None:
         check_fields(self, "model")
+        self.params = own_params("model.name", self.name, self.params)
+
+
+def own_params(key: str, name: str, params: Optional[dict]) -> Optional[dict]:
+    """``<section>.params`` checked against the callable ``name`` names (settings/plugins.py ``check_params``);
+    refused when non-empty for a built-in; an empty mapping is null (config.yaml leaves it out)."""
+    if is_import_path(name):
+        check_params(key, name, params)
+    else:
+        refuse_params_of_built_in(key, name, params)
+    return params or None
 
 
 @dataclass(kw_only=True)

@@ -22,7 +22,7 @@ from seafl_dist.cli import main
 from seafl_dist.data import DataError, clear_cache, load_dataset
 from seafl_dist.sim import stream_seed
 from small_runs import QUICKSTART, SMALL
-from user_extensions import EXTENDED, write
+from user_extensions import EXTENDED, SOURCE, write
 
 TINY = [str(QUICKSTART), *SMALL]
 
@@ -208,6 +208,54 @@ def test_plugin_whose_model_does_not_fit_the_data(where, capsys):
     name = write(where[0], source=source)
     line = bad(["run", *TINY, f"model.name={name}:tiny", "--out", "r"], capsys, where)
     assert f"{name}:tiny" in line and "forward failed" in line
+
+
+# ---- a rule of your own: called once on a buffer of the model's size, its result checked as a run checks it ----
+
+RULES = SOURCE + '''
+
+def raises(cfg, version, global_flat, updates, base_model):
+    raise RuntimeError("no median of an empty list")
+
+
+def short(cfg, version, global_flat, updates, base_model):
+    return AggregationResult(global_flat[:5].clone(), [{"weight": 0.5} for _ in updates])
+
+
+def one_info(cfg, version, global_flat, updates, base_model):
+    return AggregationResult(global_flat.clone(), [{"weight": 1.0}])
+
+
+def delta_mean(cfg, version, global_flat, updates, base_model, parts=None):
+    seen.append((version, [u.base_version for u in updates], global_flat.numel(), int(parts.params.sum())))
+    step = torch.stack([u.flat - base_model(u.base_version) for u in updates]).mean(0)
+    return AggregationResult(global_flat + step, [{"weight": 0.5} for _ in updates])
+
+
+seen = []
+'''
+
+
+@pytest.mark.parametrize("rule, says", [("raises", "it raised RuntimeError: no median of an empty list"),
+                                        ("short", "its new_global is torch.float32 (5,), not a 1-D float tensor "
+                                                  "of 61706 entries"),
+                                        ("one_info", "its info is not a list of 2 dicts, one per update")])
+def test_a_broken_rule_is_refused_before_training(where, capsys, rule, says):
+    """A rule that raises or returns the wrong shape stops the dry run in one line naming it (it used to pass,
+    and fail at the first aggregation, after training had started)."""
+    name = write(where[0], source=RULES)
+    line = bad(["run", *TINY, f"algorithm.name={name}:{rule}", "--out", "r"], capsys, where)
+    assert f"'algorithm.name' has value '{name}:{rule}'" in line and says in line
+
+
+def test_a_good_rule_is_called_on_two_updates_of_the_models_size(where, capsys):
+    import importlib
+    name = write(where[0], source=RULES)
+    out, err = dry(["run", *TINY, f"algorithm.name={name}:delta_mean", "--out", "r"], capsys)
+    assert f"rule: {name}:delta_mean: called on 2 updates of 61,706 entries" in out
+    assert "config, data, model, rule, partition and run dir check out" in err
+    # at version 0, both from version 0, w_0 of LeNet-5's 61,706 entries, all of them parameters
+    assert importlib.import_module(name).seen == [(0, [0, 0], 61706, 61706)]
 
 
 # ---- a model too large for the machine: refused before anything is allocated or written --------------

@@ -31,7 +31,9 @@ COMPANIONS = {"devices.num": ["devices.concurrency=1", "algorithm.buffer_size=1"
               "compression.error_feedback": ["compression.codec=topk", "runtime.placement=device"],  # true: both
               "privacy.enabled": ["algorithm.name=fedbuff", "privacy.noise_multiplier=1"],  # true: a rule and a z
               "data.files": ["data.name=hf:x"], "data.columns": ["data.name=hf:x"],  # a mapping: for hf:<path>
-              "data.splits": ["data.name=hf:x"], "data.partition_args": ["data.partition=flwr:IidPartitioner"]}
+              "data.splits": ["data.name=hf:x"], "data.partition_args": ["data.partition=flwr:IidPartitioner"],
+              "algorithm.params": ["algorithm.name=user_extensions:mean_of_any"],  # a mapping: for a rule of one's
+              "model.params": ["model.name=user_extensions:mlp_of_any"]}  # own, a builder of one's own
 # a value that only pairs with another key's (a model and a dataset of one kind of input: settings/core.py)
 VALUE_COMPANIONS = {("data.name", "shakespeare"): ["model.name=lstm"], ("model.name", "lstm"): ["data.name=shakespeare"]}
 TINY = ["run.max_aggregations=1", "logging.progress=none"]  # were a bad value taken, the run would be short

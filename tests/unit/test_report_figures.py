@@ -46,6 +46,18 @@ def k_groups(tmp_path):
     return sweep(tmp_path / "k", CURVES, "buffer_size", str, [0.85, 0.9])
 
 
+MARKS = ("where a run ends", "where a run diverged")  # the legend's entries that are no arm
+
+
+def arm_entries(legend) -> list[str]:
+    return [t.get_text() for t in legend.get_texts() if t.get_text() not in MARKS]
+
+
+def curve_lines(ax) -> list:
+    """The axes' lines but the bars where runs end (their runs end at different times)."""
+    return [line for line in ax.get_lines() if line.get_marker() != "|"]
+
+
 def mean_lines(fig):
     ax = fig.axes[0]
     return {line.get_label(): line for line in ax.get_lines() if not line.get_label().startswith("_")}
@@ -55,7 +67,7 @@ def test_one_mean_curve_and_band_per_grid_point_named_in_the_readers_words(k_gro
     fig = plot_accuracy_vs_time(k_groups, [0.85, 0.9], tmp_path / "a.png")
     lines = mean_lines(fig)
     assert list(lines) == LABELS
-    assert [t.get_text() for t in fig.legends[0].get_texts()] == LABELS
+    assert arm_entries(fig.legends[0]) == LABELS
     assert fig.legends[0].get_title().get_text() == "mean of 3 seeds; band: min–max"
     # over both panels; β is each algorithm's default, which the sweep did not set: not said to vary
     assert fig.get_suptitle() == "digits, LeNet-5: algorithm and K vary, 3 seeds each"
@@ -68,9 +80,9 @@ def test_one_mean_curve_and_band_per_grid_point_named_in_the_readers_words(k_gro
     assert {.1, .5, .6, .8, .9, .95} <= ys and min(ys) == pytest.approx(.1)  # max and min over the seeds
     assert all(to_rgb(b.get_facecolor()[0]) == pytest.approx(to_rgb(line.get_color()))
                for b, line in zip(bands, lines.values()))
-    assert len(fig.axes[0].get_lines()) == 5 + 2  # no per-seed curves: the means and the two target lines
+    assert len(curve_lines(fig.axes[0])) == 5 + 2  # no per-seed curves: the means and the two target lines
     faint = plot_accuracy_vs_time(k_groups, [0.85, 0.9], tmp_path / "b.png", seed_curves=True)
-    assert len(faint.axes[0].get_lines()) == 5 + 15 + 2
+    assert len(curve_lines(faint.axes[0])) == 5 + 15 + 2
 
 
 def test_a_close_up_panel_beside_shows_the_same_curves_around_the_targets(k_groups, tmp_path):
@@ -198,7 +210,7 @@ def test_beta_infinity_sits_at_the_axis_end_labelled(tmp_path):
     assert list(line.get_xdata()) == [2, 10, 12] and line.get_ydata() == pytest.approx([41, 21, 31])
     assert ax.get_xlabel() == "β"
     legend = plot_accuracy_vs_time(groups, [0.9], tmp_path / "a.png").legends[0]
-    assert [t.get_text() for t in legend.get_texts()] == ["β = 2", "β = 10", "β = ∞"]
+    assert arm_entries(legend) == ["β = 2", "β = 10", "β = ∞"]
 
 
 def test_report_writes_each_figure_as_png_pdf_and_csv(k_groups, tmp_path):
@@ -236,7 +248,7 @@ def test_long_labels_and_titles_stay_inside_the_figure(tmp_path):
         title = fig._suptitle if zoom else fig.axes[0].title
         assert max(len(line) for line in title.get_text().split("\n")) <= width
         assert max(len(line) for t in fig.legends[0].get_texts() for line in t.get_text().split("\n")) <= 60
-        assert all("\n" in t.get_text() for t in fig.legends[0].get_texts())  # each too long for one line
+        assert all("\n" in t for t in arm_entries(fig.legends[0]))  # each too long for one line
         assert ("\n" in title.get_text()) != zoom  # too long for one panel's width, not for two
         for t in [*fig.legends[0].get_texts(), title]:
             b = t.get_window_extent(renderer)
@@ -282,7 +294,7 @@ def test_the_report_command_hands_its_figure_options_to_every_time_axis(k_groups
     out = tmp_path / "rep"
     assert cli.main(["report", str(tmp_path / "k"), "--out", str(out), "--until", "50", "--log-x", "--seed-curves"]) == 0
     ax = drawn[0]["figures"]["accuracy_vs_time"].axes[0]
-    assert ax.get_xscale() == "log" and ax.get_xlim()[1] == 50 and len(ax.get_lines()) == 5 + 15 + 2
+    assert ax.get_xscale() == "log" and ax.get_xlim()[1] == 50 and len(curve_lines(ax)) == 5 + 15 + 2
     assert set(drawn[0]["figures"]) == {"accuracy_vs_time", "time_to_target", "time_to_target_vs_buffer_size"}
 
 
@@ -293,7 +305,7 @@ def test_arms_whose_means_coincide_share_one_line_and_a_legend_entry_naming_both
     groups = sweep(tmp_path / "s", curves, "staleness_limit", lambda v: "null" if v is None else v, [0.9])
     fig = plot_accuracy_vs_time(groups, [0.9], tmp_path / "a.png")
     assert list(mean_lines(fig)) == ["FedBuff, β = 10\n= FedBuff, β = ∞ (one curve)", "SEAFL, β = 10"]
-    assert [t.get_text() for t in fig.legends[0].get_texts()] == list(mean_lines(fig))
+    assert arm_entries(fig.legends[0]) == list(mean_lines(fig))
     nudged = {**curves, ("fedbuff", None): [[(0, .1), (10, .6 + 2e-9), (30, .92)], same[1]]}
     groups = sweep(tmp_path / "t", nudged, "staleness_limit", lambda v: "null" if v is None else v, [0.9])
     assert len(mean_lines(plot_accuracy_vs_time(groups, [0.9], tmp_path / "b.png"))) == 3  # 1e-9 apart: two
@@ -308,6 +320,54 @@ def test_a_run_that_diverged_is_marked_on_its_arms_curve(tmp_path):
     crosses = [line for line in fig.axes[0].get_lines() if line.get_marker() == "x"]
     assert len(crosses) == 1 and list(crosses[0].get_xdata()) == [40.0] and list(crosses[0].get_ydata()) == [.1]
     assert fig.axes[0].get_xlim() == pytest.approx((0, 60.0))  # the collapse after the targets shows
-    assert fig.legends[0].get_texts()[-1].get_text() == "where a run diverged"
+    assert "where a run diverged" in [t.get_text() for t in fig.legends[0].get_texts()]
     plain = plot_accuracy_vs_time(groups[1:], [0.9], tmp_path / "b.png")
     assert "where a run diverged" not in [t.get_text() for t in plain.legends[0].get_texts()]
+
+
+def test_runs_that_end_at_different_times_are_marked_where_each_ends(tmp_path, capsys):
+    """FedBuff's seeds capped by run.max_aggregations ended at 40 s and 80 s, SEAFL's at 100 s: a bar on each arm's
+    mean where a run ends before the last, and one line (report.md and stderr) suggesting run.max_time."""
+    root = tmp_path / "e"
+    make_run(root / "fb0", [(0, .1), (20, .5), (40, .7)], algorithm="fedbuff")
+    make_run(root / "fb1", [(0, .1), (40, .6), (80, .8)], algorithm="fedbuff", seed=1)
+    make_run(root / "s0", [(0, .1), (50, .6), (100, .9)])
+    groups = group_runs(find_runs([root]))
+    fig = plot_accuracy_vs_time(groups, [0.9], tmp_path / "a.png", zoom=False)
+    bars = [line for line in fig.axes[0].get_lines() if line.get_marker() == "|"]
+    assert [(list(b.get_xdata()), list(b.get_ydata())) for b in bars] == [([40.0, 80.0], pytest.approx([.65, .75]))]
+    assert "where a run ends" in [t.get_text() for t in fig.legends[0].get_texts()]
+    write_report([root], tmp_path / "rep", targets=[0.9])
+    note = "The runs end at different virtual times, from 40.0 s to 100.0 s"
+    assert note in (tmp_path / "rep" / "report.md").read_text() and "set run.max_time" in capsys.readouterr().err
+    even = plot_accuracy_vs_time(groups[1:], [0.9], tmp_path / "b.png")  # one run: nothing to mark
+    assert not [line for line in even.axes[0].get_lines() if line.get_marker() == "|"]
+
+
+def labelled_sweep(root, points: dict) -> list:
+    """A sweep dir of one seed per point, each point labelled in the sweep file: {label: (algorithm, curve)}."""
+    runs = []
+    for label, (alg, curve) in points.items():
+        make_run(root / label, curve, algorithm=alg)
+        runs.append({"name": label, "label": label, "point": {"algorithm.name": alg}, "seed": 0})
+    (root / "sweep.json").write_text(json.dumps({"name": root.name, "targets": [0.9], "runs": runs}))
+    return group_runs(find_runs([root]))
+
+
+def test_legends_use_the_points_labels_and_arms_get_distinct_colour_blind_safe_colours(tmp_path):
+    groups = labelled_sweep(tmp_path / "l", {"stalebuff": ("user_extensions:mean_of_any", [(0, .1), (30, .9)]),
+                                             "fedbuff": ("fedbuff", [(0, .1), (30, .8)]),
+                                             "seafl": ("seafl", [(0, .1), (30, .85)])})
+    fig = plot_accuracy_vs_time(groups, [0.9], tmp_path / "a.png", zoom=False)
+    assert arm_entries(fig.legends[0]) == ["stalebuff", "fedbuff", "seafl"]  # not user_extensions:mean_of_any
+    colours = {label: to_rgb(line.get_color()) for label, line in mean_lines(fig).items()}
+    okabe_ito = {"stalebuff": "#CC79A7", "fedbuff": "#E69F00", "seafl": "#0072B2"}  # reddish purple, orange, blue
+    assert colours == {label: pytest.approx(to_rgb(c)) for label, c in okabe_ito.items()}
+    ttt = plot_time_to_target(groups, [0.9], tmp_path / "t.png")
+    assert [t.get_text() for t in ttt.axes[0].get_yticklabels()] == ["stalebuff", "fedbuff", "seafl"]
+
+
+def test_no_close_up_with_the_default_targets_as_docs_sweeps_says(k_groups, tmp_path):
+    """The means reach 50%, but a close-up from 30% (0.5 less half the span of 0.5, 0.7, 0.9) would be none."""
+    assert len(plot_accuracy_vs_time(k_groups, [0.5, 0.7, 0.9], tmp_path / "a.png").axes) == 1
+    assert len(plot_accuracy_vs_time(k_groups, [0.8, 0.9], tmp_path / "b.png").axes) == 2

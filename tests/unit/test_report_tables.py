@@ -350,3 +350,36 @@ def test_an_epsilon_that_seeded_noise_entered_is_flagged_in_every_table(tmp_path
     assert "privacy.seeded_noise, the noise drawn from run.seed" in md
     with open(tmp_path / "rep" / "runs.csv") as f:
         assert [r["epsilon_seeded"] for r in csv.DictReader(f)] == ["True", "False"]
+
+
+def test_an_unknown_baseline_is_refused_listing_the_labels(sweep_dir, tmp_path, capsys):
+    from seafl_dist.cli import main
+    from one_line import one_error_line
+    with pytest.raises(ConfigError) as err:
+        write_report([sweep_dir], tmp_path / "a", baseline="fedbuf")
+    assert str(err.value) == ("--baseline 'fedbuf' names no grid point; the labels: algorithm=seafl, algorithm=fedbuff "
+                              "(or the algorithm.name of one point: seafl, fedbuff)")
+    meta = json.loads((sweep_dir / "sweep.json").read_text())
+    (sweep_dir / "sweep.json").write_text(json.dumps({**meta, "baseline": "fedbuf"}))  # misspelt in the sweep file
+    assert main(["report", str(sweep_dir), "--out", str(tmp_path / "b")]) == 2
+    one_error_line(capsys.readouterr().err, "the sweep's baseline 'fedbuf' names no grid point",
+                   "algorithm=seafl, algorithm=fedbuff", "give another with --baseline")
+    assert not (tmp_path / "b").exists()
+    assert write_report([sweep_dir], tmp_path / "c", baseline="seafl")["baseline"] == "seafl"  # an algorithm's name
+
+
+def test_a_sweep_file_with_an_unknown_baseline_is_refused_before_it_runs(tmp_path):
+    from seafl_dist.experiments.sweep import load_sweep
+    from small_runs import QUICKSTART, SMALL
+    points = [{"label": "stalebuff", "algorithm.name": "fedbuff", "algorithm.server_lr": 2.0},
+              {"label": "fedbuff", "algorithm.name": "fedbuff"}, {"label": "seafl", "algorithm.name": "seafl"}]
+
+    def sweep(baseline):
+        (tmp_path / "s.yaml").write_text(json.dumps({"base": str(QUICKSTART), "overrides": SMALL, "points": points,
+                                                     "baseline": baseline}))
+        return load_sweep(tmp_path / "s.yaml")
+    with pytest.raises(ConfigError) as err:
+        sweep("fedbuf").expand()
+    assert str(err.value) == ("sweep 's': baseline 'fedbuf' names no grid point; the labels: stalebuff, fedbuff, seafl "
+                              "(or the algorithm.name of one point: fedbuff, seafl)")
+    assert len(sweep("seafl").expand()) == 3
