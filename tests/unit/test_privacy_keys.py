@@ -155,3 +155,129 @@ def test_one_source_of_noise_and_a_key_only_for_the_keyed_one(extra, field):
     assert f"config key '{field}'" in str(err.value) and "\n" not in str(err.value)
     for one in extra:  # each alone is accepted
         config_from_dict({}, [*base, one])
+
+
+# ---- the gaps an independent audit found (docs/testing.md, "planted independently") --------------------------
+
+def test_a_key_of_exactly_the_minimum_length_is_taken(tmp_path):
+    f = tmp_path / "k"
+    f.write_bytes(b"x" * 16)
+    assert given_key(str(f))[0] == b"x" * 16
+
+
+@pytest.mark.parametrize("std", [math.nan, -1e-9])
+def test_a_noise_std_that_is_not_a_number_at_least_0_is_refused(std):
+    with pytest.raises(ValueError, match="must be >= 0"):
+        add_noise(torch.zeros(4), std, torch.ones(4, dtype=torch.bool), KeyedStream(KEY, 1))
+
+
+def test_all_zero_bytes_still_give_finite_normals():
+    """A uniform is (k + 1)·2⁻⁵³, never 0, so the Box–Muller log is finite even for k = 0."""
+    assert bool(torch.isfinite(secure_normal(16, lambda chunk, draw, nbytes: bytes(nbytes))).all())
+
+
+DIM = 300
+
+
+def mechanism(tmp_path, *extra, state=None, key=KEY):
+    from types import SimpleNamespace
+    from seafl_dist.algo.types import FlatParts
+    from seafl_dist.privacy import Mechanism
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    f = tmp_path / "key"
+    f.write_bytes(key)
+    keyed = not any("secure_noise" in x or "seeded_noise" in x for x in extra)
+    cfg = config_from_dict({}, ["algorithm.name=fedbuff", "algorithm.buffer_size=2", "privacy.enabled=true",
+                                "privacy.noise_multiplier=1.5", *([f"privacy.key_file={f}"] if keyed else []), *extra])
+    mech = Mechanism(cfg, FlatParts.all_params(DIM), SimpleNamespace(names=("w",), shapes=((DIM,),)), say=False)
+    mech.open(tmp_path / "private", state)
+    return mech, cfg
+
+
+def aggregate_zero_deltas(mech, cfg, version):
+    """One aggregation of two updates that did not move (FedBuff's w′ is then w_t = 0): its output is the noise."""
+    from seafl_dist.algo.types import BufferedUpdate
+    w = torch.zeros(DIM)
+    ups = [BufferedUpdate(device=d, job=d, flat=w.clone(), n_samples=10, base_version=version, epochs=1)
+           for d in (1, 2)]
+    ev = {"updates": [{"device": u.device} for u in ups]}
+    out = mech.aggregate(ev, cfg.algorithm, version, w, ups, {version: w}.__getitem__, mech_parts(), None)
+    return out.new_global, ev["privacy"]["noise_std"]
+
+
+def mech_parts():
+    from seafl_dist.algo.types import FlatParts
+    return FlatParts.all_params(DIM)
+
+
+def oracle_noise(key: bytes, t: int, n: int) -> torch.Tensor:
+    """Aggregation t's N(0, 1) draws as docs/privacy.md words them (the stream of shake() above)."""
+    streams = [shake(key, t, 0, d, 8 * n) for d in range(8)]
+
+    def uniform(draw: int, i: int) -> float:
+        return ((int.from_bytes(streams[draw][8 * i:8 * i + 8], "little") >> 11) + 1) * 2.0 ** -53
+    return torch.tensor([sum(math.sqrt(-2 * math.log(uniform(2 * k, i))) * math.cos(2 * math.pi * uniform(2 * k + 1, i))
+                             for k in range(4)) / 2 for i in range(n)], dtype=torch.float64)
+
+
+def test_each_aggregation_draws_its_own_keyed_noise_from_the_key_and_its_number(tmp_path):
+    mech, cfg = mechanism(tmp_path)
+    for version in (0, 1):
+        got, std = aggregate_zero_deltas(mech, cfg, version)
+        want = (oracle_noise(KEY, version + 1, DIM) * std).float()
+        assert torch.allclose(got, want, rtol=1e-6, atol=1e-7 * std), version
+
+
+def test_a_resume_whose_key_is_not_the_checkpoints_is_refused(tmp_path):
+    mechanism(tmp_path)  # private/noise.key: KEY
+    state = {"version": 3, "privacy": {"key_fingerprint": fingerprint(b"the key the checkpoint's run used")}}
+    with pytest.raises(NoiseKeyError, match="checkpoint's run used"):
+        mechanism(tmp_path, state=state)
+
+
+def test_only_seeded_noise_says_so_in_the_progress_note(tmp_path):
+    notes = {mode: mechanism(tmp_path / mode, *extra)[0].note(None)
+             for mode, extra in (("keyed", ()), ("secure", ("privacy.secure_noise=true",)),
+                                 ("seeded", ("privacy.seeded_noise=true",)))}
+    assert notes == {"keyed": "ε 0 (m 0)", "secure": "ε 0 (m 0)",
+                     "seeded": "ε 0 (m 0; seeded noise: none against config.yaml's readers)"}
+
+
+def test_the_secure_record_holds_what_was_released_and_a_resume_replays_it_after_the_checkpoint(tmp_path):
+    mech, cfg = mechanism(tmp_path, "privacy.secure_noise=true")
+    private = tmp_path / "private"
+    released = [aggregate_zero_deltas(mech, cfg, v)[0] for v in range(3)]  # w′_1, w′_2, w′_3
+    assert all(not torch.equal(a, b) for i, a in enumerate(released) for b in released[i + 1:])  # fresh each time
+    names = sorted(p.name for p in private.iterdir() if p.name.startswith("released-"))
+    assert names == ["released-00000001.pt", "released-00000002.pt", "released-00000003.pt"]
+    for t, model in enumerate(released, 1):  # the noised model itself, as released
+        assert torch.equal(torch.load(private / names[t - 1], weights_only=True), model)
+    again, _ = mechanism(tmp_path, "privacy.secure_noise=true", state={"version": 1, "privacy": {}})
+    assert sorted(p.name for p in private.iterdir() if p.name.startswith("released-")) == names[1:]
+    assert torch.equal(aggregate_zero_deltas(again, cfg, 1)[0], released[1])  # replayed, never drawn again
+    assert torch.equal(aggregate_zero_deltas(again, cfg, 2)[0], released[2])
+    fourth = aggregate_zero_deltas(again, cfg, 3)[0]
+    assert not any(torch.equal(fourth, m) for m in released)  # past the record: fresh
+    again.checkpointed(3)
+    assert sorted(p.name for p in private.iterdir() if p.name.startswith("released-")) == ["released-00000004.pt"]
+
+
+@pytest.mark.parametrize("other", ["dtype", "shape"])
+def test_a_record_entry_of_another_model_is_refused_in_one_line(other, tmp_path):
+    from seafl_dist.privacy.released import ReleaseRecord
+    record = ReleaseRecord(tmp_path)
+    record.write(1, torch.zeros(DIM, dtype=torch.float64) if other == "dtype" else torch.zeros(DIM + 1))
+    with pytest.raises(ValueError, match="another run's") as err:
+        record.get(1, torch.zeros(DIM))
+    assert "\n" not in str(err.value)
+
+
+def test_a_config_yaml_that_is_no_yaml_is_not_this_run_and_clear_removes_the_private_part(tmp_path):
+    from seafl_dist.runtime import rundir
+    cfg = config_from_dict({}, ["algorithm.name=fedbuff"])
+    run = tmp_path / "run"
+    rundir.private_dir(run).mkdir(parents=True)
+    (run / "config.yaml").write_text("algorithm: [unclosed\n")
+    assert not rundir.same_run(run, cfg)
+    rundir.clear(run, cfg=cfg)
+    assert not rundir.private_dir(run).exists()
