@@ -30,7 +30,7 @@ from datamodules import ARGS as DM_ARGS
 from datamodules import write as write_dm
 from device_runs import CHURN, write_profile
 from launching import clean_env
-from leaf_files import write_leaf
+from leaf_files import WRITERS, write_leaf
 from pairwise import pairwise
 from resuming import summary
 from seafl_dist.cli import main as seafl_main
@@ -78,7 +78,8 @@ ROWS, IMPOSSIBLE = pairwise(FACTORS, forbidden)
 
 def overrides(row: dict, where) -> list[str]:
     """The run's `seafl run configs/quickstart.yaml` overrides for ``row``; ``where``: the matrix's folder."""
-    args = [*SMALL, f"data.root={where / 'data'}", *EVERY]
+    leaf_dp = row["data"] == "leaf" and row["privacy"]
+    args = [*SMALL, f"data.root={where / ('data_by_writer' if leaf_dp else 'data')}", *EVERY]
     if row["data"] == "datamodule":
         dm = "SpeakersDM" if row["partition"] == "by_key" else "WordsDM"
         args += DM_ARGS((where / "module.txt").read_text(), dm)
@@ -107,12 +108,17 @@ def overrides(row: dict, where) -> list[str]:
 
 @pytest.fixture(scope="module")
 def where(tmp_path_factory):
-    """The matrix's folder: the DataModule's module in mods/ (its name: module.txt), LEAF files in data/, the
+    """The matrix's folder: the DataModule's module in mods/ (its name: module.txt), LEAF files in data/ (and split
+    by writer in data_by_writer/, for DP), the
     device profile."""
     base = tmp_path_factory.mktemp("matrix")
     (base / "mods").mkdir()
     (base / "module.txt").write_text(write_dm(base / "mods"))
     write_leaf(base / "data")
+    # under DP the central test set may hold no device's own writers (settings refuse it: docs/privacy.md,
+    # "Evaluation and adjacency"): the same training writers, and the test samples of a writer no device holds
+    write_leaf(base / "data_by_writer", {**{w: (n, 0) for w, (n, _) in WRITERS.items()},
+                                         "f0099_00": (0, sum(t for _, t in WRITERS.values()))})
     write_profile(base / "devices.csv")
     return base
 
