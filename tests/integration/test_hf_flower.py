@@ -118,9 +118,9 @@ def test_a_group_column_makes_each_group_a_device(made):
         f"w{k}": np.flatnonzero(writers == f"w{k}").tolist() for k in range(WRITERS)}
 
 
-def numbered_images(folder, n: int):
+def numbered_images(folder, n: int, labels=None):
     """A save_to_disk DatasetDict whose train split is ``n`` 4x4 grey PNGs, row u's pixels 0 and 1 holding u
-    (u // 256, u % 256) and its label ``u * 7 % 5``: the test's oracle of which row is which."""
+    (u // 256, u % 256) and its label ``u * 7 % 5`` (or ``labels``): the test's oracle of which row is which."""
     import datasets
     from PIL import Image
     uid = np.arange(n)
@@ -128,7 +128,7 @@ def numbered_images(folder, n: int):
     pixels[:, 0, 0], pixels[:, 0, 1] = uid // 256, uid % 256
     features = datasets.Features({"image": datasets.Image(), "label": datasets.ClassLabel(num_classes=5)})
     split = datasets.Dataset.from_dict({"image": [Image.fromarray(a) for a in pixels],
-                                        "label": (uid * 7 % 5).tolist()}, features=features)
+                                        "label": list(uid * 7 % 5 if labels is None else labels)}, features=features)
     datasets.DatasetDict(train=split, test=split.select(range(10))).save_to_disk(str(folder / "numbered"))
     return folder / "numbered"
 
@@ -146,6 +146,44 @@ def test_an_image_split_past_two_read_chunks_reaches_the_devices_each_row_once(m
     uid = (images[:, 0, 0, 0].long() * 256 + images[:, 0, 0, 1].long()).numpy()
     assert sorted(uid.tolist()) == list(range(n))  # each row once: none lost or doubled at a chunk's edge
     assert exp.train.labels[torch.from_numpy(rows)].tolist() == (uid * 7 % 5).tolist()
+
+
+def test_a_split_one_row_past_its_last_full_chunk_keeps_that_row(tmp_path, monkeypatch):
+    """len % CHUNK == 1 (here CHUNK 8, 17 rows: two full chunks and one row): the last chunk is that one row."""
+    from seafl_dist.data import hf
+    monkeypatch.setattr(hf, "CHUNK", 8)
+    clear_cache()
+    train = load_dataset(f"hf:{numbered_images(tmp_path, 17)}", "data", train=True)
+    uid = (train.images[:, 0, 0, 0].long() * 256 + train.images[:, 0, 0, 1].long()).tolist()
+    assert uid == list(range(17)) and train.labels.tolist() == [u * 7 % 5 for u in range(17)]
+    clear_cache()
+
+
+def test_a_negative_label_is_refused_in_one_line(tmp_path):
+    """A ClassLabel's -1 (the library's "no label", as in an unlabelled test split) is no class to train on."""
+    labels = [u * 7 % 5 for u in range(12)]
+    labels[3] = -1
+    path = numbered_images(tmp_path, 12, labels)
+    clear_cache()
+    with pytest.raises(ConfigError) as err:
+        load_dataset(f"hf:{path}", "data", train=True)
+    one_line_message(str(err.value), "config key 'data.columns' has value None",
+                     f"a label column of integers >= 0 (its label column 'label' of hf:{path} is not)")
+
+
+def test_two_sources_of_one_builder_and_root_but_other_files_are_two_datasets(tmp_path):
+    """One process (a sweep, the API) opening hf:parquet twice under one data.root gets each one's own files."""
+    import datasets
+    for name, n in (("a", 6), ("b", 9)):
+        datasets.Dataset.from_dict({"ids": [[k, k + 1] for k in range(n)], "topic": [k % 3 for k in range(n)]}
+                                   ).to_parquet(str(tmp_path / f"{name}.parquet"))
+    clear_cache()
+    got = {name: load_dataset("hf:parquet", tmp_path, train=True, files={"train": f"{name}.parquet",
+                                                                         "test": f"{name}.parquet"},
+                              columns={"input": "ids", "label": "topic"}) for name in ("a", "b")}
+    assert {name: len(d) for name, d in got.items()} == {"a": 6, "b": 9}
+    assert got["b"].batch(torch.tensor([8]))[0].tolist() == [[8, 9]]
+    clear_cache()
 
 
 def test_a_flower_partitioner_by_a_column_of_a_parquet_token_source_gives_flowers_rows(made):

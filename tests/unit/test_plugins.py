@@ -9,6 +9,7 @@ from one_line import one_error_line, one_line_message
 from seafl_dist.algo import AggregationResult, BufferedUpdate, aggregate
 from seafl_dist.settings import ConfigError, config_from_dict
 from seafl_dist.data import ArrayDataset, clear_cache, load_dataset
+from seafl_dist.data.samples import SampleDataset
 from seafl_dist.cli import main as seafl_main
 from seafl_dist.runtime.setup import prepare
 from seafl_dist.train import flatten, train_job
@@ -54,6 +55,12 @@ class Items(torch.utils.data.Dataset):
             return torch.zeros(1, 8, 7), 0
         if self.odd == "label" and i == 4 and not self.train:
             return torch.zeros(1, 8, 8, dtype=torch.uint8), 9
+        if self.odd == "last_label" and i == 4 and not self.train:
+            return torch.zeros(1, 8, 8, dtype=torch.uint8), 4
+        if self.odd == "negative" and i == 4:
+            return torch.zeros(1, 8, 8, dtype=torch.uint8), -1
+        if self.odd == "wide":
+            return torch.full((8, 6), i, dtype=torch.uint8), i % 4
         return torch.full((8, 8), i, dtype=torch.uint8), i % 4
 
 def mixed_shapes(root, train):
@@ -64,6 +71,18 @@ def test_label_out_of_range(root, train):
 
 def good_items(root, train):
     return Items(train)
+
+def test_label_at_the_bound(root, train):
+    return Items(train, "last_label")
+
+def items_negative_label(root, train):
+    return Items(train, "negative")
+
+def wide_items(root, train):
+    return Items(train, "wide")
+
+def wide_pair(root, train):
+    return torch.arange(6 * 48, dtype=torch.float32).reshape(6, 1, 8, 6), torch.arange(6) % 4
 
 def negative_label(root, train):
     return torch.zeros(5, 8, 8), torch.tensor([0, 1, -2, 1, 0])
@@ -79,6 +98,9 @@ def too_few(labels, num_devices, seed):
 
 def out_of_range(labels, num_devices, seed):
     return [np.arange(5 * k, 5 * k + 5) for k in range(num_devices - 1)] + [np.array([100, len(labels) + 3])]
+
+def one_past_the_end(labels, num_devices, seed):
+    return [np.arange(5 * k, 5 * k + 5) for k in range(num_devices - 1)] + [np.array([100, len(labels)])]
 
 def repeated(labels, num_devices, seed):
     return [np.array([5 * k, 5 * k + 1, 5 * k]) for k in range(num_devices)]
@@ -145,11 +167,14 @@ def test_a_built_in_name_that_is_neither_lists_both_forms():
     ("data.name", "a_number", "it returned int for the train split"),
     ("data.name", "mixed_shapes", "item 3 of its train split is an image of shape (1, 8, 7)"),
     ("data.name", "test_label_out_of_range", "item 4 of its test split has label 9, outside the 4 classes"),
+    ("data.name", "test_label_at_the_bound", "item 4 of its test split has label 4, outside the 4 classes [0, 4)"),
     ("data.name", "negative_label", "item 2 of its train split has label -2 < 0"),
+    ("data.name", "items_negative_label", "item 4 of its train split has label -1; expected an int >= 0"),
     ("data.partition", "overlapping", "index 9 is in shards 0 and 1"),
     ("data.partition", "one_empty", "shard 2 is empty"),
     ("data.partition", "too_few", "it returned 1 shards for devices.num=10"),
     ("data.partition", "out_of_range", "shard 9 holds index 403, outside the 400 training samples"),
+    ("data.partition", "one_past_the_end", "shard 9 holds index 400, outside the 400 training samples"),
     ("data.partition", "repeated", "shard 0 holds index 0 twice"),
 ])
 def test_what_a_callable_returns_is_checked_before_training(mods, key, attr, fragment):
@@ -205,6 +230,18 @@ def test_a_user_dataset_is_held_like_the_built_ins(mods):
     assert items.images.dtype == torch.uint8 and items.images.shape == (6, 1, 8, 8)
     assert items.classes == ["a", "b", "c", "d"] and items.labels.tolist() == [0, 1, 2, 3, 0, 1]
     assert torch.allclose(items.batch(torch.tensor([5]))[0], torch.full((1, 1, 8, 8), 5 / 255))
+
+
+def test_images_that_are_not_square_are_held_as_samples_not_on_the_image_fast_path(mods):
+    _, bad, _ = mods
+    items = load_dataset(f"{bad}:wide_items", root="data", train=True)  # (image (8, 6), label) items
+    assert isinstance(items, SampleDataset) and items.labels.tolist() == [0, 1, 2, 3, 0, 1]
+    x, y = items.batch(torch.tensor([5, 2]))
+    assert torch.equal(x, torch.stack([torch.full((8, 6), 5), torch.full((8, 6), 2)]).to(torch.uint8))
+    assert y.tolist() == [1, 2]
+    pair = load_dataset(f"{bad}:wide_pair", root="data", train=True)  # (N, 1, 8, 6) and labels
+    assert isinstance(pair, SampleDataset)
+    assert torch.equal(pair.batch(torch.tensor([1]))[0], torch.arange(48, 96, dtype=torch.float32).reshape(1, 1, 8, 6))
 
 
 def test_a_plain_module_is_wrapped_and_trains(mods):
