@@ -109,8 +109,7 @@ def overrides(row: dict, where) -> list[str]:
 @pytest.fixture(scope="module")
 def where(tmp_path_factory):
     """The matrix's folder: the DataModule's module in mods/ (its name: module.txt), LEAF files in data/ (and split
-    by writer in data_by_writer/, for DP), the
-    device profile."""
+    by writer in data_by_writer/, for DP), the device profile."""
     base = tmp_path_factory.mktemp("matrix")
     (base / "mods").mkdir()
     (base / "module.txt").write_text(write_dm(base / "mods"))
