@@ -27,7 +27,7 @@ FREE = {"name", "run.checkpoint_every", "run.checkpoint_every_s", "runtime.devic
 REFUSED = {f"{section}.{key}" for section, keys in {
     "algorithm": ["name", "buffer_size", "staleness_limit", "alpha", "mu", "theta", "similarity", "similarity_over",
                   "server_lr", "staleness_scaling", "mixing", "staleness_fn", "poly_a", "hinge_a", "hinge_b", "partial",
-                  "update_norm_factor", "server_opt.name", "server_opt.lr", "server_opt.beta1", "server_opt.beta2",
+                  "update_norm_factor", "params", "server_opt.name", "server_opt.lr", "server_opt.beta1", "server_opt.beta2",
                   "server_opt.tau", "server_opt.pseudo_gradient"],
     "devices": ["num", "concurrency", "dropout", "availability_scale"],
     "train": ["epochs", "batch_size", "lr", "momentum", "weight_decay", "loop", "grad_clip_val", "grad_clip_algorithm"],
@@ -36,7 +36,7 @@ REFUSED = {f"{section}.{key}" for section, keys in {
     "data": ["name", "root", "download", "partition", "partition_by", "shards_overlap", "concentration", "samples_per_device",
              "test_fraction", "emnist_split", "augment", "seed", "device_holdout", "device_test", "files", "columns",
              "splits", "partition_args"],
-    "model": ["name", "width"],
+    "model": ["name", "width", "params"],  # a builder's own keyword arguments change the model
     "run": ["seed", "max_aggregations", "max_time", "target_accuracy", "eval_every", "targets", "stop_on_divergence",
             "target_metric", "target_mode", "device_eval_every", "device_eval_sample"],
     "runtime": ["precision", "batch_jobs", "deterministic"],
