@@ -8,12 +8,15 @@ back w_{t+1} and one info dict per update (weights, rejections, SEAFL's γ, s, c
   SEAFL / SEAFL² (paper Eq. 4–8): :mod:`.seafl`.
 - Your own: a function with their signature, named ``algorithm.name: pkg.module:fn``;
   :func:`screen` gives it the same rejection of NaN / wrongly sized updates.
+- A rule may keep a state between aggregations (CA²FL's cache, Port's last models, a user's own): the contract
+  and the server's holder of it are :mod:`.memory`.
 - After the rule, the server optimizer (``algorithm.server_opt``: FedAvgM, Reddi et al.'s Adam, Yogi,
   Adagrad) steps on its result: :mod:`.server_opt`, with a state the server checkpoints.
 """
 from .common import check_update, cosine, screen
 from .dispatch import aggregate
 from .fedasync import staleness_factor_fedasync
+from .memory import RuleMemory
 from .seafl import seafl_gamma
 from .server_opt import ServerOptimizer, ServerOptState, optimizer_step
 from .types import AggregationResult, BufferedUpdate, FlatParts
@@ -22,6 +25,7 @@ __all__ = [
     "AggregationResult",
     "BufferedUpdate",
     "FlatParts",
+    "RuleMemory",
     "ServerOptState",
     "ServerOptimizer",
     "aggregate",

@@ -15,6 +15,7 @@ from .fedasync import fedasync
 from .fedavg import fedavg
 from .fedbuff import fedbuff
 from .guard import NormHistory, rejections, update_norms
+from .memory import RuleMemory
 from .seafl import seafl
 from .types import AggregationResult, BufferedUpdate, FlatParts
 
@@ -23,7 +24,8 @@ RULES = {"seafl": seafl, "fedbuff": fedbuff, "fedasync": fedasync, "fedavg": fed
 
 def aggregate(cfg: AlgorithmConfig, version: int, global_flat: torch.Tensor,
               updates: list[BufferedUpdate], base_model: Callable[[int], torch.Tensor],
-              parts: Optional[FlatParts] = None, history: Optional[NormHistory] = None) -> AggregationResult:
+              parts: Optional[FlatParts] = None, history: Optional[NormHistory] = None,
+              memory: Optional[RuleMemory] = None) -> AggregationResult:
     """Aggregate a buffer into w_{t+1}.
 
     ``version`` is the current t (before the bump): S_k = t − t_k. ``base_model(v)``
@@ -37,20 +39,24 @@ def aggregate(cfg: AlgorithmConfig, version: int, global_flat: torch.Tensor,
     (``cfg.update_norm_factor``), each update's norm is measured (``result.norms``) and the guard's
     rejections (:mod:`.guard`) are made before the rule runs: the rule sees only the updates kept.
     Without either, ``base_model`` is called only by rules that need Δ_k or w_t − w_{t_k}.
+
+    ``memory`` (:class:`~.memory.RuleMemory`) holds a stateful rule's state: handed in, replaced by the rule's new
+    one. A stateful rule is called even when the guard kept no update; None: a fresh memory (a first aggregation).
     """
+    memory = memory if memory is not None else RuleMemory.of(cfg)
     factor = getattr(cfg, "update_norm_factor", None)
     if history is None and factor is None:
-        return _rule(cfg, version, global_flat, updates, base_model, parts)
+        return _rule(cfg, version, global_flat, updates, base_model, parts, memory)
     history = history if history is not None else NormHistory()
     bases = BaseModels(base_model, global_flat)  # the norms and the rule share one fetch per version
     norms = update_norms(global_flat, updates, bases, parts)
     refused = rejections(factor, norms, history)
     kept = [u for i, u in enumerate(updates) if i not in refused]
-    result = _rule(cfg, version, global_flat, kept, bases, parts) if kept else \
+    result = _rule(cfg, version, global_flat, kept, bases, parts, memory) if kept or memory.stateful else \
         AggregationResult(global_flat.clone(), [])
     info = _merged(result.info, refused, [staleness_of(version, u) for u in updates])
     history.norms.extend(n for n, d in zip(norms, info) if n is not None and not d["rejected"])
-    return AggregationResult(result.new_global, info, norms)
+    return AggregationResult(result.new_global, info, norms, result.state)
 
 
 def _merged(kept_info: list[dict], refused: dict[int, str], staleness: list[int]) -> list[dict]:
@@ -64,20 +70,28 @@ def _merged(kept_info: list[dict], refused: dict[int, str], staleness: list[int]
     return out
 
 
-def _rule(cfg: AlgorithmConfig, version: int, global_flat: torch.Tensor, updates: list[BufferedUpdate],
-          base_model: Callable[[int], torch.Tensor], parts: Optional[FlatParts]) -> AggregationResult:
-    """The rule ``cfg.rule`` names, built in or by import path (its result checked), on ``updates``."""
+def rule_of(cfg: AlgorithmConfig) -> Callable:
+    """The function ``cfg.rule`` names: a built-in one, or a user's by import path."""
     if is_import_path(cfg.rule):
-        rule = resolve("algorithm.name", cfg.rule)
-        extra = {"parts": parts} if "parts" in inspect.signature(rule).parameters else {}  # optional, as for the built-ins
-        own = getattr(cfg, "params", None) or {}  # algorithm.params: the rule's own keyword arguments
-        result = rule(cfg, version, global_flat, list(updates), base_model, **extra, **own)
-        return checked(cfg.rule, result, global_flat, updates, version)
+        return resolve("algorithm.name", cfg.rule)
     try:
-        rule = RULES[cfg.rule]
+        return RULES[cfg.rule]
     except KeyError:
         raise ValueError(f"unknown algorithm {cfg.name!r}; allowed: {', '.join(sorted(RULES))}") from None
-    return rule(cfg, version, global_flat, list(updates), base_model, parts)
+
+
+def _rule(cfg: AlgorithmConfig, version: int, global_flat: torch.Tensor, updates: list[BufferedUpdate],
+          base_model: Callable[[int], torch.Tensor], parts: Optional[FlatParts], memory: RuleMemory
+          ) -> AggregationResult:
+    """The rule ``cfg.rule`` names, built in or by import path (its result checked), on ``updates``; a stateful
+    one with ``memory``'s state."""
+    rule = rule_of(cfg)
+    if is_import_path(cfg.rule):
+        extra = {"parts": parts} if "parts" in inspect.signature(rule).parameters else {}  # optional, as for the built-ins
+        own = getattr(cfg, "params", None) or {}  # algorithm.params: the rule's own keyword arguments
+        result = memory.call(rule, cfg, version, global_flat, list(updates), base_model, **extra, **own)
+        return checked(cfg.rule, result, global_flat, updates, version)
+    return memory.call(rule, cfg, version, global_flat, list(updates), base_model, parts)
 
 
 def checked(path: str, result, global_flat: torch.Tensor, updates: list[BufferedUpdate],
@@ -104,7 +118,7 @@ def checked(path: str, result, global_flat: torch.Tensor, updates: list[Buffered
         d.setdefault("rejected", False)
         d.setdefault("reason", None)
         d.setdefault("staleness", version - u.base_version)
-    return AggregationResult(new.to(global_flat.dtype), info)
+    return AggregationResult(new.to(global_flat.dtype), info, state=result.state)
 
 
 def try_rule(cfg: AlgorithmConfig, global_flat: torch.Tensor, parts: FlatParts) -> None:

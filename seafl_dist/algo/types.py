@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from collections.abc import Mapping
 from typing import Optional
 
 import torch
@@ -69,9 +70,11 @@ class AggregationResult:
     ``weight`` (the final normalised weight the rule gave the update; 0.0 if rejected),
     ``rejected`` (bool), ``reason`` (None, or why it was rejected) and ``staleness``
     (S_k = t − t_k). SEAFL adds ``gamma``, ``s`` and ``cos`` (None when rejected);
-    FedAsync adds ``a`` (its mixing coefficient α_mix · f(S_k)).
+    FedAsync adds ``a`` (its mixing coefficient α_mix · f(S_k)). A stateful rule (algo/memory.py) returns its
+    new ``state``.
     """
 
     new_global: torch.Tensor
     info: list[dict] = field(default_factory=list)
     norms: Optional[list] = None  # each update's ‖w_k − w_{t_k}‖ when measured (algo/guard.py); None: not
+    state: Optional[Mapping] = None  # a stateful rule's new state (algo/memory.py); None for a rule without one

@@ -169,13 +169,13 @@ class Mechanism:
         return f"seafl: privacy: {z}, C {p.clipping_bound:g}, δ {p.delta:g}, {p.accountant}; {bound}"
 
     # ---- one aggregation --------------------------------------------------------------------
-    def aggregate(self, ev: dict, alg, version, global_flat, updates, base_model, parts=None, history=None
-                  ) -> AggregationResult:
+    def aggregate(self, ev: dict, alg, version, global_flat, updates, base_model, parts=None, history=None,
+                  memory=None) -> AggregationResult:
         """Stages 3-5 for the buffer of aggregate event ``ev`` (t = ``version`` + 1); ``ev`` gets a ``privacy``
         entry. The arguments after ``ev`` are algo's ``aggregate``'s."""
         bound = self.p.clipping_bound
         clipped, norms = clip_updates(updates, base_model, parts, bound)
-        result = aggregate(alg, version, global_flat, clipped, base_model, parts, history)
+        result = aggregate(alg, version, global_flat, clipped, base_model, parts, history, memory)
         if alg.rule == "seafl" and self.p.seafl_form == "delta":  # Eq. 7 on the deltas (docs/privacy.md, "SEAFL")
             result = seafl_on_deltas(alg, global_flat, clipped, result, base_model, parts)
         kept = [(u, info) for u, info in zip(updates, result.info) if not info["rejected"]]  # a broken upload only

@@ -30,6 +30,7 @@ class Snapshots:
         self._snap = {"version": version, "time": now, "versions": dict(versions), "refs": dict(refs),
                       "n_rows": len(self.rows), "n_staleness": len(self.staleness), "counts": dict(self.counts),
                       "update_norms": self.watch.history.to_list(), "server_opt": self.server_opt.state,
+                      "rule_state": self.memory.state,  # never mutated by the rule: a reference is a snapshot
                       "feedback": self._feedback().state() if self._feedback() is not None else None,
                       "events_bytes": events_bytes, "metrics_bytes": metrics_bytes, "privacy": self.privacy.state(),
                       "devices": self.devices.flush()}  # device evaluation's files (runtime/device_eval.py)
@@ -59,6 +60,7 @@ class Snapshots:
             "metrics_bytes": snap["metrics_bytes"], "wall_s": self._wall(), "update_norms": snap["update_norms"],
             **({"profile_sha256": self.profile_sha256} if self.profile_sha256 else {}),
             **({"server_opt": snap["server_opt"].to_dict()} if self.server_opt.active else {}),
+            **({"rule_state": self.memory.of_snapshot(snap["rule_state"])} if self.memory.stateful else {}),
             **({"feedback": snap["feedback"]} if snap["feedback"] is not None else {}), **snap["devices"],
             **({"residuals": files} if files is not None else {}),  # the workers' files (runtime/residuals.py)
             **({"privacy": snap["privacy"]} if snap["privacy"] is not None else {})})  # m_k under DP
@@ -80,6 +82,7 @@ class Snapshots:
         self.wall_before, self._saved_version = float(state["wall_s"]), state["version"]
         self.watch.restore(state, self.rows)  # the guard's norms; whether (and where) the run diverged
         self.server_opt.load_state_dict(state.get("server_opt"))  # m and v of the server optimizer, if any
+        self.memory.load_state_dict(state.get("rule_state"))  # a stateful rule's (algo/memory.py)
         self.devices.restore(state)  # the last device evaluation's summary
         self._restore_feedback(state)
         if self.privacy.active:  # the inclusion counts m_k (privacy/mechanism.py)
@@ -117,7 +120,7 @@ class Snapshots:
         """summary.json's content: the run's figures (runtime/summary.py), device evaluation's, privacy's."""
         return {**build_summary(self.cfg, self.rows, self.counts, self.staleness, status=status, error=error, wall=wall,
                                 churn=self.churn, profile_sha256=self.profile_sha256, stalled=self.stalled,
-                                diverged_at=self.watch.diverged_at()), **self.devices.summary(),
+                                diverged_at=self.watch.diverged_at()), **self.devices.summary(), **self.memory.summary(),
                 **self.privacy.summary()}  # under DP: ε, δ, z, C, the largest m (privacy/mechanism.py)
 
     def _save_model(self, flat: torch.Tensor) -> None:

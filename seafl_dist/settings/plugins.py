@@ -155,7 +155,7 @@ def makes_datamodule(fn) -> bool:
 
 
 PARAMS_KEYS = ("algorithm.name", "model.name")  # the callables a section's ``params`` is passed to
-FIXED_KEYWORDS = {"algorithm.name": ("parts",)}  # passed by name when the callable takes it (algo/dispatch.py)
+FIXED_KEYWORDS = {"algorithm.name": ("parts", "state")}  # passed by name when the callable takes it (algo/dispatch.py)
 
 
 def _binds_partly(fn, params: tuple) -> bool:
