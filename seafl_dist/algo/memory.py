@@ -113,17 +113,12 @@ def state_size(state: Optional[Mapping]) -> dict:
 
 
 class RuleMemory:
-    """The rule's state on the server: handed to each aggregation, replaced by what it returns, checkpointed."""
+    """The rule's state on the server: handed to each aggregation, replaced by what it returns, checkpointed.
+    ``algo.dispatch.memory_of(alg)`` makes the one of the rule ``alg.rule`` names."""
 
     def __init__(self, name: str, stateful: bool):
         self.name, self.stateful = name, stateful
         self.state: Mapping = MappingProxyType({})
-
-    @classmethod
-    def of(cls, alg) -> "RuleMemory":
-        """The memory of the rule ``alg.rule`` names (built in or by import path)."""
-        from .dispatch import rule_of  # the rules import this module
-        return cls(alg.rule, is_stateful(rule_of(alg)))
 
     def call(self, rule: Callable, *args, **kwargs):
         """``rule(*args, state=..., **kwargs)`` for a stateful rule (its new state kept), else the plain call."""
