@@ -65,24 +65,25 @@ def ca2fl(cfg: AlgorithmConfig, version: int, global_flat: torch.Tensor, updates
     total = torch.zeros(global_flat.numel(), dtype=F64, device=global_flat.device) if total is None else total
     bases = BaseModels(base_model, global_flat)
     coef = cfg.server_lr / len(accepted)
-    calibrated = torch.zeros_like(total)
+    last = {updates[i].device: i for i in accepted}  # each device's last update in the buffer: its new h^i
+    calibrated = torch.zeros_like(global_flat)  # Σ_B (Δ_k − h_t^{i_k}), in w_t's dtype as FedBuff sums its deltas
+    replaced = None  # Σ (Δ_k − h_t^{i_k}) over the updates a later one of their device replaces: not in the new sum
     latest: dict[int, torch.Tensor] = {}
     for i in accepted:
         u = updates[i]
         delta = as_global(u.flat, global_flat) - bases(u.base_version)
-        calibrated += delta.to(F64)
         old = cache.get(u.device)
+        calibrated.add_(delta)
         if old is not None:
-            calibrated -= old.to(device=total.device, dtype=F64)
-        latest[u.device] = delta  # a device twice in the buffer: the later delta is its new h^i
+            calibrated.sub_(old.to(global_flat.device))
+        if last[u.device] != i:  # a device twice in the buffer: both calibrated with h_t^i, the later one kept
+            gone = delta if old is None else delta - old.to(global_flat.device)
+            replaced = gone.clone() if replaced is None else replaced.add_(gone)
+        latest[u.device] = delta
         info[i]["weight"] = coef
-    step = total / n + calibrated / len(accepted)
-    out = (global_flat.to(F64) + cfg.server_lr * step).to(global_flat.dtype)
-    new_total = total.clone()
-    for device, h in latest.items():
-        new_total += h.to(F64)
-        if device in cache:
-            new_total -= cache[device].to(device=total.device, dtype=F64)
+    step = (total * (1.0 / n)).add_(calibrated, alpha=1.0 / len(accepted))  # v_t = h_t + (1/K) Σ (Δ_k − h_t^{i_k})
+    out = step.mul_(cfg.server_lr).add_(global_flat).to(global_flat.dtype)  # w_t + η v_t, in float64, rounded once
+    new_total = total + (calibrated if replaced is None else calibrated - replaced)  # Σ h_{t+1}^i, a new tensor
     new_cache = {**cache, **latest}  # shares every tensor of the devices the buffer did not replace
     out = carry_counters(out, global_flat, [updates[i].flat for i in accepted], parts)
     return AggregationResult(out, info, state={"cache": new_cache, "sum": new_total})
