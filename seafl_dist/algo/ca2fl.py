@@ -62,7 +62,8 @@ def ca2fl(cfg: AlgorithmConfig, version: int, global_flat: torch.Tensor, updates
         return AggregationResult(global_flat.clone(), info, state=state)
     n = num_devices(cfg)
     total = state.get("sum")
-    total = torch.zeros(global_flat.numel(), dtype=F64, device=global_flat.device) if total is None else total
+    total = torch.zeros(global_flat.numel(), dtype=F64, device=global_flat.device) if total is None else \
+        total.to(global_flat.device)  # a resumed state is on the CPU (algo/memory.py to_cpu)
     bases = BaseModels(base_model, global_flat)
     coef = cfg.server_lr / len(accepted)
     last = {updates[i].device: i for i in accepted}  # each device's last update in the buffer: its new h^i
