@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import json
 
-ALGORITHMS = {"seafl": "SEAFL", "seafl2": "SEAFL²", "fedbuff": "FedBuff", "fedasync": "FedAsync", "fedavg": "FedAvg"}
+ALGORITHMS = {"seafl": "SEAFL", "seafl2": "SEAFL²", "fedbuff": "FedBuff", "fedasync": "FedAsync", "fedavg": "FedAvg",
+              "ca2fl": "CA²FL"}
 DATASETS = {"digits": "digits", "mnist": "MNIST", "emnist": "EMNIST", "cifar10": "CIFAR-10", "cinic10": "CINIC-10",
             "femnist": "FEMNIST"}
 MODELS = {"lenet5": "LeNet-5", "resnet18": "ResNet-18", "vgg16": "VGG-16"}
@@ -38,7 +39,8 @@ USES = {  # the algorithm.* keys (or sections) each built-in rule reads and does
                                                    "partial", "update_norm_factor", "server_opt"),
     "fedasync": ("staleness_limit", "mixing", "staleness_fn", "poly_a", "hinge_a", "hinge_b", "partial",
                  "update_norm_factor", "server_opt"),
-    "fedavg": ("update_norm_factor", "server_opt")}  # the update guard runs before every rule, the optimizer after
+    "fedavg": ("update_norm_factor", "server_opt"),
+    "ca2fl": ("buffer_size", "staleness_limit", "server_lr", "partial", "update_norm_factor", "server_opt")}  # the update guard runs before every rule, the optimizer after
 NOT_ARMS = ("name", "run.", "logging.", "runtime.")  # budget, bookkeeping and execution: not what an arm is
 # Okabe & Ito's colour-blind-safe palette: one colour per algorithm, the spare ones (a rule of your own) in an order
 # that keeps the next arm far from the last (reddish purple beside FedBuff's orange, not its neighbour vermillion)

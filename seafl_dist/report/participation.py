@@ -25,7 +25,8 @@ started a job has zeros, and blanks where there is nothing to average:
   ``weight_share`` in that run (the total is unknown). A ``weight`` of null (a non-finite one) still counts as 0.
 
 The recorded weights are not normalised alike (algo/): SEAFL records p_k before ϑ (Eq. 8 multiplies by ϑ),
-FedBuff η_g·c_k/|B| (the coefficient on Δ_k = w_k − w_{t_k}), FedAsync a_k·Π_{j after k}(1 − a_j) (a with one
+FedBuff η_g·c_k/|B| (the coefficient on Δ_k = w_k − w_{t_k}; CA²FL η_g/K, its coefficient in this aggregation, not
+the cache's reuse of it in later ones), FedAsync a_k·Π_{j after k}(1 − a_j) (a with one
 update), FedAvg n_k/Σn. For each built-in rule the coefficient is the recorded weight times a constant of the run,
 so the weight shares are the coefficients' shares too.
 """
@@ -40,7 +41,7 @@ COLUMNS = ["label", "point", "run", "seed", "algorithm", "device", "n_samples", 
            "updates_rejected", "jobs_dropped", "jobs_unaggregated", "mean_job_s", "speed_quartile", "mean_staleness",
            "weight", "weight_share", "coefficient", "mean_coefficient"]
 QUARTILES = (1, 2, 3, 4)
-RECORDED_AS_APPLIED = ("fedbuff", "fedasync", "fedavg")  # the recorded weight is w_k's coefficient in w_{t+1}
+RECORDED_AS_APPLIED = ("fedbuff", "fedasync", "fedavg", "ca2fl")  # the recorded weight is w_k's coefficient in w_{t+1}
 
 
 def theta_of(config: dict) -> float:

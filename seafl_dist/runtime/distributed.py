@@ -33,6 +33,7 @@ from seafl_dist.runtime.faults import NO_FAULT
 from seafl_dist.runtime.liveness import POLL_S, Heartbeat, StepCounter, Watcher
 from seafl_dist.runtime.server import Server, format_summary
 from seafl_dist.runtime.fetch import once_per_node, same_training_set
+from seafl_dist.runtime.ca2fl_cache import check_cache
 from seafl_dist.runtime.residuals import check_disk, gather
 from seafl_dist.runtime.cpus import cpus_here, oversubscription
 from seafl_dist.runtime.setup import keep_only, pick_device, prepare
@@ -261,6 +262,7 @@ def run_distributed(cfg, out_dir, *, rank: int, world_size: int, local_rank: int
                        residuals=(out_dir, gather(resume, mine) if resume else None) if feedback else None)
             return None
         check_disk(cfg, exp, out_dir)  # error feedback's residual checkpoints, before anything is written
+        check_cache(cfg, exp, out_dir)  # CA²FL's cache, in memory and in the checkpoints
         watcher = Watcher(store, range(1, world_size), hb_limit)
         report = exp.partition_report()
         exp = keep_only(exp, [])  # rank 0 trains nothing: keep only what evaluation needs

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from seafl_dist.report.wandb_sink import make_callbacks
+from seafl_dist.runtime.ca2fl_cache import check_cache
 from seafl_dist.runtime.executor import InProcessExecutor
 from seafl_dist.runtime.faults import NO_FAULT
 from seafl_dist.runtime.residuals import check_disk
@@ -14,6 +15,7 @@ def run_inprocess(cfg, out_dir, *, callbacks=(), resume=None, hook=NO_FAULT) -> 
     ``hook``: the runner's test hook (runtime/faults.py)."""
     exp = prepare(cfg)
     check_disk(cfg, exp, out_dir)  # error feedback's residual checkpoints
+    check_cache(cfg, exp, out_dir)  # CA²FL's cache, in memory and in the checkpoints
     callbacks = list(callbacks) + make_callbacks(cfg, out_dir, resume)
     executor = InProcessExecutor(exp)
     try:

@@ -137,18 +137,25 @@ def check_disk(cfg, exp, run_dir, free: int | None = None) -> None:
     params = sum(p.numel() for p in exp.new_model().parameters() if p.requires_grad)
     need = needed_bytes(params, num_devices)
     run_dir = Path(run_dir)
+    free = free_for(run_dir, free)
+    if need > free:
+        raise ConfigError(f"config key 'compression.error_feedback' has value True: the residual checkpoints of "
+                          f"{num_devices} devices ({4 * params / 1e6:.1f} MB a device; {KEEP} kept and one being "
+                          f"written) take {_size(need)}, more than the {_size(free)} free for {run_dir}; free disk, "
+                          f"use another --out, fewer devices, or turn error feedback off")
+
+
+def free_for(run_dir: Path, free: int | None = None) -> int:
+    """The disk free for ``run_dir``'s checkpoints (``free``, or its filesystem's), what its checkpoints and residual
+    files already hold counted as free: they are replaced."""
+    run_dir = Path(run_dir)
     if free is None:
         probe = run_dir
         while not probe.exists():
             probe = probe.parent
         free = shutil.disk_usage(probe).free
     old = checkpoints(run_dir) + [p for _, _, p in files_of(run_dir)]
-    free += sum(p.stat().st_size for p in old if p.exists())
-    if need > free:
-        raise ConfigError(f"config key 'compression.error_feedback' has value True: the residual checkpoints of "
-                          f"{num_devices} devices ({4 * params / 1e6:.1f} MB a device; {KEEP} kept and one being "
-                          f"written) take {_size(need)}, more than the {_size(free)} free for {run_dir}; free disk, "
-                          f"use another --out, fewer devices, or turn error feedback off")
+    return free + sum(p.stat().st_size for p in old if p.exists())
 
 
 def _size(n: int) -> str:

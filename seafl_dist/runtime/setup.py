@@ -222,6 +222,7 @@ def prepare(cfg: Config, *, local_rank: int = 0, need_test: bool = True, fetch=N
     if cfg.privacy.enabled and test is not None and writers is not None:
         check_private_test(cfg, test, writers)  # the test set may not be the devices' own held-out samples
     shards, held = held_out_split(cfg, train, shards)  # data.device_holdout: the shards become the training parts
+    cfg.algorithm.num_devices = len(shards)  # N, resolved (devices.num null: the writers): CA²FL's mean (algo/ca2fl.py)
     check_inputs(cfg, train.inputs)
     check_model_size(cfg, train.num_classes, train.in_channels, train.image_size, num_devices=len(shards))
     exp = Experiment(cfg=cfg, train=train, test=test, shards=shards, device=pick_device(cfg.runtime.device, local_rank),

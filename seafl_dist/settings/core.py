@@ -33,6 +33,7 @@ from seafl_dist.settings.keys import key, section
 from seafl_dist.settings.compression import CompressionConfig
 from seafl_dist.settings.privacy import PrivacyConfig
 from seafl_dist.settings.server_opt import ServerOptConfig
+from seafl_dist.settings.ca2fl import Ca2flConfig
 
 __all__ = ["ALGORITHMS", "SIMILARITY_MODES", "SIMILARITY_OVER", "AlgorithmConfig", "ClockConfig", "Config", "ConfigError", "DataConfig",
            "DevicesConfig", "IdleConfig", "LoggingConfig", "ModelConfig", "RunConfig", "RuntimeConfig",
@@ -140,6 +141,7 @@ def _resolve_algorithm(alg: AlgorithmConfig, dev: DevicesConfig) -> None:
         alg.buffer_size, alg.staleness_limit = dev.concurrency, 0
     elif alg.name == "fedasync":
         alg.buffer_size = 1
+    alg.num_devices = dev.num  # N (null: the writers, resolved by runtime/setup.py's prepare)
 
 
 # ---- building dataclasses from plain dicts, with type checks ----------------------------
@@ -342,9 +344,9 @@ OMITTED_AT_DEFAULT = {("devices", "profile"): None, ("devices", "dropout"): None
 
 
 # Sections left out whole when every key is at its default (the server optimizer, algorithm.server_opt; compression;
-# privacy)
+# privacy; CA²FL's algorithm.ca2fl)
 OMITTED_SECTIONS_AT_DEFAULT = {("algorithm", "server_opt"): ServerOptConfig, ("compression",): CompressionConfig,
-                               ("privacy",): PrivacyConfig}
+                               ("privacy",): PrivacyConfig, ("algorithm", "ca2fl"): Ca2flConfig}
 
 
 def dump_config(cfg: Config) -> str:

@@ -129,6 +129,10 @@ class PrivacyConfig:
         if update_norm_factor is not None:
             _fail("algorithm.update_norm_factor", update_norm_factor, "null with privacy.enabled=true (the guard "
                   "rejects by the data, which would change |B|; clipping bounds every update instead)")
+        if name == "ca2fl":
+            _fail("algorithm.name", name, "a rule other than ca2fl with privacy.enabled=true (its cache puts every past "
+                  "contributor's latest update into every later aggregation, which neither the inclusion count nor "
+                  "privacy.max_participation bounds)")
         if name not in DP_RULES:
             _fail("algorithm.name", name, "a built-in rule (seafl, seafl2, fedbuff, fedasync, fedavg) with "
                   "privacy.enabled=true (a rule of your own declares no sensitivity)")

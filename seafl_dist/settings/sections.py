@@ -20,9 +20,10 @@ from seafl_dist.settings.domains import SEEDS, Text, check_fields, list_of, plug
 from seafl_dist.settings.errors import ConfigError, _fail  # noqa: F401  (ConfigError re-exported)
 from seafl_dist.settings.keys import key, section
 from seafl_dist.settings.plugins import check_params, is_import_path, refuse_params_of_built_in
+from seafl_dist.settings.ca2fl import Ca2flConfig
 from seafl_dist.settings.server_opt import ServerOptConfig
 
-ALGORITHMS = ("seafl", "seafl2", "fedbuff", "fedasync", "fedavg")
+ALGORITHMS = ("seafl", "seafl2", "fedbuff", "fedasync", "fedavg", "ca2fl")
 SIMILARITY_MODES = ("delta_vs_global", "model_vs_global", "delta_vs_movement")
 SIMILARITY_OVER = ("parameters", "parameters_and_stats")
 TRAIN_LOOPS = ("plain", "lightning")
@@ -45,7 +46,7 @@ UNSET: Any = _Unset()
 class AlgorithmConfig:
     """Which rule aggregates the buffer and when (SPEC "The server loop", "Aggregation rules")."""
 
-    name: str = key("seafl", "the algorithm: `seafl`, `seafl2`, `fedbuff`, `fedasync`, `fedavg`, or `pkg.module:rule` "
+    name: str = key("seafl", "the algorithm: `seafl`, `seafl2`, `fedbuff`, `fedasync`, `fedavg`, `ca2fl`, or `pkg.module:rule` "
                     "(a rule of your own)", plugin_or(ALGORITHMS))
     params: Optional[dict] = key(
         None, "a rule of your own only: its own keyword arguments (`{beta: 2}`), passed as `rule(cfg, version, "
@@ -58,9 +59,9 @@ class AlgorithmConfig:
     staleness_limit: Optional[int] = key(
         UNSET, "β: the server waits rather than let an in-flight update grow staler than this; `null` = ∞",
         "[0, inf]",
-        shown="`10`; fedbuff, fedasync: `null`; fedavg: `0`",
-        note="Not given, it is 10 for seafl and seafl2 and ∞ for fedbuff and fedasync; a value given (in the file "
-             "or an override) is kept for fedbuff and fedasync too, which then wait for stragglers as SEAFL does, "
+        shown="`10`; fedbuff, fedasync, ca2fl: `null`; fedavg: `0`",
+        note="Not given, it is 10 for seafl and seafl2 and ∞ for fedbuff, fedasync and ca2fl; a value given (in the "
+             "file or an override) is kept for them too, which then wait for stragglers as SEAFL does, "
              "as PLATO's `staleness_bound` made the paper's baselines do. fedavg forces 0 (synchronous rounds). "
              "A rule of your own gets SEAFL's 10, and a run or sweep says so in one line at the start "
              "(docs/extending.md).")
@@ -78,7 +79,8 @@ class AlgorithmConfig:
                                note="Never over integer counters such as batch norm's `num_batches_tracked`: with "
                                     "them in, ResNet-18's 20 counters outweighed 11 M weights and every update "
                                     "scored cos ≈ 0.96–0.9999, so importance weighting did nothing.")
-    server_lr: float = key(1.0, "FedBuff η_g: server learning rate, w ← w + η_g · mean Δ_k", "(0, inf)")
+    server_lr: float = key(1.0, "FedBuff and CA²FL η_g: server learning rate, w ← w + η_g · mean Δ_k (CA²FL: "
+                           "calibrated)", "(0, inf)")
     staleness_scaling: str = key("none", "FedBuff: `none`, or `sqrt` to scale each update by 1/√(1+S)",
                                  ("none", "sqrt"))
     mixing: float = key(0.6, "FedAsync α_mix: w ← (1−a)w + a·w_k with a = α_mix·f(S)", "(0, 1]")
@@ -100,11 +102,14 @@ class AlgorithmConfig:
              "own included. Left out of config.yaml when null.")
     server_opt: ServerOptConfig = section(ServerOptConfig, "the server optimizer: what the server does with the "
                                           "rule's result w′ (stage 6 of an aggregation)")
+    ca2fl: Ca2flConfig = section(Ca2flConfig, "CA²FL's own keys: the limit on its cache of each device's latest "
+                                 "update")
 
     def __post_init__(self) -> None:
         self.limit_given = self.staleness_limit is not UNSET  # not a key: whether the config chose β (limit_line)
+        self.num_devices: Optional[int] = None  # not a key: N, resolved (CA²FL's mean over every device, algo/ca2fl.py)
         if self.staleness_limit is UNSET:
-            self.staleness_limit = None if self.name in ("fedbuff", "fedasync") else 10
+            self.staleness_limit = None if self.name in ("fedbuff", "fedasync", "ca2fl") else 10
         check_fields(self, "algorithm")
         self.params = own_params("algorithm.name", self.name, self.params)
         self.server_opt.check_with_rule(self.name, self.server_lr)

@@ -65,6 +65,10 @@ class ServerOptConfig:
         if self.name != "none" and rule == "fedbuff" and server_lr != 1.0:
             _fail("algorithm.server_lr", server_lr, f"1.0 with algorithm.server_opt.name={self.name}: FedBuff's η_g "
                   f"is the optimizer's step: set algorithm.server_opt.lr instead")
+        if self.name != "none" and self.pseudo_gradient == "delta" and rule == "ca2fl":
+            _fail("algorithm.server_opt.pseudo_gradient", self.pseudo_gradient, "model with algorithm.name=ca2fl (its "
+                  "w′ also moves by the cached updates of earlier aggregations: no coefficient per update of this "
+                  "buffer gives it)")
         if self.pseudo_gradient == "delta" and rule not in BUILT_IN_RULES:
             _fail("algorithm.server_opt.pseudo_gradient", self.pseudo_gradient,
                   f"model with a rule of your own ({rule}): the delta form needs each update's coefficient in w′, "
