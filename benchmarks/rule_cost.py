@@ -18,7 +18,7 @@ import time
 
 import torch
 
-from seafl_dist.algo import BufferedUpdate, RuleMemory, aggregate
+from seafl_dist.algo import BufferedUpdate, aggregate, memory_of
 from seafl_dist.algo.dispatch import RULES
 from seafl_dist.algo.memory import state_size
 from seafl_dist.models import build_model
@@ -44,7 +44,7 @@ def buffer(w: torch.Tensor, devices: int, seed: int) -> list[BufferedUpdate]:
 def time_rule(rule: str, w: torch.Tensor, devices: int, repeats: int) -> tuple[float, list[int]]:
     cfg = AlgorithmConfig(name=rule, buffer_size=K)
     cfg.num_devices = devices
-    memory = RuleMemory.of(cfg)
+    memory = memory_of(cfg)
     sizes = []
     for seed in range(2):  # fill the state (a stateful rule's second aggregation is the steady one)
         aggregate(cfg, 0, w, buffer(w, devices, seed), lambda v: w, memory=memory)
