@@ -11,6 +11,7 @@ import torch
 from ..settings import AlgorithmConfig, ConfigError
 from ..settings.plugins import is_import_path, plugin_error, resolve
 from .common import BaseModels, staleness_of
+from .asyncsgd import asyncsgd
 from .fedasync import fedasync
 from .fedavg import fedavg
 from .fedbuff import fedbuff
@@ -19,7 +20,7 @@ from .memory import RuleMemory
 from .seafl import seafl
 from .types import AggregationResult, BufferedUpdate, FlatParts
 
-RULES = {"seafl": seafl, "fedbuff": fedbuff, "fedasync": fedasync, "fedavg": fedavg}
+RULES = {"seafl": seafl, "fedbuff": fedbuff, "fedasync": fedasync, "fedavg": fedavg, "asyncsgd": asyncsgd}
 
 
 def aggregate(cfg: AlgorithmConfig, version: int, global_flat: torch.Tensor,

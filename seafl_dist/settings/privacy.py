@@ -21,7 +21,7 @@ from seafl_dist.settings.errors import _fail
 from seafl_dist.settings.keys import key
 
 ACCOUNTANTS = ("pld", "rdp")
-DP_RULES = ("fedbuff", "fedasync", "fedavg", "seafl", "seafl2")  # the rules whose sensitivity docs/privacy.md derives
+DP_RULES = ("fedbuff", "fedasync", "fedavg", "seafl", "seafl2", "fadas", "asyncsgd")  # the rules whose sensitivity docs/privacy.md derives
 SEAFL_FORMS = ("delta", "model")
 
 
@@ -130,5 +130,5 @@ class PrivacyConfig:
             _fail("algorithm.update_norm_factor", update_norm_factor, "null with privacy.enabled=true (the guard "
                   "rejects by the data, which would change |B|; clipping bounds every update instead)")
         if name not in DP_RULES:
-            _fail("algorithm.name", name, "a built-in rule (seafl, seafl2, fedbuff, fedasync, fedavg) with "
+            _fail("algorithm.name", name, f"a built-in rule ({', '.join(DP_RULES)}) with "
                   "privacy.enabled=true (a rule of your own declares no sensitivity)")
