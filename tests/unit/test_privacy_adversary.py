@@ -7,7 +7,8 @@ SEAFL's delta form: the pair D = C·u, D′ = −C·u with the others at −C·u
 
 The grid: each rule (SEAFL in both forms; asyncsgd, K = 1 in a run, a buffer of several here too), K = 1, 2, 3, 5,
 10, staleness all 0, mixed and one far behind, equal and unequal n_k, a device twice in the buffer, and α, μ, ϑ, η_g,
-α_mix, f and asyncsgd's τ_C at their edges; the adversary tries the extreme directions (along w_t, along the bases' differences, the axes) and random ones."""
+α_mix, f and asyncsgd's τ_C at their edges; the adversary tries the extreme directions (along w_t, along the bases'
+differences, the axes) and random ones."""
 import dataclasses
 import itertools
 import math
