@@ -1,14 +1,17 @@
-"""Each built-in rule's aggregation time against FedBuff's, its state's growth, and CA²FL's cache at scale (issue 62, 6).
+"""What each aggregation rule costs the server, side by side (issue 62, item 6): one aggregation's time as a ratio
+to FedBuff's, and the state a checkpoint gains.
 
-    python benchmarks/rule_cost.py [--repeats 3] [--devices 100] [--threads 1]
+    python benchmarks/rule_cost.py [--repeats 5] [--sizes lenet5 resnet18] [--k 10]
 
-For LeNet-5's and ResNet-18's flat vectors (d from the models themselves, built on torch's meta device) and a buffer
-of K = 10 updates from ``--devices`` devices (each update from w_t, a seeded delta of scale 0.01), it times every
-rule of algo/dispatch.py's RULES through ``aggregate`` (the dispatch a run makes), a stateful one after a first
-aggregation has filled its state with the same devices, and prints the median time and its ratio to FedBuff's, and
-the state's size after one and after two aggregations (summary.json's ``rule_state`` bytes, what a checkpoint's
-``rule_state`` grows by). Then CA²FL's cache (runtime/ca2fl_cache.py) at 100 devices with ResNet-18 and at 10,000 and
-1,000,000 devices with LeNet-5: memory, and disk for the checkpoints kept plus the one being written.
+Per rule and flat-vector size (LeNet-5's 61,706 and ResNet-18's 11,173,962 parameters, float32), it builds a buffer
+of K updates of random deltas from staggered bases (staleness 0..K−1, so the delay-adaptive η acts), then times
+the server's two stages as a run does them: the rule (algo/dispatch.py ``aggregate``, with the rule's memory) and
+the server optimizer (algo/server_opt.py). Each rule is warmed up on one aggregation (a stateful rule's or
+optimizer's state filled) and timed over ``--repeats`` more, the state carried between them; the median is
+reported, and its ratio to FedBuff's. The checkpoint's growth is the bytes of the state a checkpoint holds on top
+of FedBuff's (``rule_state`` and ``server_opt``). A rule is a config (``RULES`` below): add one line per rule.
+Then CA²FL's cache (runtime/ca2fl_cache.py) at 100 devices with ResNet-18 and at 10,000 and 1,000,000 devices with
+LeNet-5: memory, and disk for the checkpoints kept plus the one being written.
 """
 from __future__ import annotations
 
@@ -18,68 +21,72 @@ import time
 
 import torch
 
-from seafl_dist.algo import BufferedUpdate, aggregate, memory_of
-from seafl_dist.algo.dispatch import RULES
+from seafl_dist.algo import BufferedUpdate, ServerOptimizer, aggregate, memory_of
 from seafl_dist.algo.memory import state_size
-from seafl_dist.models import build_model
 from seafl_dist.runtime.ca2fl_cache import cache_bytes, disk_bytes
-from seafl_dist.settings import AlgorithmConfig
+from seafl_dist.settings import config_from_dict
 
-K = 10
-MODELS = {"LeNet-5": ("lenet5", 1, 28), "ResNet-18": ("resnet18", 3, 32)}
-
-
-def flat_size(name: str, channels: int, size: int) -> int:
-    with torch.device("meta"):
-        model = build_model(name, 10, channels, width=1.0, image_size=size, lightning=False)
-    return sum(t.numel() for t in model.state_dict().values())
-
-
-def buffer(w: torch.Tensor, devices: int, seed: int) -> list[BufferedUpdate]:
-    g = torch.Generator().manual_seed(seed)
-    return [BufferedUpdate(device=(seed * K + k) % devices, job=seed * K + k, base_version=0, n_samples=10 + k,
-                           epochs=1, flat=w + 0.01 * torch.randn(w.shape, generator=g)) for k in range(K)]
+SIZES = {"lenet5": 61_706, "resnet18": 11_173_962}
+RULES = {  # name: overrides of the config; FedBuff first (the baseline)
+    "fedbuff": ["algorithm.name=fedbuff"],
+    "ca2fl": ["algorithm.name=ca2fl"],
+    "fadas": ["algorithm.name=fadas"],
+    "asyncsgd": ["algorithm.name=asyncsgd"],
+}
 
 
-def time_rule(rule: str, w: torch.Tensor, devices: int, repeats: int) -> tuple[float, list[int]]:
-    cfg = AlgorithmConfig(name=rule, buffer_size=K)
-    cfg.num_devices = devices
-    memory = memory_of(cfg)
-    sizes = []
-    for seed in range(2):  # fill the state (a stateful rule's second aggregation is the steady one)
-        aggregate(cfg, 0, w, buffer(w, devices, seed), lambda v: w, memory=memory)
-        sizes.append(state_size(memory.state)["bytes"])
-    ups = buffer(w, devices, 0)
+def buffer(d: int, k: int, version: int, models: dict, gen: torch.Generator) -> list[BufferedUpdate]:
+    """K updates, update j from version ``version − j`` (staleness j), each its base plus a small random delta."""
+    return [BufferedUpdate(device=j, job=version * k + j, n_samples=100, base_version=version - j, epochs=1,
+                           flat=models[version - j] + 1e-3 * torch.randn(d, generator=gen)) for j in range(k)]
+
+
+def time_rule(overrides: list[str], d: int, k: int, repeats: int) -> tuple[float, int]:
+    """(median seconds of one aggregation, rule and optimizer state bytes after the last one)."""
+    cfg = config_from_dict({}, [*overrides, f"algorithm.buffer_size={k}", f"devices.concurrency={max(k, 20)}"])
+    alg = cfg.algorithm
+    gen = torch.Generator().manual_seed(0)
+    models = {v: torch.randn(d, generator=gen) for v in range(k)}
+    memory, opt = memory_of(alg), ServerOptimizer(alg)
     times = []
-    for _ in range(repeats):
+    for t in range(k - 1, k + repeats):
+        ups = buffer(d, k, t, models, gen)
         start = time.perf_counter()
-        aggregate(cfg, 0, w, ups, lambda v: w, memory=memory)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times), sizes
+        result = aggregate(alg, t, models[t], ups, models.__getitem__, memory=memory)
+        models[t + 1] = opt.apply(models[t], result, ups, models.__getitem__)
+        elapsed = time.perf_counter() - start
+        if t >= k:  # the first one fills the states
+            times.append(elapsed)
+        models.pop(t - k, None)  # the versions no update can start from any more
+    opt_state = opt.state_dict() or {}
+    state = state_size(memory.state)["bytes"] + state_size(opt_state)["bytes"]
+    return statistics.median(times), state
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--devices", type=int, default=100)
-    parser.add_argument("--threads", type=int, default=1)
-    args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-    d_of = {label: flat_size(*spec) for label, spec in MODELS.items()}
-    print(f"| model (d) | rule | median time | × FedBuff | state after 1 / 2 aggregations |\n|---|---|---|---|---|")
-    for label, d in d_of.items():
-        w = torch.randn(d, generator=torch.Generator().manual_seed(1))
-        results = {rule: time_rule(rule, w, args.devices, args.repeats) for rule in RULES}
-        base = results["fedbuff"][0]
-        for rule, (t, sizes) in results.items():
-            print(f"| {label} ({d:,}) | {rule} | {t * 1e3:.1f} ms | {t / base:.2f} | "
-                  f"{' / '.join(f'{b / 1e6:.1f} MB' for b in sizes)} |")
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--sizes", nargs="+", default=list(SIZES), choices=list(SIZES))
+    p.add_argument("--k", type=int, default=10, help="K, the buffer's updates")
+    args = p.parse_args(argv)
+    torch.set_num_threads(1)
+    print(f"| model (d) | rule | one aggregation, K = {args.k} | × FedBuff | checkpoint grows by |")
+    print("|---|---|---|---|---|")
+    for size in args.sizes:
+        d = SIZES[size]
+        base = None
+        for name, overrides in RULES.items():
+            seconds, state = time_rule(overrides, d, args.k, args.repeats)
+            base = seconds if base is None else base
+            print(f"| {size} ({d:,}) | {name} | {seconds * 1e3:.1f} ms | {seconds / base:.2f} | {state / 1e6:.2f} MB |",
+                  flush=True)
     print("\n| CA²FL cache | devices D | memory | disk (checkpoints kept + 1) |\n|---|---|---|---|")
-    for label, devices in (("ResNet-18", 100), ("LeNet-5", 10_000), ("LeNet-5", 1_000_000)):
-        d = d_of[label]
-        print(f"| {label} ({d:,}) | {devices:,} | {cache_bytes(devices, d) / 1e9:.2f} GB | "
+    for size, devices in (("resnet18", 100), ("lenet5", 10_000), ("lenet5", 1_000_000)):
+        d = SIZES[size]
+        print(f"| {size} ({d:,}) | {devices:,} | {cache_bytes(devices, d) / 1e9:.2f} GB | "
               f"{disk_bytes(devices, d) / 1e9:.2f} GB |")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

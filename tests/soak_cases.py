@@ -2,7 +2,7 @@
 optimizer spread over them, on the tiny quickstart variant, checkpointing after every aggregation.
 
 - ``dp-cap``: DP (clipping, noise, the participation cap m = 2 at 6 aggregations, SEAFL's model form) with top-k
-  and error feedback;
+  and error feedback, and AMSGrad with the delay-adaptive η on the released w′ (its m, v, v̂ in the checkpoints);
 - ``device-eval``: device evaluation (held-out samples of each device) with fp16 + error feedback and momentum;
 - ``churn``: a device profile with availability windows and dropouts, SEAFL², bf16 + error feedback and Adam;
 - ``lightning``: a LightningModule that logs, trained by Lightning's loop, int8 + error feedback and Yogi;
@@ -38,7 +38,8 @@ def cases(tmp: Path, aggregations: int = 6) -> tuple[dict[str, list[str]], Path]
         # the cap m: 10 devices x m inclusions outlast 2 updates an aggregation (m = 2 at CI's 6 aggregations)
         "dp-cap": [*SMALL, "privacy.enabled=true", "privacy.noise_multiplier=0.8", *DP_KEY,
                    f"privacy.max_participation={max(2, aggregations // 4 + 1)}",
-                   "privacy.seafl_form=model", *feedback("topk", "compression.fraction=0.05")],
+                   "privacy.seafl_form=model", *feedback("topk", "compression.fraction=0.05"),
+                   "algorithm.server_opt.name=amsgrad", "algorithm.server_opt.delay_adaptive=true"],
         "device-eval": [*SMALL, "data.device_holdout=0.25", "run.device_eval_every=2", "run.device_eval_sample=7",
                         *feedback("fp16"), "algorithm.server_opt.name=momentum"],
         "churn": [*churn_overrides(profile, "algorithm.name=seafl2", "train.epochs=2", "algorithm.staleness_limit=1"),

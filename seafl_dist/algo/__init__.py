@@ -5,13 +5,14 @@ version t, w_t, the buffered updates and a way to fetch older global models, and
 back w_{t+1} and one info dict per update (weights, rejections, SEAFL's γ, s, cos).
 
 - FedAvg: :mod:`.fedavg`; FedBuff: :mod:`.fedbuff`; FedAsync: :mod:`.fedasync`;
-  SEAFL / SEAFL² (paper Eq. 4–8): :mod:`.seafl`.
+  SEAFL / SEAFL² (paper Eq. 4–8): :mod:`.seafl`; delay-adaptive asynchronous SGD: :mod:`.asyncsgd`
+  (FADAS is FedBuff with the ``amsgrad`` server optimizer and its delay-adaptive η: :mod:`.server_opt`).
 - Your own: a function with their signature, named ``algorithm.name: pkg.module:fn``;
   :func:`screen` gives it the same rejection of NaN / wrongly sized updates.
 - A rule may keep a state between aggregations (CA²FL's cache, Port's last models, a user's own): the contract
   and the server's holder of it are :mod:`.memory`.
 - After the rule, the server optimizer (``algorithm.server_opt``: FedAvgM, Reddi et al.'s Adam, Yogi,
-  Adagrad) steps on its result: :mod:`.server_opt`, with a state the server checkpoints.
+  Adagrad, AMSGrad) steps on its result: :mod:`.server_opt`, with a state the server checkpoints.
 """
 from .common import check_update, cosine, screen
 from .dispatch import aggregate, memory_of

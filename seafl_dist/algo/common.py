@@ -1,4 +1,4 @@
-"""Pieces shared by every aggregation rule: screening updates, staleness, cosine.
+"""Pieces shared by every aggregation rule: screening updates, staleness, cosine, the delay-adaptive step size.
 
 Every rule first screens the whole buffer (:func:`screen`), so an update that is not a
 1-D floating tensor of w_t's size, or that holds a NaN or an infinity, is rejected
@@ -95,6 +95,15 @@ def staleness_of(version: int, update: BufferedUpdate) -> int:
         raise ValueError(f"update of device {update.device} job {update.job} has base_version "
                          f"{update.base_version} > current version {version}")
     return s
+
+
+def delay_lr(lr: float, tau: int, threshold: int, c: float) -> float:
+    """The delay-adaptive learning rate: ``lr`` while the staleness ``tau`` is at most ``threshold`` (τ_C), and
+    min(lr, c/τ) above it (Koloskova et al. 2022, Eq. of their delay-adaptive step; FADAS's Algorithm 2 with
+    τ = the buffer's largest staleness). Shared by ``asyncsgd`` and the server optimizers' ``delay_adaptive``."""
+    if tau < 0:
+        raise ValueError(f"staleness {tau} < 0")
+    return lr if tau <= threshold else min(lr, c / tau)
 
 
 def as_global(flat: torch.Tensor, global_flat: torch.Tensor) -> torch.Tensor:

@@ -11,6 +11,7 @@ import torch
 from ..settings import AlgorithmConfig, ConfigError
 from ..settings.plugins import is_import_path, plugin_error, resolve
 from .common import BaseModels, staleness_of
+from .asyncsgd import asyncsgd
 from .ca2fl import ca2fl
 from .fedasync import fedasync
 from .fedavg import fedavg
@@ -20,7 +21,8 @@ from .memory import RuleMemory, is_stateful
 from .seafl import seafl
 from .types import AggregationResult, BufferedUpdate, FlatParts
 
-RULES = {"seafl": seafl, "fedbuff": fedbuff, "fedasync": fedasync, "fedavg": fedavg, "ca2fl": ca2fl}
+RULES = {"seafl": seafl, "fedbuff": fedbuff, "fedasync": fedasync, "fedavg": fedavg, "ca2fl": ca2fl,
+         "asyncsgd": asyncsgd}
 
 
 def aggregate(cfg: AlgorithmConfig, version: int, global_flat: torch.Tensor,

@@ -11,12 +11,20 @@ With Δ_t = w′ − w_t = −g_t (Reddi et al.'s Δ_t; g_t the pseudo-gradient)
     yogi       m_t as adam                        v_t = v_{t−1} − (1 − β₂) Δ_t² sign(v_{t−1} − Δ_t²)
     adagrad    m_t as adam                        v_t = v_{t−1} + Δ_t²
                (adam, yogi, adagrad)              w_{t+1} = w_t + η m_t / (√v_t + τ)
+    amsgrad    m_t, v_t as adam                   v̂_t = max(v̂_{t−1}, v_t)    w_{t+1} = w_t + η m_t / (√v̂_t + τ)
 
 The last three are Algorithm 2 of Reddi et al., *Adaptive Federated Optimization* (ICLR 2021), as written:
 m_{−1} = 0, v_{−1} = τ² (the least its v_{−1} ≥ τ² allows), τ outside the root, no bias correction. That is
 not ``torch.optim.Adam`` (m/(1 − β₁^t), v/(1 − β₂^t), v_{−1} = 0), which FLSim's server Adam is. ``momentum``
 is FedAvgM (Hsu et al. 2019; Flower's FedAvgM): heavy-ball momentum without dampening, so β₁ = 0, η = 1 is
 w′ itself (up to rounding).
+``amsgrad`` (Reddi, Kale and Kumar 2018; FADAS's server step, Wang et al. 2024) is the same family: v̂_{−1} = τ²
+too, no bias correction (docs/algorithms.md, "FADAS", names where the paper and its official code differ).
+
+**Delay-adaptive η** (``delay_adaptive``, FADAS's Algorithm 2): with τ the largest staleness among the
+aggregation's accepted updates, every optimizer steps with η_t = :func:`.common.delay_lr` (η, τ, τ_C, c) in
+place of η: η while τ ≤ τ_C, min(η, c/τ) above. The staleness is the schedule's, so under DP the step stays
+post-processing of the released w′.
 
 Choices, fixed here:
 - **Which entries**: the trainable parameters only. Batch norm's running mean and variance are estimates, not
@@ -42,7 +50,7 @@ from typing import Callable, Optional
 import torch
 
 from ..settings import AlgorithmConfig
-from .common import as_global, masked
+from .common import as_global, delay_lr, masked
 from .types import AggregationResult, BufferedUpdate, FlatParts
 
 F64 = torch.float64
@@ -50,20 +58,25 @@ F64 = torch.float64
 
 @dataclass(frozen=True, eq=False)
 class ServerOptState:
-    """m and v over the trainable parameters (float64; None before the first step) and the steps taken."""
+    """m and v over the trainable parameters (float64; None before the first step), the steps taken, and amsgrad's
+    v̂ (``vmax``, None for the other optimizers)."""
 
     m: Optional[torch.Tensor] = None
     v: Optional[torch.Tensor] = None
     steps: int = 0
+    vmax: Optional[torch.Tensor] = None
 
     def to_dict(self) -> dict:
-        """Plain tensors and numbers, on the CPU: what a checkpoint holds (``torch.load(weights_only=True)``)."""
+        """Plain tensors and numbers, on the CPU: what a checkpoint holds (``torch.load(weights_only=True)``);
+        ``vmax`` only where there is one, so another optimizer's checkpoint holds what it held before amsgrad."""
         cpu = {k: None if t is None else t.detach().cpu() for k, t in (("m", self.m), ("v", self.v))}
-        return {**cpu, "steps": self.steps}
+        vmax = {} if self.vmax is None else {"vmax": self.vmax.detach().cpu()}
+        return {**cpu, "steps": self.steps, **vmax}
 
     @classmethod
     def from_dict(cls, d: Optional[dict]) -> "ServerOptState":
-        return cls() if not d else cls(d.get("m"), d.get("v"), int(d.get("steps", 0)))
+        """The state a checkpoint holds; one written before amsgrad existed has no ``vmax`` (None)."""
+        return cls() if not d else cls(d.get("m"), d.get("v"), int(d.get("steps", 0)), d.get("vmax"))
 
 
 def optimizer_step(name: str, state: ServerOptState, delta: torch.Tensor, *, lr: float, beta1: float,
@@ -82,8 +95,13 @@ def optimizer_step(name: str, state: ServerOptState, delta: torch.Tensor, *, lr:
         v = v_prev - sq * (1.0 - beta2) * torch.sign(v_prev - sq)
     elif name == "adagrad":
         v = v_prev + sq
+    elif name == "amsgrad":
+        v = v_prev * beta2 + sq * (1.0 - beta2)
+        vmax_prev = torch.full_like(delta, tau * tau) if state.vmax is None else state.vmax.to(delta.device)
+        vmax = torch.maximum(vmax_prev, v)
+        return m / (vmax.sqrt() + tau) * lr, ServerOptState(m, v, state.steps + 1, vmax)
     else:
-        raise ValueError(f"unknown server optimizer {name!r}; allowed: momentum, adam, yogi, adagrad")
+        raise ValueError(f"unknown server optimizer {name!r}; allowed: momentum, adam, yogi, adagrad, amsgrad")
     return m / (v.sqrt() + tau) * lr, ServerOptState(m, v, state.steps + 1)
 
 
@@ -136,7 +154,7 @@ class ServerOptimizer:
             return result.new_global
         opt, mask = self.cfg.server_opt, self.mask
         delta = rule_step(self.cfg, global_flat, result, updates, base_model, mask)
-        step, self.state = optimizer_step(opt.name, self.state, delta, lr=opt.lr, beta1=opt.beta1,
+        step, self.state = optimizer_step(opt.name, self.state, delta, lr=self.lr_of(result.info), beta1=opt.beta1,
                                           beta2=opt.beta2, tau=opt.tau)
         new = (masked(global_flat, mask).to(F64) + step).to(global_flat.dtype)
         out = result.new_global.clone()
@@ -145,6 +163,15 @@ class ServerOptimizer:
         else:
             out[mask.to(out.device)] = new
         return out
+
+    def lr_of(self, info: list[dict]) -> float:
+        """η_t of this aggregation: η, or with ``delay_adaptive`` the delay-adaptive η_t for τ the largest
+        staleness among the accepted updates (:func:`.common.delay_lr`)."""
+        opt = self.cfg.server_opt
+        if not opt.delay_adaptive:
+            return opt.lr
+        tau = max(int(d["staleness"]) for d in info if not d.get("rejected"))
+        return delay_lr(opt.lr, tau, opt.delay_threshold, opt.delay_c)
 
     def state_dict(self) -> Optional[dict]:
         """The state a checkpoint keeps; None with ``none`` (the checkpoint then has no such entry)."""

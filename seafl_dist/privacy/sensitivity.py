@@ -4,7 +4,8 @@ Adjacency is replace-one at the user level: the neighbouring run replaces every 
 (after clipping, any delta of norm ≤ C), with the schedule unchanged (the schedule never depends on trained
 values: SPEC's invariant) and n_k public. Every update is kept (non-finite ones count as zero deltas), so |B| is
 fixed. For the three rules, w′ is w_t or an average of models plus Σ_i c_i Δ̃_i, the c_i functions of the
-schedule alone (:func:`coefficients`: FedBuff η_g·c(S_i)/|B|, FedAsync a_i·Π_{j>i}(1 − a_j), FedAvg n_i/Σn), and
+schedule alone (:func:`coefficients`: FedBuff η_g·c(S_i)/|B|, FedAsync a_i·Π_{j>i}(1 − a_j), FedAvg n_i/Σn,
+asyncsgd its delay-adaptive η_i = delay_lr(η, S_i, τ_C, c)), and
 everything else in w′ (w_t, the bases w_{t_i}) is an earlier release. Replacing device d's deltas moves w′ by
 ‖Σ_{i of d} c_i (Δ̃_i − Δ̃′_i)‖ ≤ 2C Σ_{i of d} c_i, equal when they all point one way, so
 
@@ -23,13 +24,14 @@ import math
 from collections import defaultdict
 from typing import Sequence
 
+from ..algo.common import delay_lr
 from ..algo.fedasync import staleness_factor_fedasync
 from ..algo.fedbuff import fedbuff_scale
 from ..algo.seafl import seafl_gamma
 from ..settings import AlgorithmConfig
 from ..settings.privacy import SEAFL_FORMS
 
-RULES = ("fedbuff", "fedasync", "fedavg")
+RULES = ("fedbuff", "fedasync", "fedavg", "asyncsgd")
 
 
 def coefficients(alg: AlgorithmConfig, staleness: Sequence[int], n_samples: Sequence[int]) -> list[float]:
@@ -49,6 +51,9 @@ def coefficients(alg: AlgorithmConfig, staleness: Sequence[int], n_samples: Sequ
                 c *= 1.0 - a[j]
             out.append(c)
         return out
+    if alg.rule == "asyncsgd":
+        own = alg.asyncsgd
+        return [delay_lr(own.lr, s, own.tau_c, own.c) for s in staleness]
     if alg.rule == "fedavg":
         total = sum(n_samples)
         return [n / total if total > 0 else 0.0 for n in n_samples]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 
 ALGORITHMS = {"seafl": "SEAFL", "seafl2": "SEAFL²", "fedbuff": "FedBuff", "fedasync": "FedAsync", "fedavg": "FedAvg",
-              "ca2fl": "CA²FL"}
+              "ca2fl": "CA²FL", "fadas": "FADAS", "asyncsgd": "async SGD"}
 DATASETS = {"digits": "digits", "mnist": "MNIST", "emnist": "EMNIST", "cifar10": "CIFAR-10", "cinic10": "CINIC-10",
             "femnist": "FEMNIST"}
 MODELS = {"lenet5": "LeNet-5", "resnet18": "ResNet-18", "vgg16": "VGG-16"}
@@ -24,6 +24,9 @@ SYMBOLS = {"algorithm.name": "algorithm", "algorithm.buffer_size": "K", "algorit
            "algorithm.update_norm_factor": "guard", "algorithm.server_opt.name": "server optimizer",
            "algorithm.server_opt.lr": "η_s", "algorithm.server_opt.beta1": "β₁", "algorithm.server_opt.beta2": "β₂",
            "algorithm.server_opt.tau": "τ", "algorithm.server_opt.pseudo_gradient": "pseudo-gradient",
+           "algorithm.server_opt.delay_adaptive": "delay-adaptive η", "algorithm.server_opt.delay_threshold": "τ_C",
+           "algorithm.server_opt.delay_c": "c", "algorithm.asyncsgd.lr": "η", "algorithm.asyncsgd.tau_c": "τ_C",
+           "algorithm.asyncsgd.c": "c",
            "compression.codec": "codec", "compression.levels": "QSGD s", "compression.bucket": "bucket",
            "compression.fraction": "top-k", "compression.error_feedback": "error feedback"}
 CODEC_KEYS = {"compression.levels": ("qsgd",), "compression.bucket": ("qsgd",),  # the codecs that read each key
@@ -39,8 +42,10 @@ USES = {  # the algorithm.* keys (or sections) each built-in rule reads and does
                                                    "partial", "update_norm_factor", "server_opt"),
     "fedasync": ("staleness_limit", "mixing", "staleness_fn", "poly_a", "hinge_a", "hinge_b", "partial",
                  "update_norm_factor", "server_opt"),
-    "fedavg": ("update_norm_factor", "server_opt"),
-    "ca2fl": ("buffer_size", "staleness_limit", "server_lr", "partial", "update_norm_factor", "server_opt")}  # the update guard runs before every rule, the optimizer after
+    "fedavg": ("update_norm_factor", "server_opt"),  # the update guard runs before every rule, the optimizer after
+    "ca2fl": ("buffer_size", "staleness_limit", "server_lr", "partial", "update_norm_factor", "server_opt"),
+    "fadas": ("buffer_size", "staleness_limit", "staleness_scaling", "partial", "update_norm_factor", "server_opt"),
+    "asyncsgd": ("staleness_limit", "partial", "update_norm_factor", "asyncsgd")}
 NOT_ARMS = ("name", "run.", "logging.", "runtime.")  # budget, bookkeeping and execution: not what an arm is
 # Okabe & Ito's colour-blind-safe palette: one colour per algorithm, the spare ones (a rule of your own) in an order
 # that keeps the next arm far from the last (reddish purple beside FedBuff's orange, not its neighbour vermillion)
@@ -76,6 +81,8 @@ def _is_arm_key(key: str) -> bool:
 
 
 def _used(config: dict, key: str) -> bool:
+    if key == "algorithm.server_opt.name" and config.get("algorithm.name") == "fadas":
+        return False  # FADAS's preset fixes amsgrad
     if key.startswith("algorithm.server_opt.") and key != "algorithm.server_opt.name" and \
             config.get("algorithm.server_opt.name", "none") == "none":
         return False  # no server optimizer: its lr, β and τ are read by nothing

@@ -7,7 +7,8 @@ overrides, validation, packaged configs by name, and import-path plugins.
 Modules, each importing only those above it (tests/unit/test_config_package.py checks it):
 ``errors`` (ConfigError and the wording of every check), ``plugins`` (import paths as names),
 ``domains`` (the values a key takes, checked and worded), ``keys`` (a field with its help and domain:
-``key(default, "help", "(0, 1]")``), ``server_opt`` (the ``algorithm.server_opt`` section), ``compression`` and
+``key(default, "help", "(0, 1]")``), ``server_opt`` and ``asyncsgd`` (the ``algorithm.server_opt`` and
+``algorithm.asyncsgd`` sections), ``compression`` and
 ``privacy`` (the ``compression`` and ``privacy`` sections), ``sections`` (one
 dataclass per section; ``execution``: runtime and logging), ``files`` (configs by path or name), ``core`` (the Config, YAML load and dump,
 overrides), ``reference`` (docs/configuration.md and ``seafl configs --keys``, generated from the

@@ -32,6 +32,7 @@ from seafl_dist.settings.errors import _fail  # this module's own checks word th
 from seafl_dist.settings.keys import key, section
 from seafl_dist.settings.compression import CompressionConfig
 from seafl_dist.settings.privacy import PrivacyConfig
+from seafl_dist.settings.asyncsgd import AsyncSGDConfig
 from seafl_dist.settings.server_opt import ServerOptConfig
 from seafl_dist.settings.ca2fl import Ca2flConfig
 
@@ -134,14 +135,16 @@ def _check_data_under_dp(cfg: "Config") -> None:
 
 
 def _resolve_algorithm(alg: AlgorithmConfig, dev: DevicesConfig) -> None:
-    """Apply SPEC's special cases: FedAvg K=M, beta=0; FedAsync K=1. FedBuff's and FedAsync's beta is
+    """Apply SPEC's special cases: FedAvg K=M, beta=0; FedAsync and asyncsgd K=1 (asyncsgd's τ_C: M unless given). FedBuff's and FedAsync's beta is
     infinity unless given (AlgorithmConfig resolves that): a finite one makes the server wait for
     stragglers as it does for SEAFL, the way PLATO ran the paper's baselines."""
     if alg.name == "fedavg":
         alg.buffer_size, alg.staleness_limit = dev.concurrency, 0
-    elif alg.name == "fedasync":
+    elif alg.name in ("fedasync", "asyncsgd"):
         alg.buffer_size = 1
     alg.num_devices = dev.num  # N (null: the writers, resolved by runtime/setup.py's prepare)
+    if alg.name == "asyncsgd" and alg.asyncsgd.tau_c is None:
+        alg.asyncsgd.tau_c = dev.concurrency  # Koloskova et al.'s τ_C = n, the workers: M here
 
 
 # ---- building dataclasses from plain dicts, with type checks ----------------------------
@@ -340,22 +343,33 @@ OMITTED_AT_DEFAULT = {("devices", "profile"): None, ("devices", "dropout"): None
                       ("data", "device_holdout"): 0.0, ("data", "device_test"): "split",
                       ("data", "partition_by"): None, ("data", "files"): None, ("data", "columns"): None,
                       ("data", "splits"): None, ("data", "partition_args"): None,
-                      ("run", "device_eval_every"): None, ("run", "device_eval_sample"): None}
+                      ("run", "device_eval_every"): None, ("run", "device_eval_sample"): None,
+                      ("algorithm", "server_opt", "delay_adaptive"): None,
+                      ("algorithm", "server_opt", "delay_threshold"): ServerOptConfig().delay_threshold,
+                      ("algorithm", "server_opt", "delay_c"): ServerOptConfig().delay_c}
 
 
-# Sections left out whole when every key is at its default (the server optimizer, algorithm.server_opt; compression;
-# privacy; CA²FL's algorithm.ca2fl)
-OMITTED_SECTIONS_AT_DEFAULT = {("algorithm", "server_opt"): ServerOptConfig, ("compression",): CompressionConfig,
-                               ("privacy",): PrivacyConfig, ("algorithm", "ca2fl"): Ca2flConfig}
+# τ_C and c are recorded whenever the delay-adaptive η is on (fadas records its preset), left out otherwise
+DELAY_KEYS = ("delay_threshold", "delay_c")
+
+
+# Sections left out whole when every key is at its default (the server optimizer, algorithm.server_opt; asyncsgd's
+# and CA²FL's keys; compression; privacy)
+OMITTED_SECTIONS_AT_DEFAULT = {("algorithm", "server_opt"): ServerOptConfig, ("algorithm", "asyncsgd"): AsyncSGDConfig,
+                               ("algorithm", "ca2fl"): Ca2flConfig, ("compression",): CompressionConfig,
+                               ("privacy",): PrivacyConfig}
 
 
 def dump_config(cfg: Config) -> str:
     tree = cfg.to_dict()
-    for (sec, name), default in OMITTED_AT_DEFAULT.items():
-        if tree[sec][name] == default:
-            del tree[sec][name]
     for path, cls in OMITTED_SECTIONS_AT_DEFAULT.items():
         parent = tree[path[0]] if len(path) == 2 else tree
         if parent[path[-1]] == dataclasses.asdict(cls()):
             del parent[path[-1]]
+    for (*sections, name), default in OMITTED_AT_DEFAULT.items():  # then the keys, of the sections still there
+        node = tree
+        for sec in sections:
+            node = node.get(sec, {}) if isinstance(node, dict) else {}
+        if name in node and node[name] == default and not (name in DELAY_KEYS and node.get("delay_adaptive")):
+            del node[name]
     return yaml.safe_dump(tree, sort_keys=False)

@@ -21,7 +21,7 @@ from seafl_dist.settings.errors import _fail
 from seafl_dist.settings.keys import key
 
 ACCOUNTANTS = ("pld", "rdp")
-DP_RULES = ("fedbuff", "fedasync", "fedavg", "seafl", "seafl2")  # the rules whose sensitivity docs/privacy.md derives
+DP_RULES = ("fedbuff", "fedasync", "fedavg", "seafl", "seafl2", "fadas", "asyncsgd")  # the rules whose sensitivity docs/privacy.md derives
 SEAFL_FORMS = ("delta", "model")
 
 
@@ -134,5 +134,5 @@ class PrivacyConfig:
                   "contributor's latest update into every later aggregation, which neither the inclusion count nor "
                   "privacy.max_participation bounds)")
         if name not in DP_RULES:
-            _fail("algorithm.name", name, "a built-in rule (seafl, seafl2, fedbuff, fedasync, fedavg) with "
+            _fail("algorithm.name", name, f"a built-in rule ({', '.join(DP_RULES)}) with "
                   "privacy.enabled=true (a rule of your own declares no sensitivity)")

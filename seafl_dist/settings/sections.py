@@ -20,10 +20,11 @@ from seafl_dist.settings.domains import SEEDS, Text, check_fields, list_of, plug
 from seafl_dist.settings.errors import ConfigError, _fail  # noqa: F401  (ConfigError re-exported)
 from seafl_dist.settings.keys import key, section
 from seafl_dist.settings.plugins import check_params, is_import_path, refuse_params_of_built_in
+from seafl_dist.settings.asyncsgd import AsyncSGDConfig
 from seafl_dist.settings.ca2fl import Ca2flConfig
 from seafl_dist.settings.server_opt import ServerOptConfig
 
-ALGORITHMS = ("seafl", "seafl2", "fedbuff", "fedasync", "fedavg", "ca2fl")
+ALGORITHMS = ("seafl", "seafl2", "fedbuff", "fedasync", "fedavg", "ca2fl", "fadas", "asyncsgd")
 SIMILARITY_MODES = ("delta_vs_global", "model_vs_global", "delta_vs_movement")
 SIMILARITY_OVER = ("parameters", "parameters_and_stats")
 TRAIN_LOOPS = ("plain", "lightning")
@@ -46,8 +47,9 @@ UNSET: Any = _Unset()
 class AlgorithmConfig:
     """Which rule aggregates the buffer and when (SPEC "The server loop", "Aggregation rules")."""
 
-    name: str = key("seafl", "the algorithm: `seafl`, `seafl2`, `fedbuff`, `fedasync`, `fedavg`, `ca2fl`, or `pkg.module:rule` "
-                    "(a rule of your own)", plugin_or(ALGORITHMS))
+    name: str = key("seafl", "the algorithm: `seafl`, `seafl2`, `fedbuff`, `fedasync`, `fedavg`, `ca2fl`, `fadas` "
+                    "(FedBuff with `amsgrad` and the delay-adaptive η), `asyncsgd` (delay-adaptive asynchronous SGD), "
+                    "or `pkg.module:rule` (a rule of your own)", plugin_or(ALGORITHMS))
     params: Optional[dict] = key(
         None, "a rule of your own only: its own keyword arguments (`{beta: 2}`), passed as `rule(cfg, version, "
               "global_flat, updates, base_model, beta=2)`; `null`: none",
@@ -55,13 +57,13 @@ class AlgorithmConfig:
              "parameters); a sweep varies one entry as `algorithm.params.beta`, an override sets it as "
              "`algorithm.params.beta=2`. Left out of config.yaml when null (docs/extending.md).")
     buffer_size: int = key(10, "K: the server aggregates once the buffer holds this many updates; fedavg forces "
-                           "`devices.concurrency`, fedasync 1", "[1, inf)")
+                           "`devices.concurrency`, fedasync and asyncsgd 1", "[1, inf)")
     staleness_limit: Optional[int] = key(
         UNSET, "β: the server waits rather than let an in-flight update grow staler than this; `null` = ∞",
         "[0, inf]",
-        shown="`10`; fedbuff, fedasync, ca2fl: `null`; fedavg: `0`",
-        note="Not given, it is 10 for seafl and seafl2 and ∞ for fedbuff, fedasync and ca2fl; a value given (in the "
-             "file or an override) is kept for them too, which then wait for stragglers as SEAFL does, "
+        shown="`10`; fedbuff, fedasync, ca2fl, fadas, asyncsgd: `null`; fedavg: `0`",
+        note="Not given, it is 10 for seafl and seafl2 and ∞ for fedbuff, fedasync, ca2fl, fadas and asyncsgd; a value "
+             "given (in the file or an override) is kept for those too, which then wait for stragglers as SEAFL does, "
              "as PLATO's `staleness_bound` made the paper's baselines do. fedavg forces 0 (synchronous rounds). "
              "A rule of your own gets SEAFL's 10, and a run or sweep says so in one line at the start "
              "(docs/extending.md).")
@@ -104,15 +106,22 @@ class AlgorithmConfig:
                                           "rule's result w′ (stage 6 of an aggregation)")
     ca2fl: Ca2flConfig = section(Ca2flConfig, "CA²FL's own keys: the limit on its cache of each device's latest "
                                  "update")
+    asyncsgd: AsyncSGDConfig = section(AsyncSGDConfig, "asyncsgd's step η and its delay adaptation (τ_C, c)")
 
     def __post_init__(self) -> None:
         self.limit_given = self.staleness_limit is not UNSET  # not a key: whether the config chose β (limit_line)
         self.num_devices: Optional[int] = None  # not a key: N, resolved (CA²FL's mean over every device, algo/ca2fl.py)
         if self.staleness_limit is UNSET:
-            self.staleness_limit = None if self.name in ("fedbuff", "fedasync", "ca2fl") else 10
+            self.staleness_limit = None if self.name in ("fedbuff", "fedasync", "ca2fl", "fadas", "asyncsgd") else 10
         check_fields(self, "algorithm")
         self.params = own_params("algorithm.name", self.name, self.params)
-        self.server_opt.check_with_rule(self.name, self.server_lr)
+        if self.name == "fadas":
+            self.server_opt.as_fadas()
+        if self.name == "asyncsgd" and self.server_opt.name != "none":
+            _fail("algorithm.server_opt.name", self.server_opt.name, "none with algorithm.name=asyncsgd (its step "
+                  "η_t Δ_k is the server's; for an optimizer on one update at a time use algorithm.name=fedbuff with "
+                  "algorithm.buffer_size=1 and algorithm.server_opt.delay_adaptive=true)")
+        self.server_opt.check_with_rule(self.rule, self.server_lr)
         if self.name == "seafl" and self.alpha == 0 and self.mu == 0:
             _fail("algorithm.alpha", self.alpha, "alpha > 0 or mu > 0 (both 0 gives every update weight 0)")
         if self.name == "seafl2" and self.partial is False:
@@ -137,8 +146,9 @@ class AlgorithmConfig:
 
     @property
     def rule(self) -> str:
-        """The aggregation rule; SEAFL² aggregates with SEAFL's rule."""
-        return "seafl" if self.name == "seafl2" else self.name
+        """The aggregation rule; SEAFL² aggregates with SEAFL's rule, FADAS with FedBuff's (its optimizer does the
+        rest)."""
+        return {"seafl2": "seafl", "fadas": "fedbuff"}.get(self.name, self.name)
 
 
 @dataclass(kw_only=True)

@@ -90,10 +90,10 @@ def test_each_algorithm_writes_a_valid_run_dir(run_dir, name):
     if name == "fedavg":  # K = M, beta = 0: synchronous rounds
         assert cfg["algorithm"]["buffer_size"] == 4 and cfg["algorithm"]["staleness_limit"] == 0
         assert sizes == [4] * 6 and set(stale) == {0}
-    elif name == "fedasync":  # K = 1, beta = infinity
+    elif name in ("fedasync", "asyncsgd"):  # K = 1, beta = infinity
         assert cfg["algorithm"]["buffer_size"] == 1 and cfg["algorithm"]["staleness_limit"] is None
         assert sizes == [1] * 6 and max(stale) > 0
-    elif name == "fedbuff":  # beta = infinity: never blocked, exactly K each time
+    elif name in ("fedbuff", "fadas"):  # beta = infinity: never blocked, exactly K each time
         assert cfg["algorithm"]["staleness_limit"] is None and sizes == [2] * 6
     else:
         beta = cfg["algorithm"]["staleness_limit"]

@@ -25,6 +25,7 @@ COMPANIONS = {"devices.num": ["devices.concurrency=1", "algorithm.buffer_size=1"
               "run.max_aggregations": ["run.max_time=100"],
               "data.partition": ["data.name=femnist"],
               "algorithm.server_opt.pseudo_gradient": ["algorithm.server_opt.name=momentum"],  # delta: an optimizer
+              "algorithm.server_opt.delay_adaptive": ["algorithm.server_opt.name=momentum"],  # true: a step to scale
               "data.device_test": ["data.name=femnist", "data.partition=natural"],  # writers' own test data
               "data.partition_by": ["data.name=fake_datasets:random_images"],  # a key: for a user's data (any callable)
               "run.device_eval_every": ["data.device_holdout=0.2"],  # evaluation needs held-out data

@@ -5,9 +5,10 @@ docs/privacy.md, never with algo/ or privacy/. The found shift must never exceed
 gives, and S must be within 1.1× of it where docs/privacy.md calls the bound tight (FedBuff, FedAsync, FedAvg and
 SEAFL's delta form: the pair D = C·u, D′ = −C·u with the others at −C·u reaches it).
 
-The grid: each rule (SEAFL in both forms), K = 1, 2, 3, 5, 10, staleness all 0, mixed and one far behind, equal and
-unequal n_k, a device twice in the buffer, and α, μ, ϑ, η_g, α_mix and f at their edges; the adversary tries the
-extreme directions (along w_t, along the bases' differences, the axes) and random ones."""
+The grid: each rule (SEAFL in both forms; asyncsgd, K = 1 in a run, a buffer of several here too), K = 1, 2, 3, 5,
+10, staleness all 0, mixed and one far behind, equal and unequal n_k, a device twice in the buffer, and α, μ, ϑ, η_g,
+α_mix, f and asyncsgd's τ_C at their edges; the adversary tries the extreme directions (along w_t, along the bases'
+differences, the axes) and random ones."""
 import dataclasses
 import itertools
 import math
@@ -22,6 +23,7 @@ import torch
 from seafl_dist.algo.types import BufferedUpdate, FlatParts
 from seafl_dist.privacy.mechanism import Mechanism
 from seafl_dist.settings import config_from_dict
+from seafl_dist.settings.asyncsgd import AsyncSGDConfig
 
 C = 0.7
 DIM = 6
@@ -57,6 +59,9 @@ def aggregate(rule, alg, w, bases, deltas, n, staleness):
     if rule == "fedbuff":
         c = [1.0 if alg.staleness_scaling == "none" else 1.0 / math.sqrt(1.0 + s) for s in staleness]
         return w + alg.server_lr / k * sum(ci * d for ci, d in zip(c, deltas))
+    if rule == "asyncsgd":  # Koloskova et al.'s step per update: η_i = η up to τ_C, min(η, c/S_i) above
+        own = alg.asyncsgd
+        return w + sum((own.lr if s <= own.tau_c else min(own.lr, own.c / s)) * d for d, s in zip(deltas, staleness))
     if rule == "fedasync":
         out = w
         for b, d, s in zip(bases, deltas, staleness):
@@ -141,12 +146,14 @@ EDGES = {
     "fedasync": [dict(mixing=1.0, staleness_fn="constant"), dict(mixing=0.6, staleness_fn="polynomial"),
                  dict(mixing=0.9, staleness_fn="hinge", hinge_b=2.0)],
     "fedavg": [dict()],
+    "asyncsgd": [dict(asyncsgd=AsyncSGDConfig(lr=1.0, tau_c=0, c=1.0)),
+                 dict(asyncsgd=AsyncSGDConfig(lr=0.5, tau_c=4, c=2.0))],
     "seafl_delta": [dict(alpha=0.0, mu=1.0, theta=1.0), dict(alpha=3.0, mu=0.0, theta=0.2),
                     dict(alpha=3.0, mu=1.0, theta=0.8, staleness_limit=None), dict(alpha=0.5, mu=4.0, theta=1.0)],
     "seafl_model": [dict(alpha=3.0, mu=0.0, theta=1.0), dict(alpha=3.0, mu=1.0, theta=0.2),
                     dict(alpha=0.5, mu=4.0, theta=1.0, staleness_limit=None)],
 }
-TIGHT = ("fedbuff", "fedasync", "fedavg", "seafl_delta")
+TIGHT = ("fedbuff", "fedasync", "fedavg", "asyncsgd", "seafl_delta")
 
 
 def cases(rule):
