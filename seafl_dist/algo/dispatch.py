@@ -16,10 +16,11 @@ from .fedavg import fedavg
 from .fedbuff import fedbuff
 from .guard import NormHistory, rejections, update_norms
 from .memory import RuleMemory
+from .port import port
 from .seafl import seafl
 from .types import AggregationResult, BufferedUpdate, FlatParts
 
-RULES = {"seafl": seafl, "fedbuff": fedbuff, "fedasync": fedasync, "fedavg": fedavg}
+RULES = {"seafl": seafl, "fedbuff": fedbuff, "fedasync": fedasync, "fedavg": fedavg, "port": port}
 
 
 def aggregate(cfg: AlgorithmConfig, version: int, global_flat: torch.Tensor,

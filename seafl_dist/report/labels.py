@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import json
 
-ALGORITHMS = {"seafl": "SEAFL", "seafl2": "SEAFL²", "fedbuff": "FedBuff", "fedasync": "FedAsync", "fedavg": "FedAvg"}
+ALGORITHMS = {"seafl": "SEAFL", "seafl2": "SEAFL²", "fedbuff": "FedBuff", "fedasync": "FedAsync", "fedavg": "FedAvg",
+              "port": "Port"}
 DATASETS = {"digits": "digits", "mnist": "MNIST", "emnist": "EMNIST", "cifar10": "CIFAR-10", "cinic10": "CINIC-10",
             "femnist": "FEMNIST"}
 MODELS = {"lenet5": "LeNet-5", "resnet18": "ResNet-18", "vgg16": "VGG-16"}
@@ -24,7 +25,8 @@ SYMBOLS = {"algorithm.name": "algorithm", "algorithm.buffer_size": "K", "algorit
            "algorithm.server_opt.lr": "η_s", "algorithm.server_opt.beta1": "β₁", "algorithm.server_opt.beta2": "β₂",
            "algorithm.server_opt.tau": "τ", "algorithm.server_opt.pseudo_gradient": "pseudo-gradient",
            "compression.codec": "codec", "compression.levels": "QSGD s", "compression.bucket": "bucket",
-           "compression.fraction": "top-k", "compression.error_feedback": "error feedback"}
+           "compression.fraction": "top-k", "compression.error_feedback": "error feedback",
+           "algorithm.port.b": "b", "algorithm.port.lag": "L"}
 CODEC_KEYS = {"compression.levels": ("qsgd",), "compression.bucket": ("qsgd",),  # the codecs that read each key
               "compression.fraction": ("topk",)}  # (error_feedback: every codec but none)
 INFINITE_WHEN_NULL = ("algorithm.staleness_limit", "run.max_time", "run.max_aggregations")
@@ -38,7 +40,8 @@ USES = {  # the algorithm.* keys (or sections) each built-in rule reads and does
                                                    "partial", "update_norm_factor", "server_opt"),
     "fedasync": ("staleness_limit", "mixing", "staleness_fn", "poly_a", "hinge_a", "hinge_b", "partial",
                  "update_norm_factor", "server_opt"),
-    "fedavg": ("update_norm_factor", "server_opt")}  # the update guard runs before every rule, the optimizer after
+    "fedavg": ("update_norm_factor", "server_opt"),  # the update guard runs before every rule, the optimizer after
+    "port": ("buffer_size", "staleness_limit", "port", "partial", "update_norm_factor", "server_opt")}
 NOT_ARMS = ("name", "run.", "logging.", "runtime.")  # budget, bookkeeping and execution: not what an arm is
 # Okabe & Ito's colour-blind-safe palette: one colour per algorithm, the spare ones (a rule of your own) in an order
 # that keeps the next arm far from the last (reddish purple beside FedBuff's orange, not its neighbour vermillion)

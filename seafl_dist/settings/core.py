@@ -32,6 +32,7 @@ from seafl_dist.settings.errors import _fail  # this module's own checks word th
 from seafl_dist.settings.keys import key, section
 from seafl_dist.settings.compression import CompressionConfig
 from seafl_dist.settings.privacy import PrivacyConfig
+from seafl_dist.settings.port import PortConfig
 from seafl_dist.settings.server_opt import ServerOptConfig
 
 __all__ = ["ALGORITHMS", "SIMILARITY_MODES", "SIMILARITY_OVER", "AlgorithmConfig", "ClockConfig", "Config", "ConfigError", "DataConfig",
@@ -342,9 +343,9 @@ OMITTED_AT_DEFAULT = {("devices", "profile"): None, ("devices", "dropout"): None
 
 
 # Sections left out whole when every key is at its default (the server optimizer, algorithm.server_opt; compression;
-# privacy)
+# privacy; Port's algorithm.port)
 OMITTED_SECTIONS_AT_DEFAULT = {("algorithm", "server_opt"): ServerOptConfig, ("compression",): CompressionConfig,
-                               ("privacy",): PrivacyConfig}
+                               ("privacy",): PrivacyConfig, ("algorithm", "port"): PortConfig}
 
 
 def dump_config(cfg: Config) -> str:

@@ -129,6 +129,11 @@ class PrivacyConfig:
         if update_norm_factor is not None:
             _fail("algorithm.update_norm_factor", update_norm_factor, "null with privacy.enabled=true (the guard "
                   "rejects by the data, which would change |B|; clipping bounds every update instead)")
+        if name == "port":
+            _fail("algorithm.name", name, "a rule with a derived sensitivity (seafl, seafl2, fedbuff, fedasync, fedavg) "
+                  "with privacy.enabled=true: Port's deltas are taken against the current model, w_k − w_t = "
+                  "Δ_k + (w_{t_k} − w_t), and its data-dependent weights also scale the server's drift w_{t_k} − w_t, "
+                  "which clipping Δ_k to C does not bound (docs/privacy.md, \"Port\")")
         if name not in DP_RULES:
             _fail("algorithm.name", name, "a built-in rule (seafl, seafl2, fedbuff, fedasync, fedavg) with "
                   "privacy.enabled=true (a rule of your own declares no sensitivity)")

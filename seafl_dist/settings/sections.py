@@ -20,9 +20,10 @@ from seafl_dist.settings.domains import SEEDS, Text, check_fields, list_of, plug
 from seafl_dist.settings.errors import ConfigError, _fail  # noqa: F401  (ConfigError re-exported)
 from seafl_dist.settings.keys import key, section
 from seafl_dist.settings.plugins import check_params, is_import_path, refuse_params_of_built_in
+from seafl_dist.settings.port import PortConfig
 from seafl_dist.settings.server_opt import ServerOptConfig
 
-ALGORITHMS = ("seafl", "seafl2", "fedbuff", "fedasync", "fedavg")
+ALGORITHMS = ("seafl", "seafl2", "fedbuff", "fedasync", "fedavg", "port")
 SIMILARITY_MODES = ("delta_vs_global", "model_vs_global", "delta_vs_movement")
 SIMILARITY_OVER = ("parameters", "parameters_and_stats")
 TRAIN_LOOPS = ("plain", "lightning")
@@ -45,8 +46,8 @@ UNSET: Any = _Unset()
 class AlgorithmConfig:
     """Which rule aggregates the buffer and when (SPEC "The server loop", "Aggregation rules")."""
 
-    name: str = key("seafl", "the algorithm: `seafl`, `seafl2`, `fedbuff`, `fedasync`, `fedavg`, or `pkg.module:rule` "
-                    "(a rule of your own)", plugin_or(ALGORITHMS))
+    name: str = key("seafl", "the algorithm: `seafl`, `seafl2`, `fedbuff`, `fedasync`, `fedavg`, `port`, or "
+                    "`pkg.module:rule` (a rule of your own)", plugin_or(ALGORITHMS))
     params: Optional[dict] = key(
         None, "a rule of your own only: its own keyword arguments (`{beta: 2}`), passed as `rule(cfg, version, "
               "global_flat, updates, base_model, beta=2)`; `null`: none",
@@ -100,6 +101,7 @@ class AlgorithmConfig:
              "own included. Left out of config.yaml when null.")
     server_opt: ServerOptConfig = section(ServerOptConfig, "the server optimizer: what the server does with the "
                                           "rule's result w′ (stage 6 of an aggregation)")
+    port: PortConfig = section(PortConfig, "Port's own keys (`algorithm.name: port`)")
 
     def __post_init__(self) -> None:
         self.limit_given = self.staleness_limit is not UNSET  # not a key: whether the config chose β (limit_line)

@@ -21,7 +21,7 @@ PSEUDO_GRADIENTS = ("model", "delta")
 # η when `lr` is not given: Flower's defaults (FedAvgM's server_learning_rate, FedAdam's and FedAdagrad's eta,
 # FedYogi's eta); Reddi et al. tune η per task on a grid, and so should a study
 DEFAULT_LR = {"momentum": 1.0, "adam": 0.1, "adagrad": 0.1, "yogi": 0.01}
-BUILT_IN_RULES = ("seafl", "seafl2", "fedbuff", "fedasync", "fedavg")  # rules whose w′ is linear in the w_k
+BUILT_IN_RULES = ("seafl", "seafl2", "fedbuff", "fedasync", "fedavg", "port")  # rules whose w′ is linear in the w_k
 
 
 @dataclass(kw_only=True)
