@@ -14,7 +14,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from seafl_dist.algo import BufferedUpdate, FlatParts, RuleMemory, aggregate
+from seafl_dist.algo import BufferedUpdate, FlatParts, RuleMemory, ServerOptimizer, aggregate
 from seafl_dist.settings import AlgorithmConfig, ConfigError
 from seafl_dist.settings.core import load_config
 from seafl_dist.settings.port import PortConfig
@@ -208,11 +208,22 @@ def test_port_under_privacy_is_refused_in_one_line_naming_algorithm_name():
     assert "\n" not in text and "'algorithm.name' has value 'port'" in text and "drift" in text
 
 
-def test_port_takes_the_server_optimizers_delta_form_with_its_weights_as_coefficients():
-    """w′ = Σ p_k w_k, so the delta form's pseudo-gradient is Σ p_k (w_k − w_{t_k}) (docs/algorithms.md)."""
+@pytest.mark.parametrize("form, step", [("model", [30 / 29, 28 / 29]), ("delta", [44 / 29, 28 / 29])])
+def test_port_takes_the_server_optimizers_in_both_forms_with_its_weights_as_coefficients(form, step):
+    """w′ = Σ p_k w_k, so the delta form steps on Σ p_k (w_k − w_{t_k}); momentum at β₁ = 0, lr = 1 takes that
+    step once. The hand sequence's t = 1: p_B = 7/29 (from w_0, [0, 4]), p_C = 22/29 (from w_1 = [2, 0], [4, 0]):
+    model form w′ − w_1 = [30, 28]/29; delta form 7/29·[0, 4] + 22/29·[2, 0] = [44, 28]/29."""
     cfg = load_config(QUICKSTART, ["algorithm.name=port", "algorithm.server_opt.name=momentum",
-                                   "algorithm.server_opt.pseudo_gradient=delta"]).algorithm
-    assert cfg.server_opt.pseudo_gradient == "delta" and cfg.name == "port"
+                                   "algorithm.server_opt.beta1=0", "algorithm.server_opt.lr=1",
+                                   f"algorithm.server_opt.pseudo_gradient={form}"]).algorithm
+    run = Run(cfg, [0.0, 0.0])
+    run.step([up(0, 0, [2.0, 0.0], 1)])  # w′ = [2, 0]: both forms step by [2, 0] from w_0
+    optimizer = ServerOptimizer(cfg)
+    versions = {0: T([0.0, 0.0]), 1: T([2.0, 0.0])}
+    updates = [up(1, 0, [0.0, 4.0], 1), up(0, 1, [4.0, 0.0], 3)]
+    res = aggregate(cfg, 1, versions[1], updates, versions.__getitem__, memory=run.memory)
+    new = optimizer.apply(versions[1], res, updates, versions.__getitem__)
+    assert (new - versions[1]).tolist() == pytest.approx(step, abs=1e-6)
 
 
 def test_the_port_section_is_left_out_of_config_yaml_at_its_defaults():
