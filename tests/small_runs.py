@@ -19,6 +19,7 @@ PER_ALGORITHM = {
     "fedbuff": [],
     "fedasync": [],
     "fedavg": [],
+    "port": ["algorithm.port.lag=2"],  # a state of two models (algo/port.py): the W = 3 job keeps it on rank 0
 }
 # The noise key two DP runs share when a test compares their bytes (privacy/keys.py): a test fixture, no secret.
 # Without it each DP run draws a fresh key, so two runs (or a run and its reference) differ in their noise.
