@@ -28,7 +28,7 @@ REFUSED = {f"{section}.{key}" for section, keys in {
     "algorithm": ["name", "buffer_size", "staleness_limit", "alpha", "mu", "theta", "similarity", "similarity_over",
                   "server_lr", "staleness_scaling", "mixing", "staleness_fn", "poly_a", "hinge_a", "hinge_b", "partial",
                   "update_norm_factor", "params", "server_opt.name", "server_opt.lr", "server_opt.beta1", "server_opt.beta2",
-                  "server_opt.tau", "server_opt.pseudo_gradient"],
+                  "server_opt.tau", "server_opt.pseudo_gradient", "port.b", "port.lag"],
     "devices": ["num", "concurrency", "dropout", "availability_scale"],
     "train": ["epochs", "batch_size", "lr", "momentum", "weight_decay", "loop", "grad_clip_val", "grad_clip_algorithm"],
     "clock": ["sec_per_sample", "download_s", "upload_s", "compute_scale", "idle.distribution", "idle.s", "idle.a",
