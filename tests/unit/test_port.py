@@ -57,7 +57,8 @@ def hand_sequence(lag):
     # t = 1: B (S = 1, c = 1, n = 1): r = 1/4·(1 + 10/11) = 21/44; C (S = 0, n = 3): r = 3/4·2 = 66/44
     # p_B = 21/87 = 7/29, p_C = 22/29; Δ_B = [−2, 4], Δ_C = [2, 0]: w_2 = [2 + 30/29, 28/29] = [88/29, 28/29]
     second = run.step([up(1, 0, [0.0, 4.0], 1), up(0, 1, [4.0, 0.0], 3)])
-    # t = 2: D (S = 2 > 1) has Δ_D ⟂ the movement (L = 1: w_2 − w_1 = [30, 28]/29; L = 2: w_2 − w_0 = [88, 28]/29),
+    # t = 2: D (S = 2 > 1) has Δ_D ⟂ the movement (L = 1: w_2 − w_1 = [30, 28]/29;
+    # L = 2: w_2 − w_0 = [88, 28]/29),
     # so c = 0: r_D = 1/2·(1/2 + 10/12) = 2/3; E (S = 0): r_E = 1/2·2 = 1; p_D = 2/5, p_E = 3/5
     delta_d = [28.0, -30.0] if lag == 1 else [28.0, -88.0]
     w2 = [88 / 29, 28 / 29]
@@ -141,7 +142,8 @@ UPDATE = st.tuples(st.integers(0, 5), st.integers(0, 3), st.integers(0, 30),
 BUFFERS = st.lists(st.lists(UPDATE, min_size=1, max_size=4), min_size=1, max_size=6)
 
 
-@given(BUFFERS, st.lists(VALUE, min_size=D, max_size=D), st.sampled_from([1, 2, 3]), st.sampled_from([0.5, 10.0, 200.0]))
+@given(BUFFERS, st.lists(VALUE, min_size=D, max_size=D), st.sampled_from([1, 2, 3]),
+       st.sampled_from([0.5, 10.0, 200.0]))
 def test_port_matches_the_oracle_over_sequences_and_never_writes_its_old_state(buffers, w0, lag, b):
     stats = T([False] * 4 + [True])
     parts = FlatParts(params=~stats, stats=stats, counters=torch.zeros(D, dtype=torch.bool))
