@@ -18,7 +18,7 @@ def aggregates(run):
 def test_a_port_run_killed_during_aggregation_3_resumes_to_the_same_bytes(tmp_path):
     """L = 2: aggregations 3 and 4 (t = 2, 3) compare stale deltas with w_t − w_{t−2}, w_0 and w_1 taken from the
     checkpoint of aggregation 2; a resume that lost the state would give those updates c = 1 and other bytes."""
-    args = [*SMALL, "algorithm.name=port", "algorithm.port.lag=2", "run.checkpoint_every=2",
+    args = [*SMALL, "algorithm.name=port", "algorithm.port.lag=2", "run.max_aggregations=4", "run.checkpoint_every=2",
             "run.checkpoint_every_s=null"]
     ref = reference(tmp_path / "ref", args)
     after = [u for e in aggregates(ref)[2:4] for u in e["updates"]]
