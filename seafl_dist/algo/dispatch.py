@@ -18,11 +18,12 @@ from .fedavg import fedavg
 from .fedbuff import fedbuff
 from .guard import NormHistory, rejections, update_norms
 from .memory import RuleMemory, is_stateful
+from .port import port
 from .seafl import seafl
 from .types import AggregationResult, BufferedUpdate, FlatParts
 
 RULES = {"seafl": seafl, "fedbuff": fedbuff, "fedasync": fedasync, "fedavg": fedavg, "ca2fl": ca2fl,
-         "asyncsgd": asyncsgd}
+         "asyncsgd": asyncsgd, "port": port}
 
 
 def aggregate(cfg: AlgorithmConfig, version: int, global_flat: torch.Tensor,

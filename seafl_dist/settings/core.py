@@ -33,6 +33,7 @@ from seafl_dist.settings.keys import key, section
 from seafl_dist.settings.compression import CompressionConfig
 from seafl_dist.settings.privacy import PrivacyConfig
 from seafl_dist.settings.asyncsgd import AsyncSGDConfig
+from seafl_dist.settings.port import PortConfig
 from seafl_dist.settings.server_opt import ServerOptConfig
 from seafl_dist.settings.ca2fl import Ca2flConfig
 
@@ -353,11 +354,11 @@ OMITTED_AT_DEFAULT = {("devices", "profile"): None, ("devices", "dropout"): None
 DELAY_KEYS = ("delay_threshold", "delay_c")
 
 
-# Sections left out whole when every key is at its default (the server optimizer, algorithm.server_opt; asyncsgd's
-# and CA²FL's keys; compression; privacy)
+# Sections left out whole when every key is at its default (the server optimizer, algorithm.server_opt; asyncsgd's,
+# CA²FL's and Port's keys; compression; privacy)
 OMITTED_SECTIONS_AT_DEFAULT = {("algorithm", "server_opt"): ServerOptConfig, ("algorithm", "asyncsgd"): AsyncSGDConfig,
-                               ("algorithm", "ca2fl"): Ca2flConfig, ("compression",): CompressionConfig,
-                               ("privacy",): PrivacyConfig}
+                               ("algorithm", "ca2fl"): Ca2flConfig, ("algorithm", "port"): PortConfig,
+                               ("compression",): CompressionConfig, ("privacy",): PrivacyConfig}
 
 
 def dump_config(cfg: Config) -> str:

@@ -133,6 +133,11 @@ class PrivacyConfig:
             _fail("algorithm.name", name, "a rule other than ca2fl with privacy.enabled=true (its cache puts every past "
                   "contributor's latest update into every later aggregation, which neither the inclusion count nor "
                   "privacy.max_participation bounds)")
+        if name == "port":
+            _fail("algorithm.name", name, "a rule with a derived sensitivity (seafl, seafl2, fedbuff, fedasync, fedavg) "
+                  "with privacy.enabled=true: Port's deltas are taken against the current model, w_k − w_t = "
+                  "Δ_k + (w_{t_k} − w_t), and its data-dependent weights also scale the server's drift w_{t_k} − w_t, "
+                  "which clipping Δ_k to C does not bound (docs/privacy.md, \"Port\")")
         if name not in DP_RULES:
             _fail("algorithm.name", name, f"a built-in rule ({', '.join(DP_RULES)}) with "
                   "privacy.enabled=true (a rule of your own declares no sensitivity)")

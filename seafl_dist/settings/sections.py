@@ -22,9 +22,10 @@ from seafl_dist.settings.keys import key, section
 from seafl_dist.settings.plugins import check_params, is_import_path, refuse_params_of_built_in
 from seafl_dist.settings.asyncsgd import AsyncSGDConfig
 from seafl_dist.settings.ca2fl import Ca2flConfig
+from seafl_dist.settings.port import PortConfig
 from seafl_dist.settings.server_opt import ServerOptConfig
 
-ALGORITHMS = ("seafl", "seafl2", "fedbuff", "fedasync", "fedavg", "ca2fl", "fadas", "asyncsgd")
+ALGORITHMS = ("seafl", "seafl2", "fedbuff", "fedasync", "fedavg", "ca2fl", "fadas", "asyncsgd", "port")
 SIMILARITY_MODES = ("delta_vs_global", "model_vs_global", "delta_vs_movement")
 SIMILARITY_OVER = ("parameters", "parameters_and_stats")
 TRAIN_LOOPS = ("plain", "lightning")
@@ -49,7 +50,7 @@ class AlgorithmConfig:
 
     name: str = key("seafl", "the algorithm: `seafl`, `seafl2`, `fedbuff`, `fedasync`, `fedavg`, `ca2fl`, `fadas` "
                     "(FedBuff with `amsgrad` and the delay-adaptive η), `asyncsgd` (delay-adaptive asynchronous SGD), "
-                    "or `pkg.module:rule` (a rule of your own)", plugin_or(ALGORITHMS))
+                    "`port`, or `pkg.module:rule` (a rule of your own)", plugin_or(ALGORITHMS))
     params: Optional[dict] = key(
         None, "a rule of your own only: its own keyword arguments (`{beta: 2}`), passed as `rule(cfg, version, "
               "global_flat, updates, base_model, beta=2)`; `null`: none",
@@ -107,6 +108,7 @@ class AlgorithmConfig:
     ca2fl: Ca2flConfig = section(Ca2flConfig, "CA²FL's own keys: the limit on its cache of each device's latest "
                                  "update")
     asyncsgd: AsyncSGDConfig = section(AsyncSGDConfig, "asyncsgd's step η and its delay adaptation (τ_C, c)")
+    port: PortConfig = section(PortConfig, "Port's own keys (`algorithm.name: port`)")
 
     def __post_init__(self) -> None:
         self.limit_given = self.staleness_limit is not UNSET  # not a key: whether the config chose β (limit_line)

@@ -282,7 +282,7 @@ def test_the_events_tables_of_running_md_hold_every_event_and_field():
     ups = [BufferedUpdate(device=d, job=d, flat=flat, n_samples=3, base_version=0, epochs=1)
            for d, flat in enumerate([torch.randn(6, generator=torch.Generator().manual_seed(0)),
                                      torch.full((6,), float("nan"))])]
-    for rule in ("seafl", "seafl2", "fedbuff", "fedasync", "fedavg"):  # what each rule adds, kept and rejected
+    for rule in ("seafl", "seafl2", "fedbuff", "fedasync", "fedavg", "port"):  # what each rule adds, kept and rejected
         alg = config_from_dict({}, [f"algorithm.name={rule}"]).algorithm
         entries |= {k for info in aggregate(alg, 1, w, ups, lambda v: w).info for k in info}
     fields = set().union(*_table_rows(page, "| field |").values())
@@ -297,8 +297,8 @@ def test_the_docs_give_a_rule_the_arguments_the_code_calls_it_with():
 
     from seafl_dist.algo.dispatch import RULES
     from seafl_dist.settings.plugins import SIGNATURES
-    built_in = {tuple(p for p in inspect.signature(rule).parameters if p != "state")  # a stateful one's keyword
-                for rule in RULES.values()}
+    built_in = {tuple(n for n, p in inspect.signature(rule).parameters.items() if n != "state")  # a rule with memory
+                for rule in RULES.values()}  # adds its keyword-only state (algo/memory.py)
     assert len(built_in) == 1, built_in
     built_in, yours = built_in.pop(), SIGNATURES["algorithm.name"][0]
     assert built_in == (*yours, "parts"), (built_in, yours)
