@@ -14,7 +14,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from seafl_dist.algo import BufferedUpdate, FlatParts, RuleMemory, ServerOptimizer, aggregate
+from seafl_dist.algo import BufferedUpdate, FlatParts, ServerOptimizer, aggregate, memory_of
 from seafl_dist.settings import AlgorithmConfig, ConfigError
 from seafl_dist.settings.core import load_config
 from seafl_dist.settings.port import PortConfig
@@ -36,7 +36,7 @@ class Run:
     """Aggregations carried as the server carries them: one RuleMemory, the global models by version."""
 
     def __init__(self, cfg, w0, parts=None):
-        self.cfg, self.memory, self.parts = cfg, RuleMemory.of(cfg), parts
+        self.cfg, self.memory, self.parts = cfg, memory_of(cfg), parts
         self.versions, self.t = {0: T(w0, dtype=torch.float32)}, 0
 
     def step(self, updates):
