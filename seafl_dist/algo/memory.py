@@ -46,9 +46,11 @@ def is_stateful(rule: Callable) -> bool:
 
 
 def frozen(state: Optional[Mapping]) -> Mapping:
-    """The read-only view a rule gets (``{}`` before its first aggregation)."""
-    return MappingProxyType({} if state is None else dict(state) if not isinstance(state, MappingProxyType)
-                            else state)
+    """The read-only view a rule gets (``{}`` before its first aggregation); a view already read-only is itself, so a
+    rule that hands its state back unchanged keeps the very mapping (no view of a view per aggregation)."""
+    if isinstance(state, MappingProxyType):
+        return state
+    return MappingProxyType({} if state is None else dict(state))
 
 
 def check_state(name: str, state: Any, where: str = "its state") -> Mapping:
