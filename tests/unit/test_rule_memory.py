@@ -5,7 +5,6 @@ inside the state, the state's size counts shared storage once, the rule is calle
 update, and over random sequences of buffers the rule, carried by ``aggregate``, gives its equations' models (the
 oracle below, with no call into seafl_dist) without writing the state it was handed."""
 import math
-from collections.abc import Mapping
 from types import MappingProxyType
 
 import pytest
@@ -18,34 +17,18 @@ from seafl_dist.algo import dispatch
 from seafl_dist.algo.guard import NormHistory
 from seafl_dist.algo.memory import RuleMemory, state_size, to_cpu
 from seafl_dist.settings import ConfigError, config_from_dict
+from rule_states import STATEFUL, assert_bitwise, deep_clone
 from user_extensions import fair_momentum
 
 RULE = "user_extensions:fair_momentum"
 
 
 def algorithm(*extra):
-    return config_from_dict({}, [f"algorithm.name={RULE}", "algorithm.staleness_limit=null", *extra]).algorithm
+    return config_from_dict({}, [*STATEFUL, *extra]).algorithm
 
 
 def update(device, flat, base_version=0, job=0):
     return BufferedUpdate(device=device, job=job, flat=flat, n_samples=10, base_version=base_version, epochs=1)
-
-
-def deep_clone(state):
-    return {k: deep_clone(v) if isinstance(v, Mapping) else v.clone() if isinstance(v, torch.Tensor) else v
-            for k, v in state.items()}
-
-
-def assert_bitwise(old, clone):
-    """``old`` (a state as it is now) holds exactly what ``clone`` (taken before) held: keys, tensors bit for bit."""
-    assert isinstance(old, Mapping) and set(old) == set(clone), (set(old), set(clone))
-    for k, v in clone.items():
-        if isinstance(v, torch.Tensor):
-            assert old[k].dtype == v.dtype and torch.equal(old[k].view(torch.uint8), v.view(torch.uint8)), k
-        elif isinstance(v, dict):
-            assert_bitwise(old[k], v)
-        else:
-            assert old[k] == v, k
 
 
 def oracle(rounds, w0, beta=0.5):
