@@ -1,7 +1,7 @@
 """What each aggregation rule costs beside FedBuff: its time per aggregation, its state's memory, and how much the
 state adds to a checkpoint (issue 62, 6).
 
-    python benchmarks/rules.py [--iters 5] [--devices 20] [--models lenet5,resnet18] [--dir DIR]
+    python benchmarks/rules.py [--iters 10] [--devices 20] [--models lenet5,resnet18] [--dir DIR]
 
 For LeNet-5 (MNIST shape) and ResNet-18 (CIFAR-10 shape, width 1) flat vectors, every rule in
 ``seafl_dist.algo.dispatch.RULES`` (the built-in ones, so rules merged later appear here as they are) and a user's
@@ -114,7 +114,7 @@ def checkpoint_bytes(out: Path, state: dict) -> int:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--iters", type=int, default=5, help="timed aggregations per rule (the median is printed)")
+    ap.add_argument("--iters", type=int, default=10, help="timed aggregations per rule (the median is printed)")
     ap.add_argument("--devices", type=int, default=20, help="devices whose updates fill the buffers")
     ap.add_argument("--models", default="lenet5,resnet18")
     ap.add_argument("--dir", help="where the checkpoints are written (default: a temp dir)")
