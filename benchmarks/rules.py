@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 
 from checkpoint import MODELS, state_of  # benchmarks/, on sys.path when run as a script
-from seafl_dist.algo import BufferedUpdate, FlatParts, RuleMemory, aggregate
+from seafl_dist.algo import BufferedUpdate, FlatParts, aggregate, memory_of
 from seafl_dist.algo.dispatch import RULES
 from seafl_dist.algo.memory import state_size
 from seafl_dist.models import build_model
@@ -81,7 +81,7 @@ def measure(name: str, flat: torch.Tensor, parts: FlatParts, devices: int, iters
     (the buffer made before the clock starts), its memory after the warm-up and the timed aggregations."""
     cfg = algorithm(name)
     k = min(K, cfg.buffer_size)
-    memory = RuleMemory.of(cfg)
+    memory = memory_of(cfg)
     made = Buffers(flat, devices)
     times, sizes = [], []
     warm = -(-devices // k)  # every device contributes once before the clock runs

@@ -14,7 +14,7 @@ back w_{t+1} and one info dict per update (weights, rejections, SEAFL's γ, s, c
   Adagrad) steps on its result: :mod:`.server_opt`, with a state the server checkpoints.
 """
 from .common import check_update, cosine, screen
-from .dispatch import aggregate
+from .dispatch import aggregate, memory_of
 from .fedasync import staleness_factor_fedasync
 from .memory import RuleMemory
 from .seafl import seafl_gamma
@@ -29,6 +29,7 @@ __all__ = [
     "ServerOptState",
     "ServerOptimizer",
     "aggregate",
+    "memory_of",
     "check_update",
     "cosine",
     "optimizer_step",

@@ -15,7 +15,7 @@ from .fedasync import fedasync
 from .fedavg import fedavg
 from .fedbuff import fedbuff
 from .guard import NormHistory, rejections, update_norms
-from .memory import RuleMemory
+from .memory import RuleMemory, is_stateful
 from .seafl import seafl
 from .types import AggregationResult, BufferedUpdate, FlatParts
 
@@ -43,7 +43,7 @@ def aggregate(cfg: AlgorithmConfig, version: int, global_flat: torch.Tensor,
     ``memory`` (:class:`~.memory.RuleMemory`) holds a stateful rule's state: handed in, replaced by the rule's new
     one. A stateful rule is called even when the guard kept no update; None: a fresh memory (a first aggregation).
     """
-    memory = memory if memory is not None else RuleMemory.of(cfg)
+    memory = memory if memory is not None else memory_of(cfg)
     factor = getattr(cfg, "update_norm_factor", None)
     if history is None and factor is None:
         return _rule(cfg, version, global_flat, updates, base_model, parts, memory)
@@ -68,6 +68,12 @@ def _merged(kept_info: list[dict], refused: dict[int, str], staleness: list[int]
         out.append({"weight": 0.0, "rejected": True, "reason": refused[i], "staleness": s, **extra}
                    if i in refused else next(kept))
     return out
+
+
+def memory_of(cfg: AlgorithmConfig) -> RuleMemory:
+    """The server's holder (:class:`~.memory.RuleMemory`) of the state of the rule ``cfg.rule`` names, built in or by
+    import path: stateful when the rule declares ``state``. Here, not in memory.py, which the rules import."""
+    return RuleMemory(cfg.rule, is_stateful(rule_of(cfg)))
 
 
 def rule_of(cfg: AlgorithmConfig) -> Callable:

@@ -121,12 +121,6 @@ class RuleMemory:
         self.name, self.stateful = name, stateful
         self.state: Mapping = MappingProxyType({})
 
-    @classmethod
-    def of(cls, alg) -> "RuleMemory":
-        """The memory of the rule ``alg.rule`` names (built in or by import path)."""
-        from .dispatch import rule_of  # the rules import this module
-        return cls(alg.rule, is_stateful(rule_of(alg)))
-
     def call(self, rule: Callable, *args, **kwargs):
         """``rule(*args, state=..., **kwargs)`` for a stateful rule (its new state kept), else the plain call."""
         if not self.stateful:

@@ -12,7 +12,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from seafl_dist.algo import AggregationResult, BufferedUpdate, aggregate
+from seafl_dist.algo import AggregationResult, BufferedUpdate, aggregate, memory_of
 from seafl_dist.algo import dispatch
 from seafl_dist.algo.guard import NormHistory
 from seafl_dist.algo.memory import RuleMemory, state_size, to_cpu
@@ -60,7 +60,7 @@ sequences = st.lists(st.lists(entry, min_size=1, max_size=4), min_size=1, max_si
 @given(sequences, st.sampled_from([0.0, 0.5, 0.9]))
 def test_the_rule_carried_by_aggregate_gives_its_equations_and_never_writes_the_state_it_had(rounds, beta):
     cfg = algorithm(f"algorithm.params.beta={beta}")
-    memory = RuleMemory.of(cfg)
+    memory = memory_of(cfg)
     assert memory.stateful and dict(memory.state) == {}
     w = {0: torch.tensor([0.5, -1.0, 2.0])}
     plan = []  # the oracle's rounds: (device, Δ, finite?)
@@ -189,7 +189,7 @@ def test_summary_gives_the_keys_and_size_only_for_a_stateful_rule():
     memory.load_state_dict({"seen": {1: 1}, "m": torch.zeros(5)})
     assert memory.summary() == {"rule_state": {"keys": ["m", "seen"], "tensors": 1, "bytes": 20}}
     assert RuleMemory("fedbuff", False).summary() == {}
-    assert RuleMemory.of(algorithm()).stateful and not RuleMemory.of(config_from_dict({}, []).algorithm).stateful
+    assert memory_of(algorithm()).stateful and not memory_of(config_from_dict({}, []).algorithm).stateful
 
 
 def test_a_rules_own_nonfinite_update_leaves_its_device_uncounted():
