@@ -2,7 +2,8 @@
 server snapshots at the end of aggregation t is bit for bit the same after aggregation t + 1 (a reference is a
 snapshot), summary.json gives its size, every checkpoint holds it (``rule_state``), and a run killed during
 aggregation 3 (checkpoint at 2) resumes to the uninterrupted run's bytes: with the state of aggregation 2, not a
-fresh one (a resume without it gives other models). The torchrun run of the same rule: tests/dist/test_equivalence.py.
+fresh one (a resume without it gives other models). A state value no checkpoint can hold stops the run at the
+first checkpoint, in one line naming algorithm.name and where the value is. The torchrun run of the same rule: tests/dist/test_equivalence.py.
 """
 import os
 import signal
@@ -10,11 +11,14 @@ import signal
 import pytest
 import torch
 
+import in_process
+from one_line import one_error_line
 from resuming import (aggregations_in, assert_same_run, checkpoint_path, checkpoint_versions, cli, reference,
                       run_args, summary)
 from rule_states import STATEFUL, assert_bitwise, deep_clone
 from seafl_dist.runtime.snapshots import Snapshots
-from small_runs import SMALL
+from small_runs import QUICKSTART, SMALL
+from user_extensions import write
 
 TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EVERY_2 = ["run.checkpoint_every=2", "run.checkpoint_every_s=null"]
@@ -69,3 +73,25 @@ def test_a_run_killed_during_aggregation_3_resumes_with_the_state_of_aggregation
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"resumed {out} after aggregation 2" in resumed.stderr
     assert_same_run(ref, out)
+
+
+LISTING = '''
+from seafl_dist.algo import AggregationResult
+
+
+def listing(cfg, version, global_flat, updates, base_model, *, state):
+    """Keeps a list in its state: a value no checkpoint holds."""
+    return AggregationResult(global_flat.clone(), [{"weight": 0.0} for _ in updates],
+                             state={"cache": {3: [version]}})
+'''
+
+
+def test_a_state_value_a_checkpoint_cannot_hold_stops_the_run_at_the_checkpoint_in_one_line(tmp_path):
+    name = write(tmp_path, source=LISTING)
+    out = tmp_path / "run"
+    proc = in_process.seafl("run", QUICKSTART, *SMALL, f"algorithm.name={name}:listing",
+                            "algorithm.staleness_limit=null", *EVERY_2, "--out", out, cwd=tmp_path)
+    assert proc.returncode != 0
+    line = one_error_line(proc.stderr)
+    assert f"'algorithm.name' has value '{name}:listing'" in line and "its state's 'cache'[3] is list" in line, line
+    assert aggregations_in(out) == 2 and summary(out)["status"] == "failed"
