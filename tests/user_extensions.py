@@ -103,3 +103,28 @@ def write(folder, source: str = SOURCE, prefix: str = "user_ext") -> str:
 def EXTENDED(name: str) -> list[str]:
     return [f"model.name={name}:tiny_mlp", f"data.name={name}:bands", f"data.partition={name}:sorted_blocks",
             f"algorithm.name={name}:uniform_mean", "algorithm.staleness_limit=null"]
+
+
+def fair_momentum(cfg, version, global_flat, updates, base_model, *, state, beta=0.5):
+    """A rule of one's own with memory (docs/extending.md, "A rule with memory"): each kept update's delta
+    Δ_k = w_k − w_{t_k}, weighted p_k ∝ 1 / (1 + c_i) with c_i how many of device i's updates were aggregated before
+    this buffer (0 for a device never seen), normalised; heavy-ball momentum m ← β m + Σ p_k Δ_k (m = Σ p_k Δ_k at
+    the first step), w_{t+1} = w_t + m. Its state: {"m": m, "seen": {device: c_i}}, a new mapping each time that
+    shares the counts of the devices not in the buffer. A buffer with no update kept: w_t, and the state as it was."""
+    import torch
+    from seafl_dist.algo import AggregationResult, screen
+    accepted, info = screen(version, global_flat, updates)
+    if not accepted:
+        return AggregationResult(global_flat.clone(), info, state=state)
+    seen = dict(state.get("seen", {}))  # a shallow copy: the state handed in is never written
+    raw = {i: 1.0 / (1 + seen.get(updates[i].device, 0)) for i in accepted}
+    step = torch.zeros_like(global_flat)
+    for i in accepted:
+        u = updates[i]
+        info[i]["weight"] = raw[i] / sum(raw.values())
+        step = step + info[i]["weight"] * (u.flat.to(global_flat) - base_model(u.base_version))
+    for i in accepted:
+        seen[updates[i].device] = seen.get(updates[i].device, 0) + 1
+    m = beta * state["m"] + step if "m" in state else step  # a new tensor: the old m is never written in place
+    return AggregationResult(global_flat + m, info, state={"m": m, "seen": seen})
+

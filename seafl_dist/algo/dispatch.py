@@ -74,6 +74,12 @@ def _merged(kept_info: list[dict], refused: dict[int, str], staleness: list[int]
     return out
 
 
+def memory_of(cfg: AlgorithmConfig) -> RuleMemory:
+    """The server's holder (:class:`~.memory.RuleMemory`) of the state of the rule ``cfg.rule`` names, built in or by
+    import path: stateful when the rule declares ``state``. Here, not in memory.py, which the rules import."""
+    return RuleMemory(cfg.rule, is_stateful(rule_of(cfg)))
+
+
 def rule_of(cfg: AlgorithmConfig) -> Callable:
     """The function ``cfg.rule`` names: a built-in one, or a user's by import path."""
     if is_import_path(cfg.rule):
@@ -82,11 +88,6 @@ def rule_of(cfg: AlgorithmConfig) -> Callable:
         return RULES[cfg.rule]
     except KeyError:
         raise ValueError(f"unknown algorithm {cfg.name!r}; allowed: {', '.join(sorted(RULES))}") from None
-
-
-def memory_of(cfg: AlgorithmConfig) -> RuleMemory:
-    """A fresh memory for the rule ``cfg.rule`` names: stateful when it declares ``state`` (algo/memory.py)."""
-    return RuleMemory(cfg.rule, is_stateful(rule_of(cfg)))
 
 
 def _rule(cfg: AlgorithmConfig, version: int, global_flat: torch.Tensor, updates: list[BufferedUpdate],

@@ -14,8 +14,9 @@ The contract (docs/extending.md, "A rule with memory"):
   writes no tensor in place. So a snapshot of the end of an aggregation (runtime/snapshots.py) holds references,
   never copies, and an aggregation costs O(d) per arrival, never O(N·d).
 - Its values are tensors, numbers, strings, booleans, None, and mappings (string or integer keys) of the same,
-  nested: what ``torch.load(weights_only=True)`` reads back. Anything else stops the run at that aggregation in one
-  line naming ``algorithm.name``.
+  nested: what ``torch.load(weights_only=True)`` reads back. Anything else stops the run in one line naming
+  ``algorithm.name``: at that aggregation for a state that is no mapping with string keys, at the first checkpoint
+  that would write it for a value inside (the line says where, ``its state's 'cache'[7] is list``).
 - A stateful rule is called at every aggregation, also one whose every update was rejected (the guard's or the
   value check's), with the updates the guard kept, so a rule that keeps the global models it saw (Port) sees each.
 - The state lives on rank 0 with the server, goes into every checkpoint (``rule_state``), and a resume hands the
@@ -46,9 +47,11 @@ def is_stateful(rule: Callable) -> bool:
 
 
 def frozen(state: Optional[Mapping]) -> Mapping:
-    """The read-only view a rule gets (``{}`` before its first aggregation)."""
-    return MappingProxyType({} if state is None else dict(state) if not isinstance(state, MappingProxyType)
-                            else state)
+    """The read-only view a rule gets (``{}`` before its first aggregation); a view already read-only is itself, so a
+    rule that hands its state back unchanged keeps the very mapping (no view of a view per aggregation)."""
+    if isinstance(state, MappingProxyType):
+        return state
+    return MappingProxyType({} if state is None else dict(state))
 
 
 def check_state(name: str, state: Any, where: str = "its state") -> Mapping:

@@ -17,7 +17,7 @@ from seafl_dist.report import write_json
 from seafl_dist.report.sinks import FINISHED, RunFileError
 from seafl_dist.runtime import checkpoint, residuals, rundir
 from seafl_dist.runtime.summary import build_summary
-from seafl_dist.settings import dump_config
+from seafl_dist.settings import ConfigError, dump_config
 from seafl_dist.train import load_flat
 
 
@@ -48,6 +48,11 @@ class Snapshots:
         on_workers = getattr(self.executor, "residuals_on", False)  # error feedback under torchrun
         if last and on_workers:  # the workers may be gone: the last complete checkpoint stands (runtime/residuals.py)
             return
+        try:  # checked throughout here (algo/memory.py); a value no checkpoint holds is refused in one line
+            rule_state = self.memory.of_snapshot(snap["rule_state"]) if self.memory.stateful else None
+        except (ConfigError, ValueError):
+            self._snap = None  # so not tried again on the way out: its line is said once; an earlier checkpoint stands
+            raise
         self.writer.flush(sync=True)  # the recorded lengths must be on disk before the checkpoint is
         self.devices.flush(sync=True)
         files = self.executor.save_residuals(snap["version"], self.dir) if on_workers else None
@@ -60,7 +65,7 @@ class Snapshots:
             "metrics_bytes": snap["metrics_bytes"], "wall_s": self._wall(), "update_norms": snap["update_norms"],
             **({"profile_sha256": self.profile_sha256} if self.profile_sha256 else {}),
             **({"server_opt": snap["server_opt"].to_dict()} if self.server_opt.active else {}),
-            **({"rule_state": self.memory.of_snapshot(snap["rule_state"])} if self.memory.stateful else {}),
+            **({"rule_state": rule_state} if rule_state is not None else {}),
             **({"feedback": snap["feedback"]} if snap["feedback"] is not None else {}), **snap["devices"],
             **({"residuals": files} if files is not None else {}),  # the workers' files (runtime/residuals.py)
             **({"privacy": snap["privacy"]} if snap["privacy"] is not None else {})})  # m_k under DP

@@ -5,7 +5,8 @@ Each algorithm runs once in this pytest process (the in-process runner, via the 
 algorithms to keep the suite short, and one torchrun job per W runs all of its algorithms (launching.run_batch).
 Checked: events.jsonl byte-identical, metrics.csv equal
 (accuracy and loss within 1e-6; bit-identical in practice with one thread per rank), the same
-summary apart from wall time, every rank exiting 0, and nothing written but rank 0's run dir.
+summary apart from wall time, every rank exiting 0, and nothing written but rank 0's run dir. The W = 3 job also
+runs a user's rule with memory (tests/user_extensions.py fair_momentum): its state stays on rank 0.
 """
 import csv
 import json
@@ -14,6 +15,7 @@ import pytest
 import torch
 
 from launching import run_batch
+from rule_states import STATEFUL
 from small_runs import PER_ALGORITHM, QUICKSTART, SMALL
 from seafl_dist.cli import main as seafl_main
 
@@ -29,6 +31,11 @@ def overrides(name):
     return [*SMALL, f"algorithm.name={name}", *PER_ALGORITHM[name]]
 
 
+# The W = 3 job's rows beside its algorithms: seafl2 with runtime.placement=device, and a user's rule with memory
+# (tests/user_extensions.py fair_momentum; its state on rank 0 with the server, algo/memory.py)
+ROWS_OF_3 = {"placement": [*overrides("seafl2"), "runtime.placement=device"], "stateful": [*SMALL, *STATEFUL]}
+
+
 @pytest.fixture(scope="module")
 def inprocess(tmp_path_factory):
     """inprocess(algorithm) -> the run dir of the in-process reference run (made once)."""
@@ -38,7 +45,8 @@ def inprocess(tmp_path_factory):
             threads = torch.get_num_threads()
             try:
                 with torch.random.fork_rng(devices=[]):
-                    assert seafl_main(["run", str(QUICKSTART), *overrides(name), "--out", str(out)]) == 0
+                    args = ROWS_OF_3[name] if name in ROWS_OF_3 else overrides(name)
+                    assert seafl_main(["run", str(QUICKSTART), *args, "--out", str(out)]) == 0
             finally:
                 torch.set_num_threads(threads)
             _INPROCESS[name] = out
@@ -66,15 +74,15 @@ def assert_same_metrics(ref_path, got_path):
 @pytest.fixture(scope="module")
 def on_ranks(tmp_path_factory):
     """on_ranks(case) -> (the torchrun job's finished process, the case's run dir): one job per W runs all of its
-    cases (launching.run_batch), each case an algorithm, or "placement" (seafl2 with runtime.placement=device)."""
+    cases (launching.run_batch), each case an algorithm, or a row of ROWS_OF_3."""
     jobs = {}
 
     def get(case):
-        world = 3 if case == "placement" else WORLD[case]
+        world = 3 if case in ROWS_OF_3 else WORLD[case]
         if world not in jobs:
             cases = {n: overrides(n) for n in PER_ALGORITHM if WORLD[n] == world}
             if world == 3:
-                cases["placement"] = [*overrides("seafl2"), "runtime.placement=device"]
+                cases.update(ROWS_OF_3)
             jobs[world] = run_batch(world, cases, tmp_path_factory.mktemp(f"w{world}"))
         proc, outs = jobs[world]
         return proc, outs[case], set(outs)
@@ -127,3 +135,18 @@ def test_fixed_device_placement_matches_inprocess(inprocess, on_ranks):
     assert (got / "events.jsonl").read_bytes() == (ref / "events.jsonl").read_bytes()
     assert (got / "model.pt").read_bytes() == (ref / "model.pt").read_bytes()
     assert_same_metrics(ref / "metrics.csv", got / "metrics.csv")
+
+
+def test_a_rule_with_memory_of_ones_own_matches_inprocess(inprocess, on_ranks):
+    """A user's stateful rule (its state kept on rank 0 with the server, algo/memory.py) on 3 ranks: the one-process
+    run's events, model and metrics, and its summary, rule_state included."""
+    ref = inprocess("stateful")
+    proc, got, _ = on_ranks("stateful")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.count("(user_extensions:fair_momentum): completed") == 1
+    for f in ("events.jsonl", "model.pt", "config.yaml"):
+        assert (got / f).read_bytes() == (ref / f).read_bytes(), f
+    assert_same_metrics(ref / "metrics.csv", got / "metrics.csv")
+    s_ref, s_got = (json.loads((d / "summary.json").read_text()) for d in (ref, got))
+    s_ref.pop("wall_time_s"), s_got.pop("wall_time_s")
+    assert s_got == s_ref and s_got["rule_state"]["keys"] == ["m", "seen"]

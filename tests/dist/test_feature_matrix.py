@@ -8,6 +8,8 @@ Factors (tests/pairwise.py covers every pair of their levels in some row):
 - holdout: none, split (`data.device_holdout=0.25`), writers (`data.device_test=writers`), both with device
   evaluation every 2 aggregations;
 - codec: none, or int8 with error feedback; server_opt: none or Adam; privacy: off or on (noise 0.8);
+- rule, one of each kind: the default (seafl: stateless), or one with a server state (ca2fl: its cache of each
+  device's latest update, algo/memory.py's state, in every checkpoint);
 - churn: a device profile with availability windows and dropouts; wandb: offline; loop: plain or lightning;
 - W: 1 (one process) or 3 (torchrun); resume: rank 0 killed during aggregation 4 and restarted by torchrun.
 
@@ -46,6 +48,7 @@ FACTORS = {
     "partition": ["iid", "dirichlet", "natural", "by_key"],
     "holdout": ["none", "split", "writers"],
     "codec": ["none", "int8_ef"],
+    "rule": ["default", "stateful"],
     "server_opt": ["none", "adam"],
     "privacy": [False, True],
     "churn": [False, True],
@@ -68,6 +71,8 @@ REFUSED = {
     (("holdout", "writers"), ("privacy", True)): "run.device_eval_every",
     # the DataModule's test split holds its devices' own speakers: no central test set under DP (docs/privacy.md)
     (("partition", "by_key"), ("privacy", True)): "data.name",
+    # ca2fl's cache puts every past contributor into every later aggregation: no sensitivity (docs/privacy.md)
+    (("rule", "stateful"), ("privacy", True)): "algorithm.name",
 }
 
 
@@ -95,6 +100,8 @@ def overrides(row: dict, where) -> list[str]:
         args += ["data.device_holdout=0.25"] if row["holdout"] == "split" else ["data.device_test=writers"]
     if row["codec"] == "int8_ef":
         args += ["compression.codec=int8", "compression.error_feedback=true", "runtime.placement=device"]
+    if row["rule"] == "stateful":
+        args += ["algorithm.name=ca2fl"]
     if row["server_opt"] == "adam":
         args += ["algorithm.server_opt.name=adam", "algorithm.server_opt.lr=0.01"]
     if row["privacy"]:
@@ -190,12 +197,12 @@ def test_each_row_completes_and_matches_its_uninterrupted_run(i, where, launched
 
 
 def refused_row(pair) -> dict:
-    """The first row (defaults but for data, partition, holdout and privacy) that holds ``pair`` and whose refused
-    pairs all name ``pair``'s key."""
+    """The first row (defaults but for data, partition, holdout, privacy and rule) that holds ``pair`` and whose
+    refused pairs all name ``pair``'s key."""
     base = {name: levels[0] for name, levels in FACTORS.items()}
-    for data, partition, holdout, privacy in product(*(FACTORS[k] for k in ("data", "partition", "holdout",
-                                                                              "privacy"))):
-        row = {**base, "data": data, "partition": partition, "holdout": holdout, "privacy": privacy}
+    varied = ("data", "partition", "holdout", "privacy", "rule")
+    for levels in product(*(FACTORS[k] for k in varied)):
+        row = {**base, **dict(zip(varied, levels))}
         fired = {REFUSED[p] for p in REFUSED if all(row[k] == v for k, v in p)}
         if all(row[k] == v for k, v in pair) and fired == {REFUSED[pair]}:
             return row

@@ -232,6 +232,16 @@ def delta_mean(cfg, version, global_flat, updates, base_model, parts=None):
     return AggregationResult(global_flat + step, [{"weight": 0.5} for _ in updates])
 
 
+def remembers(cfg, version, global_flat, updates, base_model, *, state):
+    seen.append((type(state).__name__, dict(state)))
+    return AggregationResult(global_flat.clone(), [{"weight": 0.5} for _ in updates],
+                             state={"calls": state.get("calls", 0) + 1})
+
+
+def forgets(cfg, version, global_flat, updates, base_model, *, state):
+    return AggregationResult(global_flat.clone(), [{"weight": 0.5} for _ in updates])
+
+
 seen = []
 '''
 
@@ -239,7 +249,8 @@ seen = []
 @pytest.mark.parametrize("rule, says", [("raises", "it raised RuntimeError: no median of an empty list"),
                                         ("short", "its new_global is torch.float32 (5,), not a 1-D float tensor "
                                                   "of 61706 entries"),
-                                        ("one_info", "its info is not a list of 2 dicts, one per update")])
+                                        ("one_info", "its info is not a list of 2 dicts, one per update"),
+                                        ("forgets", "its result's state (None) is NoneType, not a mapping")])
 def test_a_broken_rule_is_refused_before_training(where, capsys, rule, says):
     """A rule that raises or returns the wrong shape stops the dry run in one line naming it (it used to pass,
     and fail at the first aggregation, after training had started)."""
@@ -256,6 +267,17 @@ def test_a_good_rule_is_called_on_two_updates_of_the_models_size(where, capsys):
     assert "config, data, model, rule, partition and run dir check out" in err
     # at version 0, both from version 0, w_0 of LeNet-5's 61,706 entries, all of them parameters
     assert importlib.import_module(name).seen == [(0, [0, 0], 61706, 61706)]
+
+
+def test_a_rule_with_memory_is_called_with_an_empty_read_only_state(where, capsys):
+    """A stateful rule of one's own (a ``state`` parameter, algo/memory.py) gets what a run's first aggregation
+    gives it: ``{}``, read-only."""
+    import importlib
+    name = write(where[0], source=RULES)
+    out, err = dry(["run", *TINY, f"algorithm.name={name}:remembers", "--out", "r"], capsys)
+    assert f"rule: {name}:remembers: called on 2 updates of 61,706 entries" in out
+    assert "config, data, model, rule, partition and run dir check out" in err
+    assert importlib.import_module(name).seen == [("mappingproxy", {})]
 
 
 # ---- a model too large for the machine: refused before anything is allocated or written --------------
