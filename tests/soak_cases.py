@@ -3,9 +3,11 @@ optimizer spread over them, on the tiny quickstart variant, checkpointing after 
 
 - ``dp-cap``: DP (clipping, noise, the participation cap m = 2 at 6 aggregations, SEAFL's model form) with top-k
   and error feedback, and AMSGrad with the delay-adaptive η on the released w′ (its m, v, v̂ in the checkpoints);
-- ``device-eval``: device evaluation (held-out samples of each device) with fp16 + error feedback and momentum;
+- ``device-eval``: device evaluation (held-out samples of each device) with fp16 + error feedback and momentum, and
+  CA²FL (its cache of each device's latest update, the rule's state, in the checkpoints);
 - ``churn``: a device profile with availability windows and dropouts, SEAFL², bf16 + error feedback and Adam;
-- ``lightning``: a LightningModule that logs, trained by Lightning's loop, int8 + error feedback and Yogi;
+- ``lightning``: a LightningModule that logs, trained by Lightning's loop, int8 + error feedback and Yogi, and Port
+  (its last two global models, the rule's state, in the checkpoints);
 - ``datamodule``: a DataModule split naturally by a key of its samples (one device a speaker), QSGD + error
   feedback and Adagrad.
 :func:`kills` gives each case a worker killed after aggregation 2 and rank 0 killed during aggregation 4 (and,
@@ -41,10 +43,12 @@ def cases(tmp: Path, aggregations: int = 6) -> tuple[dict[str, list[str]], Path]
                    "privacy.seafl_form=model", *feedback("topk", "compression.fraction=0.05"),
                    "algorithm.server_opt.name=amsgrad", "algorithm.server_opt.delay_adaptive=true"],
         "device-eval": [*SMALL, "data.device_holdout=0.25", "run.device_eval_every=2", "run.device_eval_sample=7",
+                        "algorithm.name=ca2fl",
                         *feedback("fp16"), "algorithm.server_opt.name=momentum"],
         "churn": [*churn_overrides(profile, "algorithm.name=seafl2", "train.epochs=2", "algorithm.staleness_limit=1"),
                   *feedback("bf16"), "algorithm.server_opt.name=adam", "algorithm.server_opt.lr=0.01"],
         "lightning": [*SMALL, "model.name=lightning_modules:every_hook", "train.loop=lightning", *feedback("int8"),
+                      "algorithm.name=port", "algorithm.port.lag=2",
                       "algorithm.server_opt.name=yogi", "algorithm.server_opt.lr=0.01"],
         "datamodule": [*SMALL, *DM_ARGS(dm, "SpeakersDM"), "data.partition=natural", "data.partition_by=speaker",
                        "devices.num=null", "data.device_test=writers",
