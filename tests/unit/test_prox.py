@@ -1,7 +1,7 @@
 """``train.prox_mu``, FedProx's proximal term (train/proximal.py), on every training path against one oracle
-written here: plain torch SGD on the job's batches (its StepPlan) that adds mu (w - w_base) to each gradient by
-hand, then clips, then steps. The plain loop, ``train.loop: lightning`` (the built-in model and a user's
-LightningModule) and a graph slot stepping eagerly on the CPU match it to the bit; the fused (vmap) step to the
+written out by hand (tests/prox_oracle.py): plain torch SGD on the job's batches (its StepPlan) that adds
+mu (w - w_base) to each gradient, then clips, then steps. The plain loop, ``train.loop: lightning`` (the
+built-in model and a user's LightningModule) and a graph slot stepping eagerly on the CPU match it to the bit; the fused (vmap) step to the
 relative L2 difference test_fused_step.py allows its grouped convolutions (1e-4). At mu = 0 no path runs the term
 and a run's directory is the bytes of a run without the key; a module of manual optimization is refused in one line.
 """
@@ -9,48 +9,29 @@ import json
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 import in_process
 import lightning_modules
+from prox_oracle import prox_sgd
 from resuming import dir_bytes
 from seafl_dist.data import load_dataset
 from seafl_dist.models import build_model
 from seafl_dist.settings import ConfigError, TrainConfig, config_from_dict, dump_config
-from seafl_dist.train import StepPlan, flatten, load_flat, proximal, train_job, train_jobs
+from seafl_dist.train import flatten, proximal, train_job, train_jobs
 from seafl_dist.train import batched
 from seafl_dist.train.graphed import Slot, train_slots
 from seafl_dist.train.optim_config import ModuleContractError
 from seafl_dist.train.probe import check_module, probe_batches
 from small_runs import QUICKSTART, SMALL
-from test_fused_step import EPOCHS, SHARDS, SmallBN, rel
+from test_fused_step import EPOCHS, SmallBN, rel
 from test_fused_step import setup as fused_setup
 
 MU = 0.5  # large enough that the term moves a few steps' result far beyond rounding
 LR, MOMENTUM = 0.05, 0.9
 
 
-def oracle(net, start, data, idx, *, epochs, batch_size, seed, mu, lr=LR, momentum=MOMENTUM, weight_decay=0.0,
-           clip=None):
-    """One job by hand: forward, cross-entropy, backward, g += mu (w - w_base), clip by norm, SGD."""
-    fmt = torch.channels_last if getattr(net, "channels_last", False) else torch.contiguous_format
-    load_flat(net, start)
-    net.to(memory_format=fmt).train()
-    params = [p for p in net.parameters() if p.requires_grad]
-    w_base = [p.detach().clone() for p in params]
-    opt = torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay)
-    for _, rows, _ in StepPlan(idx, epochs, batch_size, seed).batches():
-        x, y = data.batch(rows)
-        loss = F.cross_entropy(net(x.contiguous(memory_format=fmt)), y)
-        opt.zero_grad()
-        loss.backward()
-        with torch.no_grad():
-            for p, w0 in zip(params, w_base):
-                p.grad = p.grad + mu * (p - w0)
-        if clip is not None:
-            torch.nn.utils.clip_grad_norm_(params, clip)
-        opt.step()
-    return flatten(net)
+def oracle(net, start, data, idx, *, lr=LR, momentum=MOMENTUM, **kw):
+    return prox_sgd(net, start, data, idx, lr=lr, momentum=momentum, **kw)
 
 
 @pytest.fixture(scope="module")
@@ -58,18 +39,16 @@ def digits():
     return load_dataset("digits")
 
 
-def models(lightning):
-    """(builder, its SGD's momentum) of the built-in LeNet-5 and a user's LightningModule (tests/lightning_modules.py:
-    SGD lr 0.05, momentum 0.9; it overrides on_train_epoch_end and self.logs, so the plain loop runs its hooks)."""
-    optim = TrainConfig(lr=LR, momentum=MOMENTUM)
-    return {"lenet5": lambda: build_model("lenet5", 10, 1, image_size=28, optim=optim, lightning=lightning),
-            "user": lightning_modules.Base}
+MODELS = {  # the built-in LeNet-5 (channels-last) and a user's LightningModule (tests/lightning_modules.py: SGD
+    # lr 0.05, momentum 0.9; it overrides on_train_epoch_end and self.logs, so the plain loop runs its hooks)
+    "lenet5": lambda: build_model("lenet5", 10, 1, image_size=28, optim=TrainConfig(lr=LR, momentum=MOMENTUM)),
+    "user": lightning_modules.Base}
 
 
 @pytest.mark.parametrize("loop", ["plain", "lightning"])
 @pytest.mark.parametrize("name", ["lenet5", "user"])
 def test_every_loop_adds_the_term_before_clipping_to_the_bit(one_thread, digits, loop, name):
-    make = models(lightning=True)[name]
+    make = MODELS[name]
     torch.manual_seed(3)
     start = flatten(make())
     idx = torch.arange(64)
