@@ -125,8 +125,8 @@ def train_job(module, start: torch.Tensor, data, indices: torch.Tensor, *, epoch
     ``lightning.Trainer.fit``, train/lightning_loop.py); both give the same bits on a CPU. ``clip``:
     (``train.grad_clip_val``, ``train.grad_clip_algorithm``). ``logged`` gets what the module logged,
     reduced over the job. ``prox_mu``: ``train.prox_mu``, FedProx's proximal term mu (w - start) added to
-    every step's gradients before clipping (train/proximal.py; 0: today's step). ``on_step()``, if given, is called after every optimiser step (a worker
-    counts its progress)."""
+    every step's gradients before clipping (train/proximal.py; 0: today's step). ``on_step()``, if given, is
+    called after every optimiser step (a worker counts its progress)."""
     device = torch.device(device)
     fmt = memory_format(module, device)
     module.to(device, memory_format=fmt)

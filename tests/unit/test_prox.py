@@ -1,9 +1,10 @@
 """``train.prox_mu``, FedProx's proximal term (train/proximal.py), on every training path against one oracle
 written out by hand (tests/prox_oracle.py): plain torch SGD on the job's batches (its StepPlan) that adds
 mu (w - w_base) to each gradient, then clips, then steps. The plain loop, ``train.loop: lightning`` (the
-built-in model and a user's LightningModule) and a graph slot stepping eagerly on the CPU match it to the bit; the fused (vmap) step to the
-relative L2 difference test_fused_step.py allows its grouped convolutions (1e-4). At mu = 0 no path runs the term
-and a run's directory is the bytes of a run without the key; a module of manual optimization is refused in one line.
+built-in model and a user's LightningModule) and a graph slot stepping eagerly on the CPU match it to the bit;
+the fused (vmap) step to the relative L2 difference test_fused_step.py allows its grouped convolutions (1e-4).
+At mu = 0 no path runs the term and a run's directory is the bytes of a run without the key; a module of manual
+optimization is refused in one line. The runtime (GroupTrainer) hands the key to every path.
 """
 import json
 
