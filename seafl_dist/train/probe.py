@@ -48,11 +48,9 @@ def probe_batches(data, device=None) -> list:
 def check_module(module, batches: list, *, loop: str, clip: tuple, device, precision: str = "32",
                  prox_mu: float = 0.0) -> str | None:
     """Why ``module`` cannot train as the run would train it on ``batches`` (on ``device``; one line), or None.
-    ``prox_mu`` (``train.prox_mu``) > 0 refuses manual optimization, whose steps get no proximal term."""
+    ``prox_mu`` (``train.prox_mu``): the probe job trains with it, so a module of manual optimization is refused
+    as the job's Trainer refuses it (train/lightning_loop.py)."""
     why = refusal(module, loop)
-    if why is None and prox_mu and not getattr(module, "automatic_optimization", True):
-        from seafl_dist.train.lightning_loop import manual_prox
-        why = manual_prox(prox_mu)
     if why is not None:
         return why
     device = torch.device(device)

@@ -132,28 +132,21 @@ def test_the_key_is_typed_bounded_and_kept_in_config_yaml_when_set():
         assert "\n" not in line and "train.prox_mu" in line and repr(bad) in line and ">= 0" in line
 
 
-class Manual(lightning_modules.Base):
-    """Lightning's manual optimization, as its documentation writes it."""
-
-    def __init__(self):
-        super().__init__()
-        self.automatic_optimization = False
-
-    def training_step(self, batch, batch_idx):
-        opt = self.optimizers()
-        opt.zero_grad()
-        loss = self.loss(batch)
-        self.manual_backward(loss)
-        opt.step()
-
-
-def test_manual_optimization_is_refused_in_one_line_with_mu_above_zero(digits):
+def test_manual_optimization_is_refused_in_one_line_with_mu_above_zero(digits, tmp_path):
     batches = probe_batches(digits, "cpu")
-    why = check_module(Manual(), batches, loop="lightning", clip=(None, None), device="cpu", prox_mu=0.01)
+    why = check_module(lightning_modules.Manual(), batches, loop="lightning", clip=(None, None), device="cpu",
+                       prox_mu=0.01)
     assert why is not None and "\n" not in why and "train.prox_mu is 0.01" in why and "manual optimization" in why
     with pytest.raises(ModuleContractError, match="train.prox_mu is 0.01"):  # and so is a job that reaches a Trainer
-        train_job(Manual(), flatten(Manual()), digits, torch.arange(32), epochs=1, batch_size=16, seed=0,
+        manual = lightning_modules.Manual()
+        train_job(manual, flatten(manual), digits, torch.arange(32), epochs=1, batch_size=16, seed=0,
                   loop="lightning", prox_mu=0.01)
+    run = tmp_path / "run"  # and a run is refused before it writes anything (runtime/setup.py's probe)
+    proc = in_process.seafl("run", QUICKSTART, *SMALL, "model.name=lightning_modules:manual_optimization",
+                            "train.loop=lightning", "train.prox_mu=0.01", "--out", run)
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("seafl: error: ")]
+    assert proc.returncode == 2 and len(errors) == 1 and "train.prox_mu is 0.01" in errors[0], proc.stderr[-2000:]
+    assert not run.exists()
 
 
 @pytest.mark.parametrize("path", ["one", "fused", "slots", "lightning"])
