@@ -76,6 +76,10 @@ def test_the_fused_step_adds_the_term_to_each_row():
         err = rel(fused[j] - starts[j], want - starts[j])
         assert err <= 1e-4, (j, err)  # test_fused_step.py's bound: grouped convolutions' rounding, ~1e-6
         assert rel(without - starts[j], want - starts[j]) > 1e-3, j  # the bound tells mu from 0 (job 2: 2 steps)
+    alone = train_jobs(net, starts[:1], data, shards[:1], epochs=EPOCHS[:1], batch_size=opt.batch_size, seeds=[5],
+                       prox_mu=MU)[0]  # one job is not fused: train_job, to the bit
+    assert torch.equal(alone, oracle(SmallBN(), starts[0], data, shards[0], epochs=EPOCHS[0], batch_size=opt.batch_size,
+                                     seed=5, mu=MU, lr=opt.lr, momentum=opt.momentum, weight_decay=opt.weight_decay))
 
 
 def test_graph_slots_rebase_the_term_on_every_job_to_the_bit():
