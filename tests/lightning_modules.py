@@ -323,6 +323,22 @@ class Dropout(Base):
         self.net.insert(2, nn.Dropout(0.3))
 
 
+@_module("manual_optimization")
+class Manual(Base):
+    """Lightning's manual optimization, as its documentation writes it."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.automatic_optimization = False
+
+    def training_step(self, batch, batch_idx):
+        opt = self.optimizers()
+        opt.zero_grad()
+        loss = self.loss(batch)
+        self.manual_backward(loss)
+        opt.step()
+
+
 def build(name: str):
     return MODULES[name]()
 

@@ -60,7 +60,7 @@ def run_job(exp, model, spec: JobSpec, start: torch.Tensor, on_step=None, result
                      batch_size=t.batch_size, **job_seeds(cfg, spec), augment=cfg.data.augment,
                      device=exp.device, precision=cfg.runtime.precision, on_step=on_step,
                      result_device=exp.device if result_on_device else "cpu", loop=t.loop,
-                     clip=(t.grad_clip_val, t.grad_clip_algorithm), logged=logged)
+                     clip=(t.grad_clip_val, t.grad_clip_algorithm), logged=logged, prox_mu=t.prox_mu)
 
 
 def run_graphed(exp, slots, specs: list[JobSpec], starts: list[torch.Tensor], on_step=None) -> list[torch.Tensor]:
@@ -78,7 +78,8 @@ def run_jobs(exp, model, specs: list[JobSpec], starts: list[torch.Tensor], on_st
     return train_jobs(model, starts, exp.train.to(exp.device), [exp.shard(s.device) for s in specs],
                       epochs=[s.epochs for s in specs], batch_size=cfg.train.batch_size,
                       seeds=[s["seed"] for s in seeds], torch_seeds=[s["torch_seed"] for s in seeds],
-                      augment=cfg.data.augment, device=exp.device, precision=cfg.runtime.precision, on_step=on_step)
+                      augment=cfg.data.augment, device=exp.device, precision=cfg.runtime.precision, on_step=on_step,
+                      prox_mu=cfg.train.prox_mu)
 
 
 def loop_blocker(train) -> str | None:
@@ -144,7 +145,7 @@ class GroupTrainer:
             try:
                 for _ in range(self.limit):
                     made.append(Slot(self.model, exp.train.to(exp.device), exp.cfg.train.batch_size, exp.device,
-                                     exp.cfg.runtime.precision))
+                                     exp.cfg.runtime.precision, exp.cfg.train.prox_mu))
                 self.slots = made
             except Exception as err:  # noqa: BLE001 -- named in the line; eager steps then meet any real error
                 oom = out_of_memory(err)

@@ -283,7 +283,7 @@ def check_user_model(cfg: Config, model, data, num_classes: int, device, eval_da
         check_logits(cfg.model.name, model, pair[0][:2], num_classes)
     t = cfg.train
     why = check_module(model, batches, loop=t.loop, clip=(t.grad_clip_val, t.grad_clip_algorithm), device=device,
-                       precision=cfg.runtime.precision)
+                       precision=cfg.runtime.precision, prox_mu=t.prox_mu)
     names = None
     if why is None and own_step:
         logged, why = probe_evaluation(model, eval_data if eval_data is not None else data, device=device,

@@ -329,15 +329,15 @@ def _holds(tree: dict, dotted: str) -> bool:
     return True
 
 
-# Keys of device populations (docs/devices.md), GPU switches, the Lightning loop's keys, the update guard, the
-# divergence stop, the target metric and device evaluation (docs/device_eval.md) left out of config.yaml at
+# Keys of device populations (docs/devices.md), GPU switches, the Lightning loop's keys, FedProx's mu, the update
+# guard, the divergence stop, the target metric and device evaluation (docs/device_eval.md) left out of config.yaml at
 # their defaults, so the file of a run without them is byte for byte what it was before they existed (and older
 # run dirs still compare equal).
 OMITTED_AT_DEFAULT = {("devices", "profile"): None, ("devices", "dropout"): None,
                       ("devices", "availability_scale"): 1.0, ("clock", "compute_scale"): 1.0,
                       ("runtime", "deterministic"): False, ("runtime", "cuda_graphs"): True,
                       ("train", "loop"): "plain", ("train", "grad_clip_val"): None,
-                      ("train", "grad_clip_algorithm"): None,
+                      ("train", "grad_clip_algorithm"): None, ("train", "prox_mu"): 0.0,
                       ("algorithm", "update_norm_factor"): None, ("algorithm", "params"): None,
                       ("model", "params"): None, ("run", "stop_on_divergence"): False,
                       ("run", "target_metric"): "accuracy", ("run", "target_mode"): "max",

@@ -193,6 +193,12 @@ class TrainConfig:
                                          "Trainer's `gradient_clip_val`; `null`: no clipping", "(0, inf)")
     grad_clip_algorithm: Optional[str] = key(None, "`norm` or `value`, as Trainer's `gradient_clip_algorithm`; "
                                              "`null`: by norm", ("norm", "value"))
+    prox_mu: float = key(0.0, "FedProx's proximal term μ: every local step adds μ(w − w_base) to the gradients "
+                         "(w_base: the model the job started from), before clipping; 0: off", "[0, inf)",
+                         note="On every training path (the plain loop, `train.loop: lightning`, `runtime.batch_jobs`'s "
+                              "fused step, CUDA-graph slots). A LightningModule of manual optimization is refused "
+                              "with μ > 0. `algorithm.name=fedbuff train.prox_mu=0.01` is FedProx on FedBuff's "
+                              "buffer (docs/algorithms.md, \"FedProx\").")
 
     def __post_init__(self) -> None:
         check_fields(self, "train")

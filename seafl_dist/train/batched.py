@@ -16,6 +16,8 @@ does it alone, because the pieces are the same ones:
 - its own batch-norm running statistics: the buffers are stacked too, and batch norm updates
   each job's slice inside ``vmap``;
 - flat vectors in and out through train/flat.py (:meth:`FlatLayout.split`, :func:`join`).
+- ``train.prox_mu`` > 0: FedProx's term mu (w - w_base) added to each row's gradients before SGD,
+  w_base the row's start (train/proximal.py's formula, on the stacked rows); at 0 nothing is kept.
 
 Jobs with different step counts or a different last-batch size: at each step the jobs still
 training are grouped by this step's batch size, and each group takes one fused step (the full
@@ -44,6 +46,7 @@ from seafl_dist.models.contract import overridden
 from seafl_dist.train.flat import FlatLayout, flatten, join
 from seafl_dist.train.local import _autocast, train_job
 from seafl_dist.train.plan import StepPlan, epoch_sizes
+from seafl_dist.train.proximal import add_proximal
 
 __all__ = ["FusedStep", "batchable", "epoch_sizes", "fusion_blocker", "train_jobs"]
 
@@ -125,11 +128,14 @@ class _Stack:
     by name, and the SGD momentum buffer of every trainable parameter (None before the first step,
     as in torch.optim.SGD's state)."""
 
-    def __init__(self, layout: FlatLayout, trainable: list[str], starts: list[torch.Tensor], device: torch.device):
+    def __init__(self, layout: FlatLayout, trainable: list[str], starts: list[torch.Tensor], device: torch.device,
+                 keep_base: bool = False):
         flat = torch.stack([s.reshape(-1) for s in starts]).to(device, torch.float32)
         self.layout, self.trainable, self.device = layout, trainable, device
         self.state = {n: t.clone(memory_format=torch.contiguous_format) for n, t in layout.split(flat).items()}
         self.momenta: dict = {n: None for n in trainable}
+        # the rows' starts, w_base of the proximal term (train.prox_mu > 0 only)
+        self.base = {n: self.state[n].clone() for n in trainable} if keep_base else None
 
     def row(self, r: int) -> torch.Tensor:
         """Row r as a flat float32 CPU vector, as flatten() gives for a module holding that state."""
@@ -142,6 +148,7 @@ class _Stack:
         sub.layout, sub.trainable, sub.device = self.layout, self.trainable, self.device
         sub.state = {n: v.index_select(0, sel) for n, v in self.state.items()}
         sub.momenta = {n: None if v is None else v.index_select(0, sel) for n, v in self.momenta.items()}
+        sub.base = None if self.base is None else {n: v.index_select(0, sel) for n, v in self.base.items()}
         return sub
 
     def write(self, rows: list[int], sub: "_Stack") -> None:
@@ -160,11 +167,13 @@ class _Stack:
 
 class FusedStep:
     """One optimiser step of a stack of jobs: ``vmap(grad(cross-entropy of forward))``, then the
-    SGD of the model's ``configure_optimizers`` (torch's own ``sgd`` function, its hyperparameters)."""
+    SGD of the model's ``configure_optimizers`` (torch's own ``sgd`` function, its hyperparameters);
+    with ``prox_mu`` > 0 the proximal term is added to the gradients in between (the stack keeps the bases)."""
 
-    def __init__(self, module, trainable: list[str], device: torch.device, precision: str = "32"):
+    def __init__(self, module, trainable: list[str], device: torch.device, precision: str = "32",
+                 prox_mu: float = 0.0):
         from torch.func import functional_call, grad, vmap
-        self.trainable, self.device, self.precision = trainable, device, precision
+        self.trainable, self.device, self.precision, self.prox_mu = trainable, device, precision, prox_mu
         group = module.configure_optimizers().param_groups[0]
         self.hyper = {k: group[k] for k in SGD_KEYS}
 
@@ -181,6 +190,9 @@ class FusedStep:
         buffers = {n: v for n, v in stack.state.items() if n not in names}  # frozen parameters too
         with torch.enable_grad(), _autocast(self.device, self.precision):
             grads = self.grads(params, buffers, x, y)
+        if self.prox_mu:
+            add_proximal([grads[n] for n in self.trainable], [params[n] for n in self.trainable],
+                         [stack.base[n] for n in self.trainable], self.prox_mu)
         momenta = [stack.momenta[n] for n in self.trainable]
         sgd([params[n] for n in self.trainable], [grads[n] for n in self.trainable], momenta, **self.hyper)
         if self.hyper["momentum"] != 0:  # sgd made the buffers of a first step in the list
@@ -189,23 +201,25 @@ class FusedStep:
 
 def train_jobs(module, starts: list[torch.Tensor], data, shards: list[torch.Tensor], *, epochs: list[int],
                batch_size: int, seeds: list[int], torch_seeds: list[int] | None = None, augment: bool = False,
-               device: torch.device | str = "cpu", precision: str = "32", on_step=None) -> list[torch.Tensor]:
+               device: torch.device | str = "cpu", precision: str = "32", on_step=None,
+               prox_mu: float = 0.0) -> list[torch.Tensor]:
     """Train len(starts) jobs together; return each job's trained flat vector (CPU), in order.
 
     Job j trains ``epochs[j]`` epochs from ``starts[j]`` on ``data[shards[j]]`` with data-order seed
     ``seeds[j]`` (and ``torch_seeds[j]`` for random layers, used where it trains alone). One job,
     or a model :func:`fusion_blocker` refuses, goes through train_job job by job.
-    ``on_step()`` is called after every fused step."""
+    ``on_step()`` is called after every fused step; ``prox_mu``: ``train.prox_mu`` (0: no proximal term)."""
     device = torch.device(device)
     torch_seeds = torch_seeds if torch_seeds is not None else [None] * len(starts)
     if len(starts) == 1 or fusion_blocker(module, data, device, precision) is not None:
         return [train_job(module, s, data, idx, epochs=e, batch_size=batch_size, seed=seed, torch_seed=ts,
-                          augment=augment, device=device, precision=precision, on_step=on_step)
+                          augment=augment, device=device, precision=precision, on_step=on_step, prox_mu=prox_mu)
                 for s, idx, e, seed, ts in zip(starts, shards, epochs, seeds, torch_seeds)]
     module.to(device).train()
     plans = [StepPlan(idx, e, batch_size, seed, augment) for idx, e, seed in zip(shards, epochs, seeds)]
-    stack = _Stack(FlatLayout.of(module), _trainable(module), starts, device)
-    return _train_stack(FusedStep(module, stack.trainable, device, precision), stack, plans, data, device, on_step)
+    stack = _Stack(FlatLayout.of(module), _trainable(module), starts, device, keep_base=bool(prox_mu))
+    return _train_stack(FusedStep(module, stack.trainable, device, precision, prox_mu), stack, plans, data, device,
+                        on_step)
 
 
 def _train_stack(step_fn: FusedStep, stack: _Stack, plans: list[StepPlan], data, device, on_step) -> list:

@@ -19,6 +19,8 @@ The math is the job's own, step for step, as :func:`~seafl_dist.train.local.trai
   the same tensors, so the graphs are bounded (one per slot);
 - SGD's first step of a job: the momentum buffers are zeroed when the job starts, and
   ``0.9 * 0 + g`` is ``g`` exactly, so the first replay gives the first eager step's bits.
+- ``train.prox_mu`` > 0: the proximal term (train/proximal.py) between backward and SGD, captured
+  with them; w_base is a static copy of the trainable parameters that each job's start is copied into.
 
 A graph replays exactly the kernels of the eager step, so with ``runtime.deterministic`` a job
 gives the same bits as train_job, on any slot, with any G (tests/gpu checks it byte for byte).
@@ -39,6 +41,7 @@ import torch
 from seafl_dist.train.flat import load_flat
 from seafl_dist.train.local import _autocast, memory_format
 from seafl_dist.train.plan import StepPlan
+from seafl_dist.train.proximal import Proximal
 
 WARMUP_STEPS = 3  # eager steps on a side stream before capture (cuDNN/cuBLAS handles, autograd's buffers)
 PREP_BATCHES = 64  # batches prepared at once (a bound on the memory an epoch's images take)
@@ -63,12 +66,13 @@ def graph_blocker(module) -> str | None:
 class Slot:
     """One job at a time on its own model copy, optimiser, stream and step graph."""
 
-    def __init__(self, module, data, batch_size: int, device: torch.device, precision: str):
+    def __init__(self, module, data, batch_size: int, device: torch.device, precision: str, prox_mu: float = 0.0):
         self.device, self.precision, self.batch_size = device, precision, batch_size
         self.module = copy.deepcopy(module).to(device).train()
         self.fmt = memory_format(self.module, device)
         self.module.to(memory_format=self.fmt)
         self.optimizer = self.module.configure_optimizers()
+        self.prox = Proximal.of(self.module, prox_mu)  # its bases: static, rebased by every job's begin()
         cuda = device.type == "cuda"
         self.stream = torch.cuda.Stream(device) if cuda else None  # a CPU slot (tests) steps eagerly
         self.graph = None
@@ -84,6 +88,8 @@ class Slot:
                 self.graph = torch.cuda.CUDAGraph()
                 with torch.cuda.graph(self.graph, stream=self.stream):
                     self._loss(self.x, self.y, 0, cache=False).backward()
+                    if self.prox is not None:
+                        self.prox.add()
                     self.optimizer.step()
         if cuda:
             torch.cuda.current_stream(device).wait_stream(self.stream)
@@ -98,6 +104,8 @@ class Slot:
         loss = self._loss(x, y, i)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
+        if self.prox is not None:
+            self.prox.add()
         self.optimizer.step()
 
     def begin(self, start: torch.Tensor) -> None:
@@ -106,6 +114,8 @@ class Slot:
         load_flat(self.module, start.to(self.device, non_blocking=True))
         for buf in self.buffers:
             buf.zero_()
+        if self.prox is not None:
+            self.prox.rebase()
 
     def step(self, x, y, i) -> None:
         if self.graph is not None and x.shape[0] == self.batch_size:

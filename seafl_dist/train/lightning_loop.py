@@ -10,7 +10,11 @@ job does not need switched off: logger, checkpointing, progress bar, model summa
 from torch's global generator every epoch and shift what random layers draw. The module arrives on
 its device with the job's weights loaded; Lightning's teardown moves it to the CPU at the end (on a
 GPU, one copy of the model per job that the plain loop does not make). What the module logs is
-recorded as the plain loop records it (train/standin.py), beside Lightning's own logging.
+recorded as the plain loop records it (train/standin.py), beside Lightning's own logging. With
+``train.prox_mu`` > 0 the job's callback adds the proximal term (train/proximal.py) in
+``on_before_optimizer_step``, which Lightning calls after the closure's backward and before clipping
+and before the module's own hook, where the plain loop adds it; manual optimization (no such hook
+between a backward and a step of the module's own) is refused in one line.
 """
 from __future__ import annotations
 
@@ -25,6 +29,7 @@ import torch
 from seafl_dist.models.contract import lightning_base, overridden
 from seafl_dist.train.optim_config import NO_OPTIMIZER, ModuleContractError
 from seafl_dist.train.logged_values import is_metric, local_metrics
+from seafl_dist.train.proximal import Proximal
 from seafl_dist.train.standin import Recorder
 
 QUIET = ("lightning.pytorch", "lightning.fabric")  # their INFO lines ("GPU available: ...") at every Trainer
@@ -58,14 +63,30 @@ def _one_process():
     return LightningEnvironment()  # world size 1, global rank 0
 
 
-def _callback(on_step, recorder):
-    """A Callback that counts steps for the worker's liveness and shows the recorder the current batch."""
+def manual_prox(prox_mu: float) -> str:
+    """The one line refusing ``train.prox_mu`` > 0 for a module of manual optimization."""
+    return (f"it sets automatic_optimization = False (manual optimization), whose own optimizer steps get no "
+            f"proximal term; train.prox_mu is {prox_mu:g}: set train.prox_mu: 0 or use automatic optimization")
+
+
+def _callback(on_step, recorder, prox_mu: float = 0.0):
+    """A Callback that counts steps for the worker's liveness, shows the recorder the current batch and
+    adds the proximal term (``prox_mu`` > 0) to the gradients before clipping."""
     import lightning as L
 
     class _JobCallback(L.Callback):
+        prox = None
+
         def on_fit_start(self, trainer, pl_module):
             if pl_module.automatic_optimization and type(trainer.optimizers[0]).__name__ == "_MockOptimizer":
                 raise ModuleContractError(NO_OPTIMIZER)  # Lightning would train on with no optimizer
+            if prox_mu and not pl_module.automatic_optimization:
+                raise ModuleContractError(manual_prox(prox_mu))
+            self.prox = Proximal.of(pl_module, prox_mu)  # w_base: the job's start, as configure_model left it
+
+        def on_before_optimizer_step(self, trainer, pl_module, optimizer):
+            if self.prox is not None:
+                self.prox.add()
 
         def on_train_epoch_start(self, trainer, pl_module):
             if recorder is not None:
@@ -86,8 +107,9 @@ def _callback(on_step, recorder):
 
 
 def fit_lightning(module, batches, *, epochs: int, device: torch.device, precision: str = "32",
-                  clip: tuple = (None, None), on_step=None, logged: dict | None = None) -> None:
-    """Train ``module`` on ``batches`` for ``epochs`` with a fresh ``lightning.Trainer`` (module doc)."""
+                  clip: tuple = (None, None), on_step=None, logged: dict | None = None, prox_mu: float = 0.0) -> None:
+    """Train ``module`` on ``batches`` for ``epochs`` with a fresh ``lightning.Trainer`` (module doc);
+    ``prox_mu``: ``train.prox_mu`` (0: no proximal term)."""
     import lightning as L
     if lightning_base(module) is None:
         raise ModuleContractError(f"train.loop: lightning trains LightningModules; this is a "
@@ -110,7 +132,7 @@ def fit_lightning(module, batches, *, epochs: int, device: torch.device, precisi
             precision="bf16-mixed" if precision == "bf16" and cuda else "32-true", logger=False,
             enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
             num_sanity_val_steps=0, limit_val_batches=0, gradient_clip_val=clip[0], gradient_clip_algorithm=clip[1],
-            callbacks=[_callback(on_step, recorder)], plugins=[_one_process()],
+            callbacks=[_callback(on_step, recorder, prox_mu)], plugins=[_one_process()],
             default_root_dir=NOWHERE)  # never made: a job writes nothing, and resumes no "hpc" checkpoint
         try:
             trainer.fit(module, train_dataloaders=batches)

@@ -115,7 +115,7 @@ class EpochBatches:
 def train_job(module, start: torch.Tensor, data, indices: torch.Tensor, *, epochs: int, batch_size: int,
               seed: int, torch_seed: int | None = None, augment: bool = False, device: torch.device | str = "cpu",
               precision: str = "32", on_step=None, result_device: torch.device | str = "cpu", loop: str = "plain",
-              clip: tuple = (None, None), logged: dict | None = None) -> torch.Tensor:
+              clip: tuple = (None, None), logged: dict | None = None, prox_mu: float = 0.0) -> torch.Tensor:
     """Train ``module`` from flat ``start`` on ``data[indices]``; return the trained flat vector
     (on ``result_device``: the CPU by default). ``start`` may live anywhere; it is moved to
     ``device`` in one copy. ``seed`` draws the data order, ``torch_seed`` seeds the random layers
@@ -124,8 +124,9 @@ def train_job(module, start: torch.Tensor, data, indices: torch.Tensor, *, epoch
     ``loop``: ``plain`` (train/loop.py: Lightning's semantics without a Trainer) or ``lightning`` (one
     ``lightning.Trainer.fit``, train/lightning_loop.py); both give the same bits on a CPU. ``clip``:
     (``train.grad_clip_val``, ``train.grad_clip_algorithm``). ``logged`` gets what the module logged,
-    reduced over the job. ``on_step()``, if given, is called after every optimiser step (a worker
-    counts its progress)."""
+    reduced over the job. ``prox_mu``: ``train.prox_mu``, FedProx's proximal term mu (w - start) added to
+    every step's gradients before clipping (train/proximal.py; 0: today's step). ``on_step()``, if given, is
+    called after every optimiser step (a worker counts its progress)."""
     device = torch.device(device)
     fmt = memory_format(module, device)
     module.to(device, memory_format=fmt)
@@ -137,10 +138,10 @@ def train_job(module, start: torch.Tensor, data, indices: torch.Tensor, *, epoch
         if loop == "lightning":
             from seafl_dist.train.lightning_loop import fit_lightning
             fit_lightning(module, batches, epochs=epochs, device=device, precision=precision, clip=clip,
-                          on_step=on_step, logged=logged)
+                          on_step=on_step, logged=logged, prox_mu=prox_mu)
         else:
             fit_job(module, batches, epochs=epochs, device=device, precision=precision, clip=clip,
-                    autocast=partial(_autocast, device, precision), on_step=on_step, logged=logged)
+                    autocast=partial(_autocast, device, precision), on_step=on_step, logged=logged, prox_mu=prox_mu)
     return flatten(module, result_device)
 
 

@@ -45,8 +45,11 @@ def probe_batches(data, device=None) -> list:
         if n > half else [data.batch(torch.arange(n), device=device)]
 
 
-def check_module(module, batches: list, *, loop: str, clip: tuple, device, precision: str = "32") -> str | None:
-    """Why ``module`` cannot train as the run would train it on ``batches`` (on ``device``; one line), or None."""
+def check_module(module, batches: list, *, loop: str, clip: tuple, device, precision: str = "32",
+                 prox_mu: float = 0.0) -> str | None:
+    """Why ``module`` cannot train as the run would train it on ``batches`` (on ``device``; one line), or None.
+    ``prox_mu`` (``train.prox_mu``): the probe job trains with it, so a module of manual optimization is refused
+    as the job's Trainer refuses it (train/lightning_loop.py)."""
     why = refusal(module, loop)
     if why is not None:
         return why
@@ -59,9 +62,10 @@ def check_module(module, batches: list, *, loop: str, clip: tuple, device, preci
             module.to(device).train()
             if loop == "lightning":
                 from seafl_dist.train.lightning_loop import fit_lightning
-                fit_lightning(module, batches, epochs=1, device=device, precision=precision, clip=clip)
+                fit_lightning(module, batches, epochs=1, device=device, precision=precision, clip=clip,
+                              prox_mu=prox_mu)
             else:
-                fit_job(module, batches, epochs=1, device=device, precision=precision, clip=clip)
+                fit_job(module, batches, epochs=1, device=device, precision=precision, clip=clip, prox_mu=prox_mu)
     except ModuleContractError as err:
         return str(err)
     except Exception as err:  # noqa: BLE001 -- the module's own error, said in one line

@@ -12,6 +12,7 @@ Factors (tests/pairwise.py covers every pair of their levels in some row):
   device's latest update, algo/memory.py's state, in every checkpoint);
 - churn: a device profile with availability windows and dropouts; wandb: offline; loop: plain or lightning;
 - W: 1 (one process) or 3 (torchrun); resume: rank 0 killed during aggregation 4 and restarted by torchrun.
+- prox_mu: FedProx's proximal term off (0) or `train.prox_mu=0.01` (issue 66), on every loop and W.
 
 Every row must complete, and where it runs under torchrun (W = 3, or W = 1 with a kill) end with the bytes of
 the same config run uninterrupted in this process. The pairs that may not meet are each run once and must be
@@ -56,6 +57,7 @@ FACTORS = {
     "loop": ["plain", "lightning"],
     "W": [1, 3],
     "resume": [False, True],
+    "prox_mu": [0.0, 0.01],
 }
 
 # (pair, the key the one-line refusal names): docs/configuration.md's notes of these keys say why
@@ -112,6 +114,8 @@ def overrides(row: dict, where) -> list[str]:
         args += ["logging.wandb.enabled=true", "logging.wandb.mode=offline"]
     if row["loop"] == "lightning":
         args += ["train.loop=lightning"]
+    if row["prox_mu"]:
+        args += [f"train.prox_mu={row['prox_mu']}"]
     return args
 
 
