@@ -21,8 +21,8 @@ from seafl_dist.settings.keys import key
 OPTIMIZERS = ("none", "momentum", "adam", "yogi", "adagrad", "amsgrad")
 PSEUDO_GRADIENTS = ("model", "delta")
 # η when `lr` is not given: Flower's defaults (FedAvgM's server_learning_rate, FedAdam's and FedAdagrad's eta,
-# FedYogi's eta); Reddi et al. tune η per task on a grid, and so should a study. amsgrad: Adam's (FADAS's official
-# code tunes η per task too: docs/algorithms.md, "FADAS")
+# FedYogi's eta); Reddi et al. tune η per task on a grid, and so should a study. amsgrad: yogi's 0.01 (FADAS's
+# official code tunes η per task too: docs/algorithms.md, "FADAS")
 DEFAULT_LR = {"momentum": 1.0, "adam": 0.1, "adagrad": 0.1, "yogi": 0.01, "amsgrad": 0.01}
 BUILT_IN_RULES = ("seafl", "seafl2", "fedbuff", "fedasync", "fedavg", "port")  # rules whose w′ is linear in the w_k
 # FADAS's delay adaptation at its defaults (algorithm.name=fadas): τ_C = 1 as the official code's `--tauc`, c = 1

@@ -229,6 +229,31 @@ def test_a_cache_over_its_limit_is_refused_with_its_memory_and_disk(tmp_path):
     assert "10.8 MB of disk" in str(err.value) and "5.0 MB free" in str(err.value)
 
 
+def test_the_limit_is_in_gb_not_gib(tmp_path):
+    """7 devices of 850,000 entries: 36 × 850,000 = 30.6 MB, over 0.03 GB (30,000,000 bytes) though under 0.03 GiB."""
+    cfg = config_from_dict({"algorithm": {"name": "ca2fl", "buffer_size": 5, "ca2fl": {"max_cache_gb": 0.03}},
+                            "devices": {"num": 50}, "run": {"max_aggregations": 4}})
+    buffers = [[0, 1, 2, 3, 4], [0, 5, 1, 2, 3], [6, 0, 0, 1, 2], [3, 4, 5, 6, 0]]
+    with pytest.raises(ConfigError) as err:
+        check_cache(cfg, experiment(cfg, 850_000, buffers), tmp_path, free=10 ** 12)
+    assert "the 7 devices" in str(err.value) and "more than the limit of 0.03 GB" in str(err.value)
+
+
+def test_the_default_limit_is_16_gb_and_null_is_none():
+    """5,000 devices of 10^6 entries (a run stopped by a target: every device counts): 4 MB × 5,000 + 8 MB = 20.0 GB,
+    refused with max_cache_gb unset (16 GB), taken with max_cache_gb null."""
+    def cfg(ca2fl):
+        return config_from_dict({"algorithm": {"name": "ca2fl", "ca2fl": ca2fl}, "devices": {"num": 5000},
+                                 "run": {"max_aggregations": None, "target_accuracy": 0.9}})
+    unset = cfg({})
+    with pytest.raises(ConfigError) as err:
+        check_cache(unset, experiment(unset, 10 ** 6, [[0]]), "/nonexistent/run", free=10 ** 14)
+    assert "has value 16.0" in str(err.value) and "more than the limit of 16 GB" in str(err.value)
+    unlimited = cfg({"max_cache_gb": None})
+    assert unlimited.algorithm.ca2fl.max_cache_gb is None
+    check_cache(unlimited, experiment(unlimited, 10 ** 6, [[0]]), "/nonexistent/run", free=10 ** 14)
+
+
 def test_a_run_without_a_limit_on_its_length_counts_every_device():
     cfg = config_from_dict({"algorithm": {"name": "ca2fl", "ca2fl": {"max_cache_gb": 0.001}},
                             "devices": {"num": 40}, "run": {"max_aggregations": None, "target_accuracy": 0.9}})

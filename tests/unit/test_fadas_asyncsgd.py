@@ -11,7 +11,7 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from seafl_dist.algo import BufferedUpdate, ServerOptimizer, ServerOptState, aggregate, optimizer_step
+from seafl_dist.algo import BufferedUpdate, FlatParts, ServerOptimizer, ServerOptState, aggregate, optimizer_step
 from seafl_dist.privacy.sensitivity import sensitivity
 from seafl_dist.settings import AlgorithmConfig, ConfigError, config_from_dict, dump_config
 from seafl_dist.settings.asyncsgd import AsyncSGDConfig
@@ -212,6 +212,47 @@ def test_the_delay_adaptive_eta_composes_with_every_optimizer():
     assert got.tolist() == pytest.approx([0.5, -1.0], rel=1e-14)  # τ_max = 4: η_t = min(1, 2/4)
 
 
+def test_asyncsgd_carries_counters_from_the_accepted_updates_only():
+    """w_t = (0, 0, 5) with entry 2 an integer counter; the accepted update (S = 0, η = 1) has 6 there, the rejected
+    one (NaN elsewhere) 50: the counter is max(5, 6) = 6, the parameters w_t + Δ."""
+    alg = asyncsgd_alg(lr=1.0, tau_c=1, c=1.0)
+    counter = torch.tensor([False, False, True])
+    parts = FlatParts(params=~counter, stats=torch.zeros(3, dtype=torch.bool), counters=counter)
+    w = torch.tensor([0.0, 0.0, 5.0], dtype=F64)
+    ups = [BufferedUpdate(device=0, job=0, flat=torch.tensor([1.0, -2.0, 6.0], dtype=F64), n_samples=1,
+                          base_version=3, epochs=1),
+           BufferedUpdate(device=1, job=1, flat=torch.tensor([math.nan, 0.0, 50.0], dtype=F64), n_samples=1,
+                          base_version=3, epochs=1)]
+    result = aggregate(alg, 3, w, ups, lambda v: w, parts)
+    assert [d["rejected"] for d in result.info] == [False, True]
+    assert result.new_global.tolist() == [1.0, -2.0, 6.0]
+
+
+def test_asyncsgd_at_its_default_eta_adds_a_fresh_update_whole():
+    """algorithm.asyncsgd.lr unset is η = 1: a fresh update's Δ is added as it is."""
+    alg = config_from_dict({}, ["algorithm.name=asyncsgd"]).algorithm
+    w = torch.tensor([0.5, -1.0], dtype=F64)
+    ups = [BufferedUpdate(device=0, job=0, flat=torch.tensor([1.5, 1.0], dtype=F64), n_samples=1, base_version=2,
+                          epochs=1)]
+    assert aggregate(alg, 2, w, ups, lambda v: w).new_global.tolist() == [1.5, 1.0]
+
+
+def test_the_delay_adaptive_tau_is_the_largest_accepted_staleness_not_a_rejected_ones():
+    """Accepted S = 1 (≤ τ_C = 1: η), rejected S = 9 (would give min(η, c/9))."""
+    opt = ServerOptimizer(fadas_alg(lr=0.5, delay_threshold=1, delay_c=1.0))
+    info = [{"staleness": 1, "rejected": False}, {"staleness": 9, "rejected": True}]
+    assert opt.lr_of(info) == 0.5
+
+
+def test_amsgrads_first_step_keeps_v_hat_at_tau_squared_where_the_delta_is_smaller():
+    """v̂_{−1} = τ²: Δ = (1e-4, 1) with τ = 1e-3, so v_0 < τ² on the first entry and v̂_0 = τ² there."""
+    delta = [1e-4, 1.0]
+    want, _, _, _ = amsgrad([0.0, 0.0], [0.0, 0.0], [1e-6, 1e-6], [1e-6, 1e-6], delta, 0.01, 0.9, 0.99, 1e-3)
+    step, _ = optimizer_step("amsgrad", ServerOptState(), torch.tensor(delta, dtype=F64), lr=0.01, beta1=0.9,
+                             beta2=0.99, tau=1e-3)
+    assert step.tolist() == pytest.approx(want, rel=1e-12)
+
+
 # ---- state and checkpoints ---------------------------------------------------------------------------
 
 def test_a_checkpoint_without_vmax_loads_and_adams_holds_none():
@@ -253,6 +294,11 @@ def test_the_new_keys_are_left_out_of_config_yaml_at_their_defaults():
         config_from_dict({}, ["algorithm.name=asyncsgd", "devices.concurrency=7", "algorithm.asyncsgd.lr=1.0"]))
 
 
+def test_no_optimizer_takes_delay_adaptive_false_given_explicitly():
+    opt = config_from_dict({}, ["algorithm.name=fedbuff", "algorithm.server_opt.delay_adaptive=false"]).algorithm
+    assert (opt.server_opt.name, opt.server_opt.delay_adaptive) == ("none", False)
+
+
 def test_asyncsgd_takes_one_update_at_a_time_and_tau_c_defaults_to_the_concurrency():
     alg = config_from_dict({}, ["algorithm.name=asyncsgd", "algorithm.buffer_size=5", "devices.concurrency=6"]).algorithm
     assert (alg.buffer_size, alg.asyncsgd.tau_c, alg.staleness_limit) == (1, 6, None)
@@ -271,6 +317,7 @@ def test_asyncsgd_takes_one_update_at_a_time_and_tau_c_defaults_to_the_concurren
     (["algorithm.server_opt.delay_threshold=-1"], "'algorithm.server_opt.delay_threshold' has value -1"),
     (["algorithm.server_opt.delay_c=0"], "'algorithm.server_opt.delay_c' has value 0"),
     (["algorithm.asyncsgd.c=-1"], "'algorithm.asyncsgd.c' has value -1"),
+    (["algorithm.asyncsgd.c=0"], "'algorithm.asyncsgd.c' has value 0"),  # η_t = 0 above τ_C: no step at all
     (["algorithm.asyncsgd.tau_c=1.5"], "'algorithm.asyncsgd.tau_c' has value 1.5"),
     (["algorithm.asyncsgd.lr=0"], "'algorithm.asyncsgd.lr' has value 0"),
 ])

@@ -50,8 +50,9 @@ class Run:
 # ---- by hand ----------------------------------------------------------------------------------------------------
 
 def hand_sequence(lag):
-    """Three aggregations worked by hand (b = 10); the third's stale delta is orthogonal to w_t − w_{t−L}."""
-    run = Run(port_cfg(lag=lag), [0.0, 0.0])
+    """Three aggregations worked by hand (b = 10); the third's stale delta is orthogonal to w_t − w_{t−L}. ``lag``
+    None: algorithm.port.lag unset, whose default is L = 1."""
+    run = Run(port_cfg(lag=lag) if lag is not None else AlgorithmConfig(name="port"), [0.0, 0.0])
     # t = 0: S = 0, so c = 1: r = 1·(1 + 10/10) = 2, p = 1; w_1 = [2, 0]
     first = run.step([up(0, 0, [2.0, 0.0], 1)])
     # t = 1: B (S = 1, c = 1, n = 1): r = 1/4·(1 + 10/11) = 21/44; C (S = 0, n = 3): r = 3/4·2 = 66/44
@@ -60,13 +61,13 @@ def hand_sequence(lag):
     # t = 2: D (S = 2 > 1) has Δ_D ⟂ the movement (L = 1: w_2 − w_1 = [30, 28]/29;
     # L = 2: w_2 − w_0 = [88, 28]/29),
     # so c = 0: r_D = 1/2·(1/2 + 10/12) = 2/3; E (S = 0): r_E = 1/2·2 = 1; p_D = 2/5, p_E = 3/5
-    delta_d = [28.0, -30.0] if lag == 1 else [28.0, -88.0]
+    delta_d = [28.0, -30.0] if lag in (1, None) else [28.0, -88.0]
     w2 = [88 / 29, 28 / 29]
     third = run.step([up(2, 0, [w2[0] + delta_d[0], w2[1] + delta_d[1]], 1), up(3, 2, [w2[0] - 2, w2[1] + 1], 1)])
     return run, (first, second, third), delta_d
 
 
-@pytest.mark.parametrize("lag", [1, 2])
+@pytest.mark.parametrize("lag", [1, 2, None])
 def test_three_aggregations_worked_by_hand(lag):
     run, (first, second, third), delta_d = hand_sequence(lag)
     assert [d["weight"] for d in first.info] == [1.0] and run.versions[1].tolist() == [2.0, 0.0]

@@ -2,10 +2,11 @@
 (tests/user_extensions.py ``fair_momentum``): the state it gets is read-only and the previous call's, a state that is
 no mapping is refused in one line naming algorithm.name, a value a checkpoint cannot hold is refused naming its path
 inside the state, the state's size counts shared storage once, the rule is called when the guard rejected every
-update, and over random sequences of buffers the rule, carried by ``aggregate``, gives its equations' models (the
+update, the held state is no dict the rule can still write, a checkpoint holds its snapshot's state (not a later
+one) and a stateless rule's none, and over random sequences of buffers the rule, carried by ``aggregate``, gives its equations' models (the
 oracle below, with no call into seafl_dist) without writing the state it was handed."""
 import math
-from types import MappingProxyType
+from types import MappingProxyType, SimpleNamespace
 
 import pytest
 import torch
@@ -16,6 +17,7 @@ from seafl_dist.algo import AggregationResult, BufferedUpdate, aggregate, memory
 from seafl_dist.algo import dispatch
 from seafl_dist.algo.guard import NormHistory
 from seafl_dist.algo.memory import RuleMemory, state_size, to_cpu
+from seafl_dist.runtime import snapshots
 from seafl_dist.settings import ConfigError, config_from_dict
 from rule_states import STATEFUL, assert_bitwise, deep_clone
 from user_extensions import fair_momentum
@@ -201,3 +203,55 @@ def test_a_rules_own_nonfinite_update_leaves_its_device_uncounted():
     result = aggregate(cfg, 0, w, [update(5, nan), update(5, torch.tensor([2.0, 4.0]))], lambda v: w, memory=memory)
     assert [i["weight"] for i in result.info] == [0.0, 1.0] and dict(memory.state["seen"]) == {5: 1}
     assert result.new_global.tolist() == [2.0, 4.0]
+
+
+def test_the_held_state_is_not_the_dict_the_rule_returned():
+    """A rule that keeps the dict it returned and writes it later changes neither the held state nor a snapshot."""
+    memory, mine = RuleMemory(RULE, True), {"n": 1}
+    w = torch.zeros(2)
+    memory.call(returning(mine), algorithm(), 0, w, [update(0, w + 1)], lambda v: w)
+    mine["n"], mine["late"] = 2, torch.ones(1)
+    assert dict(memory.state) == {"n": 1}
+
+
+def test_a_boolean_key_inside_the_state_is_refused_at_the_checkpoint():
+    """Keys inside are strings or integers; True is an int to Python but no integer key to the contract."""
+    with pytest.raises(ConfigError) as err:
+        RuleMemory(RULE, True).of_snapshot({"seen": {True: 1}})
+    assert "\n" not in str(err.value) and "its state's 'seen' has the key True" in str(err.value)
+
+
+def checkpoint_written(monkeypatch, memory, snap_state):
+    """What Snapshots._write_checkpoint hands checkpoint.save for a snapshot holding ``snap_state`` while
+    ``memory`` holds whatever it holds now (a server's other parts stood in by no-ops)."""
+    saved = {}
+    monkeypatch.setattr(snapshots.checkpoint, "save", lambda d, state: saved.update(state))
+    monkeypatch.setattr(snapshots, "dump_config", lambda cfg: {})
+    monkeypatch.setattr(snapshots.residuals, "retain", lambda d, files: None)
+    quiet = SimpleNamespace(flush=lambda sync=False: None, checkpointed=lambda v: None)
+    server = SimpleNamespace(
+        _snap={"version": 3, "time": 1.0, "versions": {}, "refs": {}, "n_rows": 0, "n_staleness": 0, "counts": {},
+               "update_norms": [], "server_opt": None, "rule_state": snap_state, "feedback": None,
+               "events_bytes": 0, "metrics_bytes": 0, "privacy": None, "devices": {}},
+        _saved_version=None, executor=SimpleNamespace(), memory=memory, writer=quiet, devices=quiet, privacy=quiet,
+        cfg=None, dir=None, rows=[], staleness=[], _wall=lambda: 0.0, profile_sha256=None,
+        server_opt=SimpleNamespace(active=False))
+    snapshots.Snapshots._write_checkpoint(server)
+    return saved
+
+
+def test_a_checkpoint_holds_its_snapshots_rule_state_not_a_later_one(monkeypatch):
+    """The way-out checkpoint after a failure between the rule and the end of aggregation 4: the memory holds
+    aggregation 4's state, the snapshot (aggregation 3) its own, and the checkpoint is aggregation 3's."""
+    memory = RuleMemory(RULE, True)
+    memory.load_state_dict({"m": torch.tensor([1.0]), "seen": {0: 1}})
+    at_3 = memory.state
+    memory.load_state_dict({"m": torch.tensor([9.0]), "seen": {0: 2}})  # aggregation 4's rule ran
+    saved = checkpoint_written(monkeypatch, memory, at_3)
+    assert saved["version"] == 3
+    assert saved["rule_state"]["m"].tolist() == [1.0] and saved["rule_state"]["seen"] == {0: 1}
+
+
+def test_a_stateless_rules_checkpoint_has_no_rule_state(monkeypatch):
+    saved = checkpoint_written(monkeypatch, RuleMemory("fedbuff", False), MappingProxyType({}))
+    assert saved["version"] == 3 and "rule_state" not in saved
