@@ -32,6 +32,7 @@ RULES = {  # name: overrides of the config; FedBuff first (the baseline)
     "ca2fl": ["algorithm.name=ca2fl"],
     "fadas": ["algorithm.name=fadas"],
     "asyncsgd": ["algorithm.name=asyncsgd"],
+    "fedstaleweight": ["algorithm.name=fedstaleweight"],
 }
 
 
