@@ -33,6 +33,7 @@ RULES = {  # name: overrides of the config; FedBuff first (the baseline)
     "fadas": ["algorithm.name=fadas"],
     "asyncsgd": ["algorithm.name=asyncsgd"],
     "port": ["algorithm.name=port"],
+    "fedstaleweight": ["algorithm.name=fedstaleweight"],
 }
 
 

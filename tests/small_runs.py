@@ -22,6 +22,7 @@ PER_ALGORITHM = {
     "fadas": [],  # a server optimizer's state (AMSGrad's m, v, v̂) on rank 0
     "asyncsgd": ["algorithm.asyncsgd.lr=0.5"],
     "port": ["algorithm.port.lag=2"],  # a state of two models (algo/port.py): the W = 3 job keeps it on rank 0
+    "fedstaleweight": [],  # a state per device seen (algo/fedstaleweight.py), on rank 0 in the W = 3 job
 }
 # The noise key two DP runs share when a test compares their bytes (privacy/keys.py): a test fixture, no secret.
 # Without it each DP run draws a fresh key, so two runs (or a run and its reference) differ in their noise.

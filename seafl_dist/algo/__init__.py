@@ -7,7 +7,8 @@ back w_{t+1} and one info dict per update (weights, rejections, SEAFL's γ, s, c
 - FedAvg: :mod:`.fedavg`; FedBuff: :mod:`.fedbuff`; FedAsync: :mod:`.fedasync`;
   SEAFL / SEAFL² (paper Eq. 4–8): :mod:`.seafl`; delay-adaptive asynchronous SGD: :mod:`.asyncsgd`
   (FADAS is FedBuff with the ``amsgrad`` server optimizer and its delay-adaptive η: :mod:`.server_opt`);
-  Port as PLATO computes it (a rule with memory): :mod:`.port`.
+  Port as PLATO computes it (a rule with memory): :mod:`.port`; FedStaleWeight as its authors' bench computes it
+  (each device's observed staleness kept): :mod:`.fedstaleweight`.
 - Your own: a function with their signature, named ``algorithm.name: pkg.module:fn``;
   :func:`screen` gives it the same rejection of NaN / wrongly sized updates.
 - A rule may keep a state between aggregations (CA²FL's cache, Port's last models, a user's own): the contract

@@ -12,7 +12,8 @@ from __future__ import annotations
 import json
 
 ALGORITHMS = {"seafl": "SEAFL", "seafl2": "SEAFL²", "fedbuff": "FedBuff", "fedasync": "FedAsync", "fedavg": "FedAvg",
-              "ca2fl": "CA²FL", "fadas": "FADAS", "asyncsgd": "async SGD", "port": "Port"}
+              "ca2fl": "CA²FL", "fadas": "FADAS", "asyncsgd": "async SGD", "port": "Port",
+              "fedstaleweight": "FedStaleWeight"}
 DATASETS = {"digits": "digits", "mnist": "MNIST", "emnist": "EMNIST", "cifar10": "CIFAR-10", "cinic10": "CINIC-10",
             "femnist": "FEMNIST"}
 MODELS = {"lenet5": "LeNet-5", "resnet18": "ResNet-18", "vgg16": "VGG-16"}
@@ -29,7 +30,8 @@ SYMBOLS = {"algorithm.name": "algorithm", "algorithm.buffer_size": "K", "algorit
            "algorithm.asyncsgd.c": "c",
            "compression.codec": "codec", "compression.levels": "QSGD s", "compression.bucket": "bucket",
            "compression.fraction": "top-k", "compression.error_feedback": "error feedback",
-           "algorithm.port.b": "b", "algorithm.port.lag": "L"}
+           "algorithm.port.b": "b", "algorithm.port.lag": "L",
+           "algorithm.fedstaleweight.offset": "c"}
 CODEC_KEYS = {"compression.levels": ("qsgd",), "compression.bucket": ("qsgd",),  # the codecs that read each key
               "compression.fraction": ("topk",)}  # (error_feedback: every codec but none)
 INFINITE_WHEN_NULL = ("algorithm.staleness_limit", "run.max_time", "run.max_aggregations")
@@ -47,7 +49,9 @@ USES = {  # the algorithm.* keys (or sections) each built-in rule reads and does
     "ca2fl": ("buffer_size", "staleness_limit", "server_lr", "partial", "update_norm_factor", "server_opt"),
     "fadas": ("buffer_size", "staleness_limit", "staleness_scaling", "partial", "update_norm_factor", "server_opt"),
     "asyncsgd": ("staleness_limit", "partial", "update_norm_factor", "asyncsgd"),
-    "port": ("buffer_size", "staleness_limit", "port", "partial", "update_norm_factor", "server_opt")}
+    "port": ("buffer_size", "staleness_limit", "port", "partial", "update_norm_factor", "server_opt"),
+    "fedstaleweight": ("buffer_size", "staleness_limit", "fedstaleweight", "partial", "update_norm_factor",
+                       "server_opt")}
 NOT_ARMS = ("name", "run.", "logging.", "runtime.")  # budget, bookkeeping and execution: not what an arm is
 # Okabe & Ito's colour-blind-safe palette: one colour per algorithm, the spare ones (a rule of your own) in an order
 # that keeps the next arm far from the last (reddish purple beside FedBuff's orange, not its neighbour vermillion)

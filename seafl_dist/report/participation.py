@@ -41,7 +41,8 @@ COLUMNS = ["label", "point", "run", "seed", "algorithm", "device", "n_samples", 
            "updates_rejected", "jobs_dropped", "jobs_unaggregated", "mean_job_s", "speed_quartile", "mean_staleness",
            "weight", "weight_share", "coefficient", "mean_coefficient"]
 QUARTILES = (1, 2, 3, 4)
-RECORDED_AS_APPLIED = ("fedbuff", "fedasync", "fedavg", "ca2fl", "fadas", "asyncsgd", "port")  # the recorded weight is w_k's coefficient in w_{t+1}
+RECORDED_AS_APPLIED = ("fedbuff", "fedasync", "fedavg", "ca2fl", "fadas", "asyncsgd", "port",
+                       "fedstaleweight")  # the recorded weight is w_k's coefficient in w_{t+1}
 
 
 def theta_of(config: dict) -> float:

@@ -36,6 +36,7 @@ from seafl_dist.settings.asyncsgd import AsyncSGDConfig
 from seafl_dist.settings.port import PortConfig
 from seafl_dist.settings.server_opt import ServerOptConfig
 from seafl_dist.settings.ca2fl import Ca2flConfig
+from seafl_dist.settings.fedstaleweight import FedStaleWeightConfig
 
 __all__ = ["ALGORITHMS", "SIMILARITY_MODES", "SIMILARITY_OVER", "AlgorithmConfig", "ClockConfig", "Config", "ConfigError", "DataConfig",
            "DevicesConfig", "IdleConfig", "LoggingConfig", "ModelConfig", "RunConfig", "RuntimeConfig",
@@ -355,9 +356,10 @@ DELAY_KEYS = ("delay_threshold", "delay_c")
 
 
 # Sections left out whole when every key is at its default (the server optimizer, algorithm.server_opt; asyncsgd's,
-# CA²FL's and Port's keys; compression; privacy)
+# CA²FL's, Port's and FedStaleWeight's keys; compression; privacy)
 OMITTED_SECTIONS_AT_DEFAULT = {("algorithm", "server_opt"): ServerOptConfig, ("algorithm", "asyncsgd"): AsyncSGDConfig,
                                ("algorithm", "ca2fl"): Ca2flConfig, ("algorithm", "port"): PortConfig,
+                               ("algorithm", "fedstaleweight"): FedStaleWeightConfig,
                                ("compression",): CompressionConfig, ("privacy",): PrivacyConfig}
 
 

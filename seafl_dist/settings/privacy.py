@@ -138,6 +138,11 @@ class PrivacyConfig:
                   "with privacy.enabled=true: Port's deltas are taken against the current model, w_k − w_t = "
                   "Δ_k + (w_{t_k} − w_t), and its data-dependent weights also scale the server's drift w_{t_k} − w_t, "
                   "which clipping Δ_k to C does not bound (docs/privacy.md, \"Port\")")
+        if name == "fedstaleweight":
+            _fail("algorithm.name", name, "a rule with a derived sensitivity (seafl, seafl2, fedbuff, fedasync, fedavg) "
+                  "with privacy.enabled=true: FedStaleWeight's weights s̄_i/Σ_B s̄ are set by the schedule, but by "
+                  "each device's staleness since the run began (the rule's state), which privacy/sensitivity.py's "
+                  "coefficients, computed from the buffer alone, do not read (docs/privacy.md, \"FedStaleWeight\")")
         if name not in DP_RULES:
             _fail("algorithm.name", name, f"a built-in rule ({', '.join(DP_RULES)}) with "
                   "privacy.enabled=true (a rule of your own declares no sensitivity)")

@@ -22,10 +22,12 @@ from seafl_dist.settings.keys import key, section
 from seafl_dist.settings.plugins import check_params, is_import_path, refuse_params_of_built_in
 from seafl_dist.settings.asyncsgd import AsyncSGDConfig
 from seafl_dist.settings.ca2fl import Ca2flConfig
+from seafl_dist.settings.fedstaleweight import FedStaleWeightConfig
 from seafl_dist.settings.port import PortConfig
 from seafl_dist.settings.server_opt import ServerOptConfig
 
-ALGORITHMS = ("seafl", "seafl2", "fedbuff", "fedasync", "fedavg", "ca2fl", "fadas", "asyncsgd", "port")
+ALGORITHMS = ("seafl", "seafl2", "fedbuff", "fedasync", "fedavg", "ca2fl", "fadas", "asyncsgd", "port",
+              "fedstaleweight")
 SIMILARITY_MODES = ("delta_vs_global", "model_vs_global", "delta_vs_movement")
 SIMILARITY_OVER = ("parameters", "parameters_and_stats")
 TRAIN_LOOPS = ("plain", "lightning")
@@ -50,7 +52,7 @@ class AlgorithmConfig:
 
     name: str = key("seafl", "the algorithm: `seafl`, `seafl2`, `fedbuff`, `fedasync`, `fedavg`, `ca2fl`, `fadas` "
                     "(FedBuff with `amsgrad` and the delay-adaptive η), `asyncsgd` (delay-adaptive asynchronous SGD), "
-                    "`port`, or `pkg.module:rule` (a rule of your own)", plugin_or(ALGORITHMS))
+                    "`port`, `fedstaleweight`, or `pkg.module:rule` (a rule of your own)", plugin_or(ALGORITHMS))
     params: Optional[dict] = key(
         None, "a rule of your own only: its own keyword arguments (`{beta: 2}`), passed as `rule(cfg, version, "
               "global_flat, updates, base_model, beta=2)`; `null`: none",
@@ -62,8 +64,9 @@ class AlgorithmConfig:
     staleness_limit: Optional[int] = key(
         UNSET, "β: the server waits rather than let an in-flight update grow staler than this; `null` = ∞",
         "[0, inf]",
-        shown="`10`; fedbuff, fedasync, ca2fl, fadas, asyncsgd: `null`; fedavg: `0`",
-        note="Not given, it is 10 for seafl and seafl2 and ∞ for fedbuff, fedasync, ca2fl, fadas and asyncsgd; a value "
+        shown="`10`; fedbuff, fedasync, ca2fl, fadas, asyncsgd, fedstaleweight: `null`; fedavg: `0`",
+        note="Not given, it is 10 for seafl and seafl2 and ∞ for fedbuff, fedasync, ca2fl, fadas, asyncsgd and "
+             "fedstaleweight; a value "
              "given (in the file or an override) is kept for those too, which then wait for stragglers as SEAFL does, "
              "as PLATO's `staleness_bound` made the paper's baselines do. fedavg forces 0 (synchronous rounds). "
              "A rule of your own gets SEAFL's 10, and a run or sweep says so in one line at the start "
@@ -109,12 +112,15 @@ class AlgorithmConfig:
                                  "update")
     asyncsgd: AsyncSGDConfig = section(AsyncSGDConfig, "asyncsgd's step η and its delay adaptation (τ_C, c)")
     port: PortConfig = section(PortConfig, "Port's own keys (`algorithm.name: port`)")
+    fedstaleweight: FedStaleWeightConfig = section(FedStaleWeightConfig, "FedStaleWeight's own key "
+                                                   "(`algorithm.name: fedstaleweight`)")
 
     def __post_init__(self) -> None:
         self.limit_given = self.staleness_limit is not UNSET  # not a key: whether the config chose β (limit_line)
         self.num_devices: Optional[int] = None  # not a key: N, resolved (CA²FL's mean over every device, algo/ca2fl.py)
         if self.staleness_limit is UNSET:
-            self.staleness_limit = None if self.name in ("fedbuff", "fedasync", "ca2fl", "fadas", "asyncsgd") else 10
+            self.staleness_limit = None if self.name in ("fedbuff", "fedasync", "ca2fl", "fadas", "asyncsgd",
+                                                                       "fedstaleweight") else 10
         check_fields(self, "algorithm")
         self.params = own_params("algorithm.name", self.name, self.params)
         if self.name == "fadas":

@@ -24,7 +24,7 @@ PSEUDO_GRADIENTS = ("model", "delta")
 # FedYogi's eta); Reddi et al. tune η per task on a grid, and so should a study. amsgrad: yogi's 0.01 (FADAS's
 # official code tunes η per task too: docs/algorithms.md, "FADAS")
 DEFAULT_LR = {"momentum": 1.0, "adam": 0.1, "adagrad": 0.1, "yogi": 0.01, "amsgrad": 0.01}
-BUILT_IN_RULES = ("seafl", "seafl2", "fedbuff", "fedasync", "fedavg", "port")  # rules whose w′ is linear in the w_k
+BUILT_IN_RULES = ("seafl", "seafl2", "fedbuff", "fedasync", "fedavg", "port", "fedstaleweight")  # rules whose w′ is linear in the w_k
 # FADAS's delay adaptation at its defaults (algorithm.name=fadas): τ_C = 1 as the official code's `--tauc`, c = 1
 # as the paper's min(η, 1/τ_max) (docs/algorithms.md, "FADAS")
 FADAS_THRESHOLD, FADAS_C = 1, 1.0

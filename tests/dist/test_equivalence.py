@@ -21,7 +21,8 @@ from seafl_dist.cli import main as seafl_main
 
 pytestmark = pytest.mark.dist
 
-WORLD = {"seafl": 3, "seafl2": 3, "fedbuff": 2, "fedasync": 2, "fedavg": 4, "fadas": 3, "asyncsgd": 2, "port": 3}
+WORLD = {"seafl": 3, "seafl2": 3, "fedbuff": 2, "fedasync": 2, "fedavg": 4, "fadas": 3, "asyncsgd": 2, "port": 3,
+         "fedstaleweight": 3}
 RUN_FILES = {"config.yaml", "events.jsonl", "metrics.csv", "partition.json", "summary.json", "model.pt"}
 
 _INPROCESS: dict = {}

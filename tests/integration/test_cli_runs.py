@@ -95,6 +95,10 @@ def test_each_algorithm_writes_a_valid_run_dir(run_dir, name):
         assert sizes == [1] * 6 and max(stale) > 0
     elif name in ("fedbuff", "fadas"):  # beta = infinity: never blocked, exactly K each time
         assert cfg["algorithm"]["staleness_limit"] is None and sizes == [2] * 6
+    elif name == "fedstaleweight":  # beta = infinity; with c = 1 its normalised weights sum to 1
+        assert cfg["algorithm"]["staleness_limit"] is None and sizes == [2] * 6
+        assert all("avg_staleness" in u for a in aggs for u in a["updates"])
+        assert all(sum(u["weight"] for u in a["updates"]) == pytest.approx(1.0) for a in aggs)
     else:
         beta = cfg["algorithm"]["staleness_limit"]
         assert max(stale) <= beta

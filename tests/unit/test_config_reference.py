@@ -99,7 +99,8 @@ def test_seafl_configs_keys_prints_every_key(capsys):
     out = capsys.readouterr().out
     for k in keys():
         assert f"  {k.name} = " in out
-    assert "algorithm.staleness_limit = 10; fedbuff, fedasync, ca2fl, fadas, asyncsgd: null; fedavg: 0  (int or null)" in out
+    assert ("algorithm.staleness_limit = 10; fedbuff, fedasync, ca2fl, fadas, asyncsgd, fedstaleweight: null; "
+            "fedavg: 0  (int or null)") in out
 
 
 @pytest.mark.parametrize("name,help_word", [("algorithm.mu", "μ"), ("algorithm.hinge_a", "hinge"),

@@ -103,7 +103,8 @@ RULES = [AlgorithmConfig(name="seafl", theta=0.7, staleness_limit=4),
          AlgorithmConfig(name="seafl2", theta=0.3, staleness_limit=None),
          AlgorithmConfig(name="fedbuff", server_lr=0.5, staleness_scaling="sqrt"),
          AlgorithmConfig(name="fedasync", staleness_fn="polynomial", staleness_limit=4),
-         AlgorithmConfig(name="fedavg")]
+         AlgorithmConfig(name="fedavg"),
+         AlgorithmConfig(name="fedstaleweight")]  # a first aggregation: each device's average is its update's S
 
 
 @pytest.mark.parametrize("cfg", RULES, ids=lambda c: c.name)

@@ -25,7 +25,8 @@ def test_each_algorithm_shows_only_the_keys_it_reads_and_does_not_fix():
     names = reader_labels([arm(f"algorithm.name={a}") for a in BUILT_IN])
     # K is 10 wherever it is read (FedAsync fixes 1, FedAvg M); β differs: SEAFL's 10, FedBuff's ∞; FedAvg fixes 0
     assert names == ["SEAFL, β = 10", "SEAFL², β = 10", "FedBuff, β = ∞", "FedAsync, β = ∞", "FedAvg", "CA²FL, β = ∞",
-                     "FADAS, β = ∞", "async SGD, β = ∞", "Port, β = 10"]  # FADAS's amsgrad is its preset's, fixed
+                     "FADAS, β = ∞", "async SGD, β = ∞", "Port, β = 10",
+                     "FedStaleWeight, β = ∞"]  # FADAS's amsgrad is its preset's, fixed
     names = reader_labels([arm("algorithm.buffer_size=5"), arm("algorithm.name=fedasync"),
                            arm("algorithm.name=fedbuff", "algorithm.staleness_limit=10")])
     assert names == ["SEAFL, K = 5, β = 10", "FedAsync, β = ∞", "FedBuff, K = 10, β = 10"]  # FedAsync: no K

@@ -30,7 +30,7 @@ REFUSED = {f"{section}.{key}" for section, keys in {
                   "update_norm_factor", "params", "server_opt.name", "server_opt.lr", "server_opt.beta1", "server_opt.beta2",
                   "server_opt.tau", "server_opt.pseudo_gradient", "server_opt.delay_adaptive",
                   "server_opt.delay_threshold", "server_opt.delay_c", "asyncsgd.lr", "asyncsgd.tau_c", "asyncsgd.c",
-                  "ca2fl.max_cache_gb", "port.b", "port.lag"],
+                  "ca2fl.max_cache_gb", "port.b", "port.lag", "fedstaleweight.offset"],
     "devices": ["num", "concurrency", "dropout", "availability_scale"],
     "train": ["epochs", "batch_size", "lr", "momentum", "weight_decay", "loop", "grad_clip_val", "grad_clip_algorithm",
               "prox_mu"],
