@@ -95,3 +95,19 @@ def refused(argv, run_dir: Path, *, code: int = 2) -> str:
 
 
 __all__ = ["SMALL", "QUICKSTART"]
+
+
+def killed_during_3(args, out: Path) -> dict:
+    """``args`` run into ``out`` and killed during aggregation 3 (checkpointing every 2): its one checkpoint, at 2."""
+    import torch
+    stopped = cli(*run_args(args, out), fault="during_aggregate:3")
+    assert stopped.returncode != 0 and checkpoint_versions(out) == [2], stopped.stderr[-3000:]
+    return torch.load(checkpoint_path(out, 2), map_location="cpu", weights_only=True)
+
+
+def resumed_from_2(ref: Path, args, out: Path) -> None:
+    """The same command again continues ``out`` after aggregation 2 to the uninterrupted run ``ref``'s bytes."""
+    resumed = cli(*run_args(args, out))
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "after aggregation 2" in resumed.stderr
+    assert_same_run(ref, out)

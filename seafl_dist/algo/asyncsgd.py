@@ -20,7 +20,7 @@ from typing import Callable, Optional
 import torch
 
 from ..settings import AlgorithmConfig
-from .common import BaseModels, as_global, carry_counters, delay_lr, flat_parts, screen
+from .common import delay_lr, delta_step
 from .types import AggregationResult, BufferedUpdate, FlatParts
 
 
@@ -33,15 +33,5 @@ def asyncsgd(cfg: AlgorithmConfig, version: int, global_flat: torch.Tensor,
     if own.tau_c is None:
         raise ValueError("algorithm.asyncsgd.tau_c is null: the config resolves it to devices.concurrency "
                          "(settings/core.py); give it when building an AlgorithmConfig alone")
-    accepted, info = screen(version, global_flat, updates)
-    parts = flat_parts(parts, global_flat)
-    out = global_flat.clone()
-    if not accepted:
-        return AggregationResult(out, info)
-    bases = BaseModels(base_model, global_flat)
-    for i in accepted:
-        u = updates[i]
-        eta = delay_lr(own.lr, info[i]["staleness"], own.tau_c, own.c)
-        out.add_(as_global(u.flat, global_flat) - bases(u.base_version), alpha=eta)
-        info[i]["weight"] = eta
-    return AggregationResult(carry_counters(out, global_flat, [updates[i].flat for i in accepted], parts), info)
+    return delta_step(version, global_flat, updates, base_model, parts,
+                      lambda info, n: delay_lr(own.lr, info["staleness"], own.tau_c, own.c))

@@ -12,7 +12,7 @@ from typing import Callable, Optional
 
 import torch
 
-from .types import BufferedUpdate, FlatParts
+from .types import AggregationResult, BufferedUpdate, FlatParts
 
 _CHUNK = 1 << 20  # elements per float64 chunk in cosine(): bounds the extra memory
 
@@ -142,3 +142,24 @@ class BaseModels:
                 raise ValueError(f"base_model({version}) is not a tensor of {self._global.numel()} entries")
             self._cache[version] = as_global(w.reshape(-1), self._global)
         return self._cache[version]
+
+
+@torch.no_grad()
+def delta_step(version: int, global_flat: torch.Tensor, updates: list[BufferedUpdate],
+               base_model: Callable[[int], torch.Tensor], parts: Optional[FlatParts],
+               coefficient: Callable[[dict, int], float]) -> AggregationResult:
+    """w_t + Σ_k c_k Δ_k over the accepted updates (Δ_k = w_k − w_{t_k}), c_k = ``coefficient(info_k, |B|)`` (the
+    update's info dict, with its staleness, and the accepted count) recorded as its weight; counters carried. With
+    none accepted, w_{t+1} = w_t. FedBuff's and asyncsgd's step, one loop."""
+    accepted, info = screen(version, global_flat, updates)
+    parts = flat_parts(parts, global_flat)
+    out = global_flat.clone()
+    if not accepted:
+        return AggregationResult(out, info)
+    bases = BaseModels(base_model, global_flat)
+    for i in accepted:
+        u = updates[i]
+        coef = coefficient(info[i], len(accepted))
+        out.add_(as_global(u.flat, global_flat) - bases(u.base_version), alpha=coef)
+        info[i]["weight"] = coef
+    return AggregationResult(carry_counters(out, global_flat, [updates[i].flat for i in accepted], parts), info)

@@ -16,7 +16,7 @@ from typing import Callable, Optional
 import torch
 
 from ..settings import AlgorithmConfig
-from .common import BaseModels, as_global, carry_counters, flat_parts, screen
+from .common import delta_step
 from .types import AggregationResult, BufferedUpdate, FlatParts
 
 
@@ -34,16 +34,5 @@ def fedbuff(cfg: AlgorithmConfig, version: int, global_flat: torch.Tensor,
             updates: list[BufferedUpdate], base_model: Callable[[int], torch.Tensor],
             parts: Optional[FlatParts] = None) -> AggregationResult:
     """w_t plus η_g times the (optionally staleness-scaled) mean of the accepted deltas."""
-    accepted, info = screen(version, global_flat, updates)
-    parts = flat_parts(parts, global_flat)
-    out = global_flat.clone()
-    if not accepted:
-        return AggregationResult(out, info)
-    bases = BaseModels(base_model, global_flat)
-    for i in accepted:
-        u = updates[i]
-        coef = cfg.server_lr * fedbuff_scale(info[i]["staleness"], cfg.staleness_scaling) / len(accepted)
-        delta = as_global(u.flat, global_flat) - bases(u.base_version)
-        out.add_(delta, alpha=coef)
-        info[i]["weight"] = coef
-    return AggregationResult(carry_counters(out, global_flat, [updates[i].flat for i in accepted], parts), info)
+    return delta_step(version, global_flat, updates, base_model, parts, lambda info, n: cfg.server_lr * fedbuff_scale(
+        info["staleness"], cfg.staleness_scaling) / n)

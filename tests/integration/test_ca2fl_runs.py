@@ -7,7 +7,7 @@ import torch
 
 import in_process
 from one_line import one_error_line
-from resuming import assert_same_run, checkpoint_path, checkpoint_versions, cli, reference, run_args, summary
+from resuming import killed_during_3, reference, resumed_from_2, summary
 from small_runs import QUICKSTART, SMALL
 
 CA2FL = ["algorithm.name=ca2fl"]
@@ -27,15 +27,10 @@ def test_a_ca2fl_run_killed_in_the_middle_resumes_to_the_same_bytes(tmp_path):
             "algorithm.server_opt.lr=0.01", "run.checkpoint_every=2", "run.checkpoint_every_s=null"]
     ref = reference(tmp_path / "ref", args)
     out = tmp_path / "run"
-    stopped = cli(*run_args(args, out), fault="during_aggregate:3")
-    assert stopped.returncode != 0 and checkpoint_versions(out) == [2]
-    state = torch.load(checkpoint_path(out, 2), weights_only=True)["rule_state"]
+    state = killed_during_3(args, out)["rule_state"]
     assert set(state["cache"]) == aggregated_devices(ref, 2) and state["sum"].dtype == torch.float64
     assert torch.allclose(state["sum"], sum(h.to(torch.float64) for h in state["cache"].values()), atol=1e-6)
-    resumed = cli(*run_args(args, out))
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "after aggregation 2" in resumed.stderr
-    assert_same_run(ref, out)
+    resumed_from_2(ref, args, out)
     assert summary(out)["rule_state"]["keys"] == ["cache", "sum"]
 
 

@@ -6,7 +6,7 @@ import json
 import pytest
 import torch
 
-from resuming import assert_same_run, checkpoint_path, checkpoint_versions, cli, reference, run_args
+from resuming import killed_during_3, reference, resumed_from_2
 from small_runs import SMALL
 
 # Budgets found by running (seed 0): fadas reached 90% at aggregation 10 (K = 5), asyncsgd at 50 (K = 1, η = 0.5,
@@ -33,11 +33,6 @@ def test_a_fadas_run_killed_in_the_middle_resumes_to_the_same_bytes(tmp_path):
             "run.checkpoint_every_s=null"]
     ref = reference(tmp_path / "ref", args)
     out = tmp_path / "run"
-    stopped = cli(*run_args(args, out), fault="during_aggregate:3")
-    assert stopped.returncode != 0 and checkpoint_versions(out) == [2]
-    state = torch.load(checkpoint_path(out, 2), weights_only=True)["server_opt"]
+    state = killed_during_3(args, out)["server_opt"]
     assert state["steps"] == 2 and state["vmax"].dtype == torch.float64 and bool((state["vmax"] >= state["v"]).all())
-    resumed = cli(*run_args(args, out))
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "after aggregation 2" in resumed.stderr
-    assert_same_run(ref, out)
+    resumed_from_2(ref, args, out)

@@ -1,10 +1,9 @@
 """FedStaleWeight (algorithm.name: fedstaleweight) end to end: a run killed during aggregation 3 resumes from its
 checkpoint's rule_state (each device's count and sum of staleness) to the uninterrupted run's bytes, and the
 quickstart learns the digits with it."""
-import torch
 
 import in_process
-from resuming import assert_same_run, checkpoint_path, checkpoint_versions, cli, reference, run_args, summary
+from resuming import killed_during_3, reference, resumed_from_2, summary
 from small_runs import QUICKSTART, SMALL
 
 
@@ -17,14 +16,9 @@ def test_a_fedstaleweight_run_killed_during_aggregation_3_resumes_to_the_same_by
     devices = summary(ref)["rule_state"]
     assert devices["keys"] == ["devices"] and devices["bytes"] == 16 * devices["tensors"] > 0
     out = tmp_path / "run"
-    stopped = cli(*run_args(args, out), fault="during_aggregate:3")
-    assert stopped.returncode != 0 and checkpoint_versions(out) == [2]
-    state = torch.load(checkpoint_path(out, 2), weights_only=True)["rule_state"]
+    state = killed_during_3(args, out)["rule_state"]
     assert sum(int(e[0]) for e in state["devices"].values()) == 4  # K = 2 accepted updates in each of 2 aggregations
-    resumed = cli(*run_args(args, out))
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "after aggregation 2" in resumed.stderr
-    assert_same_run(ref, out)
+    resumed_from_2(ref, args, out)
 
 
 def test_fedstaleweight_reaches_90_percent_on_the_digits_within_35_aggregations(tmp_path):

@@ -2,10 +2,9 @@
 (the last L global models) to the uninterrupted run's bytes, and the quickstart learns the digits with it."""
 import json
 
-import torch
 
 import in_process
-from resuming import assert_same_run, checkpoint_path, checkpoint_versions, cli, reference, run_args, summary
+from resuming import killed_during_3, reference, resumed_from_2, summary
 from small_runs import QUICKSTART, SMALL
 
 LENET5_DIGITS = 61_706  # the flat LeNet-5's entries on the 8×8 digits upscaled to 28×28 (10 classes, 1 channel)
@@ -25,14 +24,9 @@ def test_a_port_run_killed_during_aggregation_3_resumes_to_the_same_bytes(tmp_pa
     assert any(u["staleness"] > 1 and u["cos"] != 1.0 for u in after), after  # the remembered models were read
     assert summary(ref)["rule_state"] == {"keys": ["models"], "tensors": 2, "bytes": 2 * LENET5_DIGITS * 4}
     out = tmp_path / "run"
-    stopped = cli(*run_args(args, out), fault="during_aggregate:3")
-    assert stopped.returncode != 0 and checkpoint_versions(out) == [2]
-    state = torch.load(checkpoint_path(out, 2), weights_only=True)["rule_state"]
+    state = killed_during_3(args, out)["rule_state"]
     assert sorted(state["models"]) == [0, 1] and state["models"][0].numel() == LENET5_DIGITS
-    resumed = cli(*run_args(args, out))
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "after aggregation 2" in resumed.stderr
-    assert_same_run(ref, out)
+    resumed_from_2(ref, args, out)
 
 
 def test_port_reaches_90_percent_on_the_digits_within_25_aggregations(tmp_path):
