@@ -26,3 +26,15 @@ def assert_bitwise(old: Mapping, clone: Mapping, where: str = "state") -> None:
             assert_bitwise(old[k], v, f"{where}[{k!r}]")
         else:
             assert old[k] == v, f"{where}[{k!r}]: {old[k]!r} != {v!r}"
+
+
+def broken(flat, kind: str, at: int):
+    """A Hypothesis buffer's update made bad as ``kind`` says: ``nan`` at entry ``at``, ``inf`` (−∞) at entry 0, ``size``
+    one entry short; ``ok`` as it is. ``flat`` is a list or a 1-D tensor (changed in place but for ``size``)."""
+    if kind == "nan":
+        flat[at] = float("nan")
+    elif kind == "inf":
+        flat[0] = -float("inf")
+    elif kind == "size":
+        flat = flat[:-1]
+    return flat

@@ -20,6 +20,7 @@ from seafl_dist.algo import BufferedUpdate, ServerOptimizer, aggregate, memory_o
 from seafl_dist.settings import AlgorithmConfig, ConfigError
 from seafl_dist.settings.core import dump_config, load_config
 from seafl_dist.settings.fedstaleweight import FedStaleWeightConfig
+from rule_states import broken
 from small_runs import QUICKSTART
 
 T = torch.tensor
@@ -171,12 +172,7 @@ def test_fedstaleweight_matches_the_oracle_over_sequences_and_never_writes_its_o
         for device, back, kind, delta in buffer:
             base = max(0, t - back)  # a stale base: up to 4 versions back
             flat = run.at(base, delta)
-            if kind == "nan":
-                flat[device % D] = math.nan
-            elif kind == "inf":
-                flat[0] = -math.inf
-            elif kind == "size":
-                flat = flat[:-1]
+            flat = broken(flat, kind, device % D)
             updates.append(up(device, base, flat))
             plain.append((device, T(flat, dtype=torch.float32).tolist() if kind == "ok" else None, base))
         old = run.memory.state

@@ -18,6 +18,7 @@ from seafl_dist.algo import BufferedUpdate, FlatParts, ServerOptimizer, aggregat
 from seafl_dist.settings import AlgorithmConfig, ConfigError
 from seafl_dist.settings.core import load_config
 from seafl_dist.settings.port import PortConfig
+from rule_states import broken
 from small_runs import QUICKSTART
 
 T = torch.tensor
@@ -155,12 +156,7 @@ def test_port_matches_the_oracle_over_sequences_and_never_writes_its_old_state(b
         for device, back, n, kind, delta in buffer:
             base = max(0, t - back)  # a stale base: up to 3 versions back
             flat = [w + d for w, d in zip(run.versions[base].tolist(), delta)]
-            if kind == "nan":
-                flat[device % D] = math.nan
-            elif kind == "inf":
-                flat[0] = -math.inf
-            elif kind == "size":
-                flat = flat[:-1]
+            flat = broken(flat, kind, device % D)
             updates.append(up(device, base, flat, n))
             plain.append((T(flat, dtype=torch.float32).tolist() if kind == "ok" else None, n, base))
         old = run.memory.state
