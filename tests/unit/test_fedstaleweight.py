@@ -16,7 +16,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from seafl_dist.algo import BufferedUpdate, ServerOptimizer, aggregate, memory_of
+from seafl_dist.algo import BufferedUpdate, FlatParts, ServerOptimizer, aggregate, memory_of
 from seafl_dist.settings import AlgorithmConfig, ConfigError
 from seafl_dist.settings.core import dump_config, load_config
 from seafl_dist.settings.fedstaleweight import FedStaleWeightConfig
@@ -197,6 +197,19 @@ def test_fedstaleweight_matches_the_oracle_over_sequences_and_never_writes_its_o
 
 
 # ---- with everything else ---------------------------------------------------------------------------------------
+
+def test_the_counters_come_from_the_accepted_updates_only():
+    """w_0 = (0, 0, 5) with entry 2 an integer counter; the accepted update (weight 1, c = 1) has 6 there, the
+    rejected one (NaN elsewhere) 99: the counter is max(5, 6) = 6, never the rejected one's (the audit's slip A5)."""
+    cfg = AlgorithmConfig(name="fedstaleweight")
+    counter = torch.tensor([False, False, True])
+    parts = FlatParts(params=~counter, stats=torch.zeros(3, dtype=torch.bool), counters=counter)
+    w = T([0.0, 0.0, 5.0])
+    result = aggregate(cfg, 0, w, [up(0, 0, [1.0, 1.0, 6.0]), up(1, 0, [math.nan, 1.0, 99.0])], lambda v: w, parts,
+                       memory=memory_of(cfg))
+    assert [d["rejected"] for d in result.info] == [False, True]
+    assert result.new_global.tolist() == [1.0, 1.0, 6.0]
+
 
 def test_fedstaleweight_under_privacy_is_refused_in_one_line_naming_algorithm_name():
     with pytest.raises(ConfigError) as err:
