@@ -323,6 +323,10 @@ class Dropout(Base):
         self.net.insert(2, nn.Dropout(0.3))
 
 
+# modules only `train.loop: lightning` trains (the plain loop refuses them in one line): not conformance cases
+LIGHTNING_ONLY = ("manual_optimization",)
+
+
 @_module("manual_optimization")
 class Manual(Base):
     """Lightning's manual optimization, as its documentation writes it."""
