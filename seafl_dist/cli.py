@@ -138,6 +138,11 @@ def add_report_parser(sub) -> None:
                    help="accuracy_vs_time.png: draw each seed's curve faint under its grid point's mean")
     p.add_argument("--no-zoom", action="store_true",
                    help="accuracy_vs_time.png: one panel only, without the close-up around the targets beside it")
+    p.add_argument("--extract", metavar="OUT", help="copy each finished run's small files and trace figures into OUT "
+                   "(a leaderboard's committed data, report/leaderboard.py); report nothing")
+    p.add_argument("--commit", help="with --extract: the commit that made the runs (default: this checkout's)")
+    p.add_argument("--leaderboard", action="store_true", help="write leaderboard.md (arms ranked) and leaderboard.png "
+                   "only (docs/leaderboard.md)")
 
 
 def add_release_parser(sub) -> None:
@@ -220,6 +225,9 @@ def cmd_report(args) -> int:
     except ValueError:
         raise ConfigError(f"--target {args.target!r} is not a comma-separated list of numbers (targets of the target metric, e.g. 0.5,0.7)")
     from seafl_dist.runtime.launch import default_out_dir
+    if args.extract or args.leaderboard:
+        from seafl_dist.report.leaderboard import command
+        return command(args, targets)
     out = Path(args.out) if args.out else Path(args.dirs[0]) if len(args.dirs) == 1 else default_out_dir("report")
     result = write_report(args.dirs, out, targets=targets, baseline=args.baseline, until=args.until,
                           log_x=args.log_x, seed_curves=args.seed_curves, zoom=not args.no_zoom)
