@@ -213,9 +213,9 @@ def _table(head: list[str], body: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-def plot(arms: list[dict], targets: list[float], path: Path, title: str = "") -> Path:
-    """Time to each target, a panel per target: each seed a dot, "never" a cross at the panel's right edge; the
-    arms top to bottom in rank order."""
+def figure(arms: list[dict], targets: list[float]):
+    """Time to each target, a panel per target: each seed a dot, "never" a cross at the panel's right edge
+    (``edge``, 8% past the latest time any seed reached any target); the arms top to bottom in rank order."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -237,15 +237,20 @@ def plot(arms: list[dict], targets: list[float], path: Path, title: str = "") ->
         ax.set_xlabel("virtual time (s); × = never")
         ax.grid(axis="x", color="0.92")
     axes[0][0].set_yticks(ys, [a["label"] for a in arms])
-    if title:
-        fig.suptitle(title)
     fig.tight_layout()
+    return fig
+
+
+def plot(arms: list[dict], targets: list[float], path: Path) -> Path:
+    """:func:`figure` written to ``path``."""
+    import matplotlib.pyplot as plt
+    fig = figure(arms, targets)
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
 
 
-def write_leaderboard(paths, out: str | Path, targets: list[float], title: str = "") -> dict:
+def write_leaderboard(paths, out: str | Path, targets: list[float]) -> dict:
     """``leaderboard.md`` (the tables) and ``leaderboard.png`` (the figure) of the runs under ``paths`` into
     ``out``; the machine line from the first path's ``leaderboard.json`` where an extract has one."""
     out = Path(out)
@@ -257,8 +262,8 @@ def write_leaderboard(paths, out: str | Path, targets: list[float], title: str =
     meta = Path(paths[0]) / "leaderboard.json"
     text = markdown(arms, targets, json.loads(meta.read_text()) if meta.exists() else None)
     (out / "leaderboard.md").write_text(text)
-    figure = plot(arms, targets, out / "leaderboard.png", title)
-    return {"markdown": text, "files": {"leaderboard.md": out / "leaderboard.md", "leaderboard.png": figure}}
+    png = plot(arms, targets, out / "leaderboard.png")
+    return {"markdown": text, "files": {"leaderboard.md": out / "leaderboard.md", "leaderboard.png": png}}
 
 
 def command(args, targets: list[float] | None) -> int:

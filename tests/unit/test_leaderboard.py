@@ -161,3 +161,19 @@ def test_report_writes_the_tables_and_figure_of_an_extract_and_refuses_a_mixed_c
         assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0 and "--extract" in proc.stderr
     proc = in_process.seafl("report", out / "fedbuff,seed=0", "--extract", tmp_path / "y")
     assert proc.returncode == 2 and "sweep.json" in proc.stderr and proc.stderr.strip().count("\n") == 0
+
+
+def test_the_figure_draws_each_seeds_time_as_a_dot_and_each_never_as_a_cross_at_the_edge(tmp_path):
+    runs = [run("a", 0, (10, 100), 0.95, tmp_path), run("a", 1, (20, None), 0.88, tmp_path),
+            run("b", 0, (40, 200), 0.95, tmp_path), run("b", 1, (30, 150), 0.95, tmp_path)]
+    arms = leaderboard.rows(runs, [0.5, 0.9])
+    assert [a["label"] for a in arms] == ["b", "a"]  # b: 2 seeds at 0.9
+    fig = leaderboard.figure(arms, [0.5, 0.9])
+    edge = 1.08 * 200
+    panels = [[c.get_offsets().tolist() for c in ax.collections] for ax in fig.axes]
+    # arms top to bottom in rank order: b at y = 1, a at y = 0
+    assert panels[0] == [[[40, 1], [30, 1]], [[10, 0], [20, 0]]]
+    assert panels[1] == [[[200, 1], [150, 1]], [[100, 0]], [[edge, 0]]]  # a's seed 1 never: a cross at the edge
+    assert [ax.get_title() for ax in fig.axes] == ["to 0.5", "to 0.9"]
+    ticks = fig.axes[0].get_yticks()
+    assert dict(zip(ticks, (t.get_text() for t in fig.axes[0].get_yticklabels()))) == {1: "b", 0: "a"}
