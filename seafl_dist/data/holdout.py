@@ -31,6 +31,11 @@ with no test sample (absent from the test files, or listed there with none, as L
 split leaves a writer of very few samples) has an empty held-out part: it is left out of the device
 evaluation's statistics and counted (report/device_eval.py).
 
+**The server's validation split** (``data.validation = f``, :func:`validation_split`). Before the partition, the
+training set itself is split the same way, as if it were one device's shard: ⌊f·n + ½⌋ of its n rows, stratified by
+label, from the stream ``validation`` of ``data.seed``. The server evaluates on them in place of the test set (so a
+method is tuned on data no reported result comes from), and the devices share out the rest.
+
 **The central test set under DP** (:func:`test_set_refusal`). Where the devices are groups (``data.partition:
 natural``) and the test set is grouped alike, a test set that holds a device's group's samples (LEAF's ``-t sample``
 split: every writer's samples split 90/10 between the files) is that device's own held-out data: the central
@@ -52,6 +57,34 @@ from .dataset import ArrayDataset
 def holdout_sizes(sizes, fraction: float) -> np.ndarray:
     """h_k = ⌊f·n_k + ½⌋ for each device's shard size n_k."""
     return np.floor(np.asarray(sizes, dtype=np.float64) * fraction + 0.5).astype(np.int64)
+
+
+def validation_split(labels: np.ndarray | None, n: int, fraction: float, seed: int
+                     ) -> tuple[np.ndarray, np.ndarray]:
+    """(the rows the devices share out, the server's validation rows) of a training set of ``n`` rows: the split of
+    :func:`split_holdout` over the whole set as one shard (module doc). ``labels``: each row's class (None: no
+    stratification). Raises ConfigError where the split would leave no training row."""
+    if n - int(holdout_sizes([n], fraction)[0]) < 1:
+        raise ConfigError(f"config key 'data.validation' has value {fraction!r}; allowed: a share that leaves the "
+                          f"devices a training sample of the {n}")
+    (rest,), (held,) = split_holdout([np.arange(n, dtype=np.int64)], fraction, seed, labels=labels)
+    return rest, held
+
+
+def validation_data(train, fraction: float, seed: int):
+    """``(the devices' part, the server's validation set)`` of ``train`` (:func:`validation_split`): two datasets
+    for a loaded array set, or for the dry run's DataCheck the same check with the devices' labels and the
+    validation set's size as its ``n_test``. A set of samples (a DataModule, a Hugging Face dataset) is refused."""
+    from .labels import class_labels
+    if getattr(train, "inputs", None) == "samples" or getattr(train, "samples", None):
+        raise ConfigError(f"config key 'data.validation' has value {fraction!r}; allowed: 0 for data.name="
+                          f"{train.name} (a set of samples: hold a validation split out in its own dataset)")
+    labels = class_labels(train)
+    rest, held = validation_split(labels, len(labels) if labels is not None else len(train), fraction, seed)
+    if isinstance(train, ArrayDataset):
+        return train.take(rest), train.take(held)
+    import dataclasses
+    return dataclasses.replace(train, labels=train.labels[rest], n_test=len(held)), None
 
 
 def holdout_refusal(sizes, fraction: float) -> str | None:

@@ -38,12 +38,17 @@ def dry_run(cfg: Config, out: Path, *, explicit: bool, overwrite: bool = False, 
     from seafl_dist.runtime.setup import check_private_test, make_shards
 
     found = check_dataset(cfg.data, cfg.data_seed)
+    if cfg.data.validation and (found.labels is not None or found.samples):  # the devices' part; n_test: the server's validation rows
+        from seafl_dist.data.holdout import validation_data
+        from seafl_dist.sim import stream_seed
+        found, _ = validation_data(found, cfg.data.validation, stream_seed(cfg.data_seed, "validation"))
     data = found.samples[0] if found.samples else found  # a DataModule's training set, else what was read
     lines = [f"config: {cfg.name} ({cfg.algorithm.name}); keys not at their default:", *non_default(cfg)]
     lines.append(f"data: {found.name} ({found.where}): " + (
         f"{len(found.samples[0])} training and {found.n_test} test {_samples(found)}, "
         f"{found.num_classes or 'no'} classes" if found.samples else
-        f"{len(found.labels)} training and {found.n_test} test {_samples(found)}, "
+        f"{len(found.labels)} training and {found.n_test} {'validation' if cfg.data.validation else 'test'} "
+        f"{_samples(found)}, "
         f"{found.num_classes} classes" if found.labels is not None else "") + (f"; {found.note}" if found.note else ""))
     model_line, numel, model = check_model(cfg, found)
     lines.append(f"model: {model_line}")

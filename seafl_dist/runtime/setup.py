@@ -18,7 +18,7 @@ from seafl_dist.runtime.device_eval import gather, held_out_split
 from seafl_dist.runtime.model_checks import built, check_inputs, check_model_size, say_unused_optimizer_keys
 from seafl_dist.data import clear_cache, load_dataset, partition
 from seafl_dist.data.custom import custom_partition
-from seafl_dist.data.holdout import test_set_refusal
+from seafl_dist.data.holdout import test_set_refusal, validation_data
 from seafl_dist.data.datamodule import is_datamodule_path
 from seafl_dist.data.labels import class_labels, keys, sample_groups
 from seafl_dist.data.natural import natural_partition
@@ -210,7 +210,7 @@ def prepare(cfg: Config, *, local_rank: int = 0, need_test: bool = True, fetch=N
         common = dict(download=download, seed=cfg.data_seed, test_fraction=d.test_fraction, emnist_split=d.emnist_split,
                       files=d.files, columns=d.columns, splits=d.splits)
         return (load_dataset(d.name, d.root, train=True, **common),
-                load_dataset(d.name, d.root, train=False, **common) if need_test else None)
+                load_dataset(d.name, d.root, train=False, **common) if need_test and not d.validation else None)
 
     # a DataModule's prepare_data runs where a download would: once per node (runtime/fetch.py), here in one process
     prepares = d.download or (is_import_path(d.name) and is_datamodule_path(d.name))
@@ -218,6 +218,9 @@ def prepare(cfg: Config, *, local_rank: int = 0, need_test: bool = True, fetch=N
     if d.augment and train.inputs == "samples":
         raise ConfigError(f"config key 'data.augment' has value True; allowed: false for data.name={d.name}, a "
                           "DataModule: crop and flip are for the built-in image sets; augment in its dataset or collate")
+    if d.validation:  # the server's slice of the training set, evaluated in place of the test set (data/holdout.py)
+        train, held = validation_data(train, d.validation, stream_seed(cfg.data_seed, "validation"))
+        test = held if need_test else None
     shards, writers = make_shards(cfg, train)
     if cfg.privacy.enabled and test is not None and writers is not None:
         check_private_test(cfg, test, writers)  # the test set may not be the devices' own held-out samples

@@ -128,6 +128,9 @@ def _check_data_under_dp(cfg: "Config") -> None:
     if d.shards_overlap:
         _fail("data.shards_overlap", True, "false with privacy.enabled=true (user-level adjacency replaces one "
               "device's shard and assumes the shards disjoint: a sample two devices share would change both)")
+    if d.validation > 0:
+        _fail("data.validation", d.validation, "0 with privacy.enabled=true (the server's validation slice of the "
+              "training set is not analysed in docs/privacy.md: tune without DP, then run with it)")
     splits, files = d.splits or {}, d.files or {}
     same = ("data.splits", d.splits) if splits.get("train", "train") == splits.get("test", "test") else \
         ("data.files", d.files) if files.get("train") is not None and files.get("train") == files.get("test") else None
@@ -342,7 +345,7 @@ OMITTED_AT_DEFAULT = {("devices", "profile"): None, ("devices", "dropout"): None
                       ("algorithm", "update_norm_factor"): None, ("algorithm", "params"): None,
                       ("model", "params"): None, ("run", "stop_on_divergence"): False,
                       ("run", "target_metric"): "accuracy", ("run", "target_mode"): "max",
-                      ("data", "device_holdout"): 0.0, ("data", "device_test"): "split",
+                      ("data", "device_holdout"): 0.0, ("data", "device_test"): "split", ("data", "validation"): 0.0,
                       ("data", "partition_by"): None, ("data", "files"): None, ("data", "columns"): None,
                       ("data", "splits"): None, ("data", "partition_args"): None,
                       ("run", "device_eval_every"): None, ("run", "device_eval_sample"): None,

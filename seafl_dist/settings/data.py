@@ -89,6 +89,14 @@ class DataConfig:
              "under `data.seed` (the shards do not move). What it holds out it never trains on: n_k shrinks, and with "
              "it c_k = n_k × `clock.sec_per_sample` and SEAFL's and FedAvg's weights, so a run with a holdout is not "
              "the paper's schedule (docs/device_eval.md). Left out of config.yaml at 0.")
+    validation: float = key(
+        0.0, "the share of the training set the server holds out and evaluates on in place of the test set "
+             "(tuning on data no result is reported on: docs/leaderboard.md); 0: none", "[0, 1)",
+        note="⌊f·n + ½⌋ of the n training samples, stratified by label, drawn from a stream of its own under "
+             "`data.seed` before the partition: the devices share out the rest, and no device trains on a validation "
+             "sample. The run's accuracy, loss and targets are then the validation set's, and the test set is not "
+             "read. Refused with `data.partition: natural` (a writer's samples are its device's) and with "
+             "`privacy.enabled`. Left out of config.yaml at 0.")
     device_test: str = key("split", "device k's held-out data: `split` (its shard, by `data.device_holdout`) or "
                            "`writers` (`data.partition: natural`: its writer's own LEAF test samples, or its group's "
                            "test samples by `data.partition_by`)",
@@ -119,6 +127,9 @@ class DataConfig:
         if self.partition == "natural" and self.samples_per_device is not None:
             _fail("data.samples_per_device", self.samples_per_device, "null with data.partition=natural (a "
                   "writer's shard is all of its samples)")
+        if self.validation > 0 and self.partition == "natural":
+            _fail("data.validation", self.validation, "0 with data.partition=natural: a writer's samples all belong to "
+                  "its device, so none can be the server's (give data.partition=dirichlet or iid to tune on a split)")
         if self.device_test == "writers" and (self.partition != "natural" or self.device_holdout > 0):
             _fail("data.device_test", self.device_test, "split, unless data.partition=natural (writers' own test "
                   "samples) and data.device_holdout=0 (one source of held-out data)")
