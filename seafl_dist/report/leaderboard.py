@@ -136,6 +136,7 @@ def rows(runs: list[RunResult], targets: list[float]) -> list[dict]:
         for t in targets:
             arm["times"][t] = [r.ttt(t) for r in by_seed]
         arm["best"] = [r.figures()[f"best_{r.metric.name}"] for r in by_seed]
+        arm["ends"] = [r.config.get("run.max_time") or r.figures()["virtual_time"] for r in by_seed]  # its budget
         traces = [_trace(r) for r in by_seed]
         for key in ("aggregations_per_100s", "mean_staleness", "weighted_staleness", "waiting_share"):
             vals = [tr[key] for tr in traces if key in tr and not math.isnan(tr[key])]
@@ -215,12 +216,13 @@ def _table(head: list[str], body: list[list[str]]) -> str:
 
 def figure(arms: list[dict], targets: list[float]):
     """Time to each target, a panel per target: each seed a dot, "never" a cross at the panel's right edge
-    (``edge``, 8% past the latest time any seed reached any target); the arms top to bottom in rank order."""
+    (``edge``, 5% past the largest budget ``run.max_time``, or where a run without one stopped); the arms top to bottom in
+    rank order."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    finite = [x for a in arms for t in targets for x in a["times"][t] if math.isfinite(x)]
-    edge = 1.08 * max(finite) if finite else 1.0
+    reached = [x for a in arms for x in a["ends"] + [y for t in targets for y in a["times"][t]] if math.isfinite(x)]
+    edge = 1.05 * max(reached) if reached and max(reached) > 0 else 1.0
     fig, axes = plt.subplots(1, len(targets), figsize=(4.2 * len(targets), 0.45 * len(arms) + 1.6), sharey=True,
                              squeeze=False)
     ys = list(range(len(arms)))[::-1]
@@ -234,7 +236,7 @@ def figure(arms: list[dict], targets: list[float]):
         ax.axvline(edge, color="0.8", lw=0.8)
         ax.set_xlim(0, edge * 1.04)
         ax.set_title(f"to {t:g}")
-        ax.set_xlabel("virtual time (s); × = never")
+        ax.set_xlabel("virtual time (s); × = never (within the budget)")
         ax.grid(axis="x", color="0.92")
     axes[0][0].set_yticks(ys, [a["label"] for a in arms])
     fig.tight_layout()

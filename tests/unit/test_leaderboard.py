@@ -1,6 +1,7 @@
 """The leaderboard (report/leaderboard.py, docs/leaderboard.md): trace figures, rank, seeds won, the extract, and
 the committed page regenerated from its committed extracts byte for byte."""
 import json
+import re
 import math
 import shutil
 from pathlib import Path
@@ -169,7 +170,7 @@ def test_the_figure_draws_each_seeds_time_as_a_dot_and_each_never_as_a_cross_at_
     arms = leaderboard.rows(runs, [0.5, 0.9])
     assert [a["label"] for a in arms] == ["b", "a"]  # b: 2 seeds at 0.9
     fig = leaderboard.figure(arms, [0.5, 0.9])
-    edge = 1.08 * 200
+    edge = 1.05 * 1000  # past where the runs (without a budget) stopped: their last rows, at 1,000 s
     panels = [[c.get_offsets().tolist() for c in ax.collections] for ax in fig.axes]
     # arms top to bottom in rank order: b at y = 1, a at y = 0
     assert panels[0] == [[[40, 1], [30, 1]], [[10, 0], [20, 0]]]
@@ -177,3 +178,25 @@ def test_the_figure_draws_each_seeds_time_as_a_dot_and_each_never_as_a_cross_at_
     assert [ax.get_title() for ax in fig.axes] == ["to 0.5", "to 0.9"]
     ticks = fig.axes[0].get_yticks()
     assert dict(zip(ticks, (t.get_text() for t in fig.axes[0].get_yticklabels()))) == {1: "b", 0: "a"}
+
+
+def test_never_is_drawn_past_the_largest_budget(tmp_path):
+    runs = [run("a", 0, (10, None), 0.88, tmp_path)]
+    runs[0].config["run.max_time"] = 1500.0
+    fig = leaderboard.figure(leaderboard.rows(runs, [0.5, 0.9]), [0.5, 0.9])
+    assert [c.get_offsets().tolist() for c in fig.axes[1].collections] == [[], [[1.05 * 1500, 0]]]
+BLOCK = re.compile(r"<!-- leaderboard:(?P<name>[\w-]+) -->\n(?P<body>.*?)<!-- /leaderboard:(?P=name) -->", re.S)
+
+
+def test_the_pages_tables_are_their_committed_extracts_regenerated_byte_for_byte():
+    """Every table block of docs/leaderboard.md is `seafl report docs/leaderboard/<name> --leaderboard`'s
+    leaderboard.md, from the committed extract alone: no number on the page is copied by hand."""
+    blocks = list(BLOCK.finditer(PAGE.read_text()))
+    assert blocks, "docs/leaderboard.md holds no <!-- leaderboard:NAME --> block"
+    for m in blocks:
+        extract = ROOT / "docs" / "leaderboard" / m["name"]
+        runs = find_runs([extract])
+        targets = json.loads((extract / "sweep.json").read_text())["targets"]
+        text = leaderboard.markdown(leaderboard.rows(runs, targets), targets,
+                                    json.loads((extract / "leaderboard.json").read_text()))
+        assert m["body"] == text, m["name"]
