@@ -119,7 +119,7 @@ class CompassScheduler:
         return job
 
     # ---- the reference code's group assignment -----------------------------------------------
-    def _assign(self, device: int, now: float, groups: dict) -> tuple[int, int, Optional[Group]]:
+    def assign(self, device: int, now: float, groups: dict) -> tuple[int, int, Optional[Group]]:
         """(group id, steps, the new group or None when joining) for ``device``'s next job at ``now``."""
         v = self.speed[device]
         live = [g for g in groups.values() if not g.done]
@@ -177,7 +177,7 @@ class CompassScheduler:
                     "epoch_ends": list(job.epoch_ends), "steps": steps, "group": gid}
 
         def restart(device: int, now: float) -> Iterator[dict]:
-            gid, steps, new = self._assign(device, now, groups)
+            gid, steps, new = self.assign(device, now, groups)
             if new is not None:
                 heapq.heappush(heap, (new.deadline, 1, gid, None))
                 yield {"event": "group", "time": now, "group": gid, "expected": new.expected,

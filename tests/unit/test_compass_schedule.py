@@ -5,7 +5,7 @@ import math
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from seafl_dist.sim.compass import CompassScheduler, step_ends
+from seafl_dist.sim.compass import CompassScheduler, Group, step_ends
 
 
 def test_a_step_counted_job_spreads_each_epochs_idle_over_its_steps():
@@ -145,3 +145,30 @@ def test_every_assigned_count_is_within_bounds_and_every_job_is_aggregated_once(
     assert times == sorted(times)
     for j, f in finished.items():  # a finish lands at the end of its planned last pass (no upload here)
         assert math.isclose(f["time"], starts[j]["epoch_ends"][-1])
+
+
+def bare(speed):
+    sched = CompassScheduler(num_devices=len(speed), epoch_times=per_step([1.0] * len(speed)),
+                             steps_per_epoch=[10] * len(speed))
+    sched.speed = dict(enumerate(speed))
+    return sched
+
+
+def test_equal_step_counts_join_the_later_group():
+    # device 2 (2 s a step) at t = 100: ⌊50.5/2⌋ = ⌊50.9/2⌋ = 25 steps for either group: the reference keeps the later
+    sched = bare([1.0, 1.0, 2.0])
+    groups = {0: Group(id=0, expected=150.5, deadline=200.0, pending=[0]),
+              1: Group(id=1, expected=150.9, deadline=200.0, pending=[1])}
+    assert sched.assign(2, 100.0, groups) == (1, 25, None)
+    assert groups[1].pending == [1, 2] and groups[0].pending == [0]
+
+
+def test_a_group_whose_deadline_is_now_is_no_anchor_for_a_new_group():
+    # group 0's deadline is t = 100 itself: joining gives ⌊−10/2⌋ < Q_min and creating ignores it, so Q_max
+    sched = bare([1.0, 2.0])
+    sched._next_group = 1
+    gid, steps, new = sched.assign(1, 100.0, {0: Group(id=0, expected=90.0, deadline=100.0, pending=[0])})
+    assert (gid, steps) == (1, 100) and (new.expected, new.deadline) == (300.0, 400.0)
+    # with the deadline still ahead (t = 99.5) it anchors: ⌊(100 + 1·100 − 99.5)/2⌋ = 50 steps
+    gid, steps, _ = sched.assign(1, 99.5, {0: Group(id=0, expected=90.0, deadline=100.0, pending=[0])})
+    assert steps == 50
