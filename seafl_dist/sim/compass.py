@@ -40,6 +40,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Optional, Sequence
 
+from seafl_dist.sim.clock import SpeedModel
 from seafl_dist.sim.jobs import Job
 
 # epoch_times(device, device_job_index, passes) -> the c_k + z_k of each of the job's first ``passes`` epochs
@@ -237,3 +238,23 @@ class CompassScheduler:
                 g.arrived.append(job)
                 if not g.pending:
                     yield from close(g, now, "arrival")
+
+
+def from_config(cfg, n_samples: Sequence[int], steps_per_epoch: Sequence[int], *, upload_s: float,
+                upload_sizes: dict) -> CompassScheduler:
+    """The run's schedule (runtime/setup.py): device k's epoch lasts c_k + z_k as SPEC's clock has it (``clock``:
+    c_k = n_k × sec_per_sample, its idle draws per device or per epoch from the same named streams), its
+    steps per epoch ``steps_per_epoch[k]`` (the trailing-batch rule applied: train/plan.py), the constant download
+    and ``upload_s`` (``clock.upload_s``, scaled to a codec's bytes by the caller)."""
+    fc = cfg.algorithm.fedcompass
+    speed = SpeedModel(cfg.clock, n_samples, cfg.run.seed, -(-fc.q_max // max(1, min(steps_per_epoch))))
+
+    def epoch_times(device: int, job_index: int, passes: int) -> list:
+        c = speed.compute_time(device)
+        return [c + z for z in speed.idle_times(device, job_index)[:passes]]
+
+    return CompassScheduler(num_devices=len(n_samples), epoch_times=epoch_times, steps_per_epoch=steps_per_epoch,
+                            q_min=fc.q_min, q_max=fc.q_max, speed_momentum=fc.speed_momentum,
+                            latest_time_factor=fc.latest_time_factor, download_s=cfg.clock.download_s,
+                            upload_s=upload_s, n_samples=n_samples, max_aggregations=cfg.run.max_aggregations,
+                            max_time=cfg.run.max_time, upload_sizes=upload_sizes)

@@ -71,7 +71,7 @@ def test_header_rejects_unknown_kind_and_wrong_shape():
     with pytest.raises(MessageError):
         Header.decode(good.to(torch.int32))
     with pytest.raises(MessageError):
-        Header.decode(good[:-1].view(2, 4))
+        Header.decode(good[:-1].view(3, 3))
 
 
 def test_check_payload_rejects_a_wrong_size():
