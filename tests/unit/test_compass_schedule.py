@@ -5,6 +5,7 @@ import math
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from seafl_dist.report.trace import check_trace
 from seafl_dist.sim.compass import CompassScheduler, Group, step_ends
 
 
@@ -145,6 +146,36 @@ def test_every_assigned_count_is_within_bounds_and_every_job_is_aggregated_once(
     assert times == sorted(times)
     for j, f in finished.items():  # a finish lands at the end of its planned last pass (no upload here)
         assert math.isclose(f["time"], starts[j]["epoch_ends"][-1])
+    assert checked(ev, q_min=q_min, q_max=q_max) == []  # the trace checker's independent replay agrees
+
+
+def checked(ev, q_min=20, q_max=100):
+    return check_trace(ev, concurrency=0, buffer_size=0, staleness_limit=None, partial=False, upload_s=0.0,
+                       compass=dict(q_min=q_min, q_max=q_max, speed_momentum=0.9, latest_time_factor=1.5))
+
+
+def test_the_trace_checker_names_each_broken_rule_of_a_fedcompass_trace():
+    _, ev = run([1.0, 1.5], slow={(1, 1): 6.0}, max_aggregations=5)
+    assert checked(ev) == []
+
+    def broken(fix):
+        bad = [dict(e) for e in ev]
+        fix(bad)
+        return " ".join(checked(bad))
+    join = next(i for i, e in enumerate(ev) if e["event"] == "start" and e["time"] == 150.0)
+    assert "⌊(T − t)/v⌋ = 33" in broken(lambda b: b[join].update(steps=34))
+    late = next(i for i, e in enumerate(ev) if e["event"] == "finish" and e["late"])
+    assert "late is False" in broken(lambda b: b[late].update(late=False))
+    dl = next(i for i, e in enumerate(ev) if e["event"] == "deadline")
+    assert "deadline" in broken(lambda b: b[dl].update(time=249.0))
+    agg = next(i for i, e in enumerate(ev) if e["event"] == "aggregate" and e["trigger"] == "arrival")
+    assert "due: ('arrival', 1, [3, 4])" in broken(lambda b: b[agg]["updates"].pop(0))
+    group = next(i for i, e in enumerate(ev) if e["event"] == "group" and e["group"] == 2)
+    assert "not t + Q·v" in broken(lambda b: b[group].update(expected=b[group]["expected"] + 1,
+                                                             deadline=b[group]["deadline"] + 1.5))
+    first = next(i for i, e in enumerate(ev) if e["event"] == "start")
+    assert "first job" in broken(lambda b: b[first].update(steps=99))
+    assert "was due before" in broken(lambda b: b.pop(agg))
 
 
 def bare(speed):
