@@ -4,13 +4,9 @@ import json
 
 import in_process
 from resuming import killed_during_3, reference, resumed_from_2, summary
-from small_runs import QUICKSTART, SMALL
+from small_runs import FEDCOMPASS, QUICKSTART, SMALL
 
 from seafl_dist.report.trace import check_run
-
-# every device trains (M = N = 10); steps in [5, 30] keep the jobs short
-COMPASS = ["algorithm.name=fedcompass", "devices.concurrency=10", "algorithm.fedcompass.q_min=5",
-           "algorithm.fedcompass.q_max=30"]
 
 
 def events(run_dir):
@@ -18,7 +14,7 @@ def events(run_dir):
 
 
 def test_a_fedcompass_run_killed_during_aggregation_3_resumes_with_the_same_assigned_steps(tmp_path):
-    args = [*SMALL, *COMPASS, "run.max_aggregations=6", "run.checkpoint_every=2", "run.checkpoint_every_s=null"]
+    args = [*SMALL, *FEDCOMPASS, "run.max_aggregations=6", "run.checkpoint_every=2", "run.checkpoint_every_s=null"]
     ref = reference(tmp_path / "ref", args)
     starts = [e for e in events(ref) if e["event"] == "start"]
     late = [e for e in starts if e["version"] > 2]  # the jobs a resume from aggregation 2 must schedule again
