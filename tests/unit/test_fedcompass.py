@@ -47,6 +47,7 @@ def test_the_server_step_is_alpha_over_n_times_each_deltas_staleness_factor():
     ({"algorithm": {"fedcompass": {"q_min": 30, "q_max": 25}}}, "algorithm.fedcompass.q_min", 30),
     ({"algorithm": {"fedcompass": {"latest_time_factor": 0.5}}}, "algorithm.fedcompass.latest_time_factor", 0.5),
     ({"devices": {"dropout": 0.1}}, "devices.dropout", 0.1),
+    ({"devices": {"profile": "slow.csv"}}, "devices.profile", "slow.csv"),
     ({"train": {"loop": "lightning"}}, "train.loop", "lightning"),
     ({"clock": {"sec_per_sample": 0}}, "clock.sec_per_sample", 0.0),
     ({"privacy": {"enabled": True, "noise_multiplier": 1.0}}, "privacy.enabled", True),
