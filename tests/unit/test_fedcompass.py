@@ -121,3 +121,22 @@ def test_a_job_of_q_steps_trains_exactly_the_plans_first_q_batches():
         opt.step()
     torch.testing.assert_close(got, torch.nn.utils.parameters_to_vector(oracle.parameters()).detach(), rtol=0,
                                atol=1e-6)
+
+
+def test_the_runs_schedule_puts_each_step_counted_job_on_the_configs_clock():
+    """c_k = n_k × sec_per_sample, no idle; s_k = 3 steps for 40 samples in batches of 16 (16, 16, 8), 2 for 20 (16,
+    4); Q_max = 5: device 0 makes passes of 3 and 2 steps, device 1 of 2, 2 and 1; download 1 s, upload 0.5 s."""
+    from seafl_dist.sim.compass import from_config
+    from seafl_dist.train import epoch_sizes
+    cfg = compass(devices={"num": 2, "concurrency": 2}, algorithm={"fedcompass": {"q_min": 1, "q_max": 5}},
+                  clock={"sec_per_sample": 0.01, "download_s": 1.0, "upload_s": 0.5, "idle": {"distribution": "none"}},
+                  train={"batch_size": 16})
+    n = [40, 20]
+    steps = [len(epoch_sizes(k, 16)) for k in n]
+    assert steps == [3, 2]
+    ev = list(from_config(cfg, n, steps, upload_s=0.5, upload_sizes={}).events())
+    starts = {e["device"]: e for e in ev if e["event"] == "start" and e["time"] == 0.0}
+    assert starts[0]["epoch_ends"] == pytest.approx([1.4, 1.4 + 2 / 3 * 0.4])
+    assert starts[1]["epoch_ends"] == pytest.approx([1.2, 1.4, 1.5])
+    first = [e for e in ev if e["event"] == "finish"][0]
+    assert (first["device"], first["time"]) == (1, pytest.approx(2.0))  # 1.5 + the upload
