@@ -140,3 +140,12 @@ def test_the_runs_schedule_puts_each_step_counted_job_on_the_configs_clock():
     assert starts[1]["epoch_ends"] == pytest.approx([1.2, 1.4, 1.5])
     first = [e for e in ev if e["event"] == "finish"][0]
     assert (first["device"], first["time"]) == (1, pytest.approx(2.0))  # 1.5 + the upload
+
+
+def test_step_counted_jobs_are_never_fused_or_captured():
+    """The fused step and CUDA graphs train whole epochs: a fedcompass run trains each job in its own loop."""
+    from seafl_dist.runtime.executor import loop_blocker
+    cfg = compass()
+    assert "fedcompass" in loop_blocker(cfg.train, cfg.algorithm)
+    plain = config_from_dict({})
+    assert loop_blocker(plain.train, plain.algorithm) is None
