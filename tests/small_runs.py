@@ -24,6 +24,9 @@ PER_ALGORITHM = {
     "port": ["algorithm.port.lag=2"],  # a state of two models (algo/port.py): the W = 3 job keeps it on rank 0
     "fedstaleweight": [],  # a state per device seen (algo/fedstaleweight.py), on rank 0 in the W = 3 job
 }
+# FedCompass on SMALL's 10 devices: every device trains (M = N), steps in [5, 30] keep the jobs short
+FEDCOMPASS = ["algorithm.name=fedcompass", "devices.concurrency=10", "algorithm.fedcompass.q_min=5",
+              "algorithm.fedcompass.q_max=30"]
 # The noise key two DP runs share when a test compares their bytes (privacy/keys.py): a test fixture, no secret.
 # Without it each DP run draws a fresh key, so two runs (or a run and its reference) differ in their noise.
 DP_KEY = [f"privacy.key_file={ROOT / 'tests' / 'dp_test.key'}"]

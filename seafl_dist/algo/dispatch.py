@@ -16,6 +16,7 @@ from .ca2fl import ca2fl
 from .fedasync import fedasync
 from .fedavg import fedavg
 from .fedbuff import fedbuff
+from .fedcompass import fedcompass
 from .fedstaleweight import fedstaleweight
 from .guard import NormHistory, rejections, update_norms
 from .memory import RuleMemory, is_stateful
@@ -25,7 +26,7 @@ from .types import AggregationResult, BufferedUpdate, FlatParts
 
 RULES = {"seafl": seafl, "fedbuff": fedbuff, "fedasync": fedasync, "fedavg": fedavg, "ca2fl": ca2fl,
          "asyncsgd": asyncsgd, "port": port,
-         "fedstaleweight": fedstaleweight}
+         "fedstaleweight": fedstaleweight, "fedcompass": fedcompass}
 
 
 def aggregate(cfg: AlgorithmConfig, version: int, global_flat: torch.Tensor,

@@ -31,6 +31,9 @@ in ``events.jsonl`` (1-based) and its type and time. What is checked:
 - eval events exist, evaluate the current version at that version's time, and the last
   version reached is evaluated.
 
+A FedCompass trace (``algorithm.name: fedcompass``) is checked by the rules of report/compass_replay.py instead:
+groups, deadlines, each job's assigned steps against the speeds the trace itself shows.
+
 A trace with churn (availability windows or dropouts: start events that carry ``upload_s``, or
 ``drop`` events) is checked by the rules of report/churn_replay.py instead of the two start rules
 above; with ``population`` (a :class:`~seafl_dist.sim.population.Population`) it also checks that
@@ -47,6 +50,7 @@ from pathlib import Path
 from typing import Iterable, Optional
 
 from seafl_dist.report.churn_replay import ChurnReplay
+from seafl_dist.report.compass_replay import CompassReplay
 from seafl_dist.report.replay import Replay
 from seafl_dist.sim.clock import scaled_upload
 
@@ -75,7 +79,7 @@ def check_trace(events: Iterable[dict], *, concurrency: int, buffer_size: int, s
                 partial: bool, upload_s: Optional[float] = None, epochs: Optional[int] = None,
                 schedule_only: bool = False, limit: int = 100, num_devices: Optional[int] = None,
                 population=None, dropout: Optional[float] = None, churn: Optional[bool] = None,
-                weights: bool = True) -> list[str]:
+                weights: bool = True, compass: Optional[dict] = None) -> list[str]:
     """Human-readable violations of the SPEC invariants by ``events`` (empty: none).
 
     ``concurrency`` M, ``buffer_size`` K, ``staleness_limit`` β (None = ∞), ``partial``: SEAFL²
@@ -84,10 +88,14 @@ def check_trace(events: Iterable[dict], *, concurrency: int, buffer_size: int, s
     whose updates carry none (SEAFL's under DP without ``privacy.diagnostics``). At most ``limit``
     messages are listed, then a count of the rest. Churn traces: ``num_devices`` N lets the
     checker count the idle devices online at each refill, ``population`` tells who is online when,
-    ``dropout`` 0 forbids drops inside a job's span (None: allowed); ``churn`` None detects the mode.
+    ``dropout`` 0 forbids drops inside a job's span (None: allowed); ``churn`` None detects the mode. ``compass``:
+    a FedCompass trace, checked by report/compass_replay.py's rules with these keys of ``algorithm.fedcompass``
+    (``q_min``, ``q_max``, ``speed_momentum``, ``latest_time_factor``) instead of M, K and β.
     """
     events = list(events)
     upload_s, sizes = upload_of(events, upload_s)
+    if compass is not None:
+        return sizes or CompassReplay(**compass, upload_s=upload_s, limit=limit).run(events)
     kw = dict(concurrency=concurrency, buffer_size=buffer_size, staleness_limit=staleness_limit, partial=partial,
               upload_s=upload_s, epochs=epochs, limit=limit, schedule_only=schedule_only, weights=weights)
     if sizes:
@@ -130,6 +138,12 @@ def check_run(run_dir: str | Path, *, profile: Optional[str] = None, **overrides
     kw["dropout"] = cfg["devices"].get("dropout") or 0.0  # config.yaml leaves it out when null: no random drops
     privacy = cfg.get("privacy") or {}  # left out of config.yaml at its defaults
     kw["weights"] = not (privacy.get("enabled") and not privacy.get("diagnostics") and alg["name"] in ("seafl", "seafl2"))
+    if alg["name"] == "fedcompass":  # its section is left out of config.yaml at its defaults
+        from dataclasses import asdict
+
+        from seafl_dist.settings.fedcompass import FedCompassConfig
+        keys = {**asdict(FedCompassConfig()), **(alg.get("fedcompass") or {})}
+        kw["compass"] = {k: keys[k] for k in ("q_min", "q_max", "speed_momentum", "latest_time_factor")}
     kw.update(overrides)
     return check_trace(read_events(run_dir / "events.jsonl"), **kw)
 

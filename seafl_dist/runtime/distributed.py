@@ -127,7 +127,7 @@ class DistributedExecutor:
         self.last_sent[r] = spec.version
         self.owed[spec.job] = (r, time.monotonic())
         self.outbox.send(r, Header(JOB, job=spec.job, device=spec.device, version=spec.version, epochs=spec.epochs,
-                                   has_payload=payload is not None, finish=spec.finish,
+                                   has_payload=payload is not None, finish=spec.finish, steps=spec.steps,
                                    payload_numel=self.numel if payload is not None else 0), payload)
 
     def _pump(self, wait_s: float = 0.0) -> bool:

@@ -35,6 +35,16 @@ class JobSpec:
     version: int  # the global version the job starts from
     epochs: int  # epochs it will train (SEAFL²: fewer when notified)
     finish: float  # planned virtual finish time, used for worker queue order
+    steps: int = 0  # a step-counted job's local steps (FedCompass: its last epoch cut short); 0: epochs whole
+
+    @classmethod
+    def of(cls, start: dict, lookahead) -> "JobSpec":
+        """The job a start event begins: the epochs it will really train and its finish (the schedule's
+        :class:`~seafl_dist.sim.Lookahead` peeks ahead for them, SEAFL²'s notifications included), and a step-counted
+        job's steps, which its start event carries."""
+        job = start["job"]
+        return cls(job, start["device"], start["version"], lookahead.final_epochs(job), lookahead.finish_time(job),
+                   start.get("steps", 0))
 
 
 def job_seeds(cfg, spec: JobSpec) -> dict:
@@ -60,7 +70,8 @@ def run_job(exp, model, spec: JobSpec, start: torch.Tensor, on_step=None, result
                      batch_size=t.batch_size, **job_seeds(cfg, spec), augment=cfg.data.augment,
                      device=exp.device, precision=cfg.runtime.precision, on_step=on_step,
                      result_device=exp.device if result_on_device else "cpu", loop=t.loop,
-                     clip=(t.grad_clip_val, t.grad_clip_algorithm), logged=logged, prox_mu=t.prox_mu)
+                     clip=(t.grad_clip_val, t.grad_clip_algorithm), logged=logged, prox_mu=t.prox_mu,
+                     steps=spec.steps or None)
 
 
 def run_graphed(exp, slots, specs: list[JobSpec], starts: list[torch.Tensor], on_step=None) -> list[torch.Tensor]:
@@ -82,8 +93,11 @@ def run_jobs(exp, model, specs: list[JobSpec], starts: list[torch.Tensor], on_st
                       prox_mu=cfg.train.prox_mu)
 
 
-def loop_blocker(train) -> str | None:
-    """Why ``train`` (the config's section) needs each job's own loop, so neither fused steps nor CUDA graphs."""
+def loop_blocker(train, algorithm=None) -> str | None:
+    """Why ``train`` (the config's section) or ``algorithm`` (its section) needs each job's own loop, so neither fused
+    steps nor CUDA graphs."""
+    if algorithm is not None and algorithm.name == "fedcompass":
+        return "algorithm.name is fedcompass (a step-counted job, whose last epoch is cut short, trains in its own loop)"
     if train.loop == "lightning":
         return "train.loop is lightning (each job is one lightning.Trainer.fit)"
     if train.grad_clip_val is not None:
@@ -119,7 +133,7 @@ class GroupTrainer:
         self.logs: dict[int, dict] = {}  # job -> what its module logged (modules that log: one job at a time)
         # graphs=True on a CPU: the slots' code stepping eagerly (the tests' way to run it end to end)
         self.graphs = exp.device.type == "cuda" and exp.cfg.runtime.cuda_graphs if graphs is None else graphs
-        own = loop_blocker(train)  # what only a job's own loop does: train.loop: lightning, clipping
+        own = loop_blocker(train, exp.cfg.algorithm)  # what only a job's own loop does: lightning, clipping, steps
         if self.graphs:
             why = own or graph_blocker(self.model) or (None if getattr(exp.train, "static_shapes", True) else
                                                        "data.name's batches come from a DataModule's collate, "

@@ -197,8 +197,7 @@ class Server(Snapshots):
         self.writer.event(ev)
 
     def _submit(self, ev: dict, versions: dict) -> None:
-        self.executor.submit(JobSpec(ev["job"], ev["device"], ev["version"], self.lookahead.final_epochs(ev["job"]),
-                                     self.lookahead.finish_time(ev["job"])), versions[ev["version"]])
+        self.executor.submit(JobSpec.of(ev, self.lookahead), versions[ev["version"]])
 
     def _dispatch(self, ev: dict, versions: dict, refs: Counter) -> None:
         """Hand a started job to the executor, with the epochs it will really train."""

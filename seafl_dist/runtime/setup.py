@@ -28,10 +28,11 @@ from seafl_dist.settings.plugins import FLWR, is_import_path
 from seafl_dist.codecs import UpdateCodec
 from seafl_dist.sim import Lookahead, Scheduler, SpeedModel, stream_seed
 from seafl_dist.sim.clock import scaled_upload
+from seafl_dist.sim.compass import from_config as compass_schedule
 from seafl_dist.sim.devices import population_settings
 from seafl_dist.sim.profiles import read_profiles
 from seafl_dist.algo import FlatParts
-from seafl_dist.train import FlatLayout, flatten
+from seafl_dist.train import FlatLayout, epoch_sizes, flatten
 
 
 EVAL_PROBE_ROWS = 64  # test rows a module's own evaluation is probed on at start-up
@@ -133,6 +134,9 @@ class Experiment:
         sizes = self.upload_sizes()  # a compressed upload is shorter on the clock (docs/compression.md)
         model_bytes = sizes.get("model_bytes", 4 * FlatLayout.of(self.new_model()).numel)
         upload_s = scaled_upload(cfg.clock.upload_s, sizes["bytes"], model_bytes) if sizes else cfg.clock.upload_s
+        if cfg.algorithm.name == "fedcompass":  # local steps assigned per device from the clock (sim/compass.py)
+            steps = [len(epoch_sizes(n, cfg.train.batch_size)) for n in self.n_samples]
+            return Lookahead(compass_schedule(cfg, self.n_samples, steps, upload_s=upload_s, upload_sizes=sizes).events())
         churn = {}  # device profiles, availability, dropouts (docs/devices.md); {} without them: as before
         if self.profile is not None or cfg.devices.dropout is not None:
             churn = population_settings(

@@ -71,7 +71,7 @@ def run_worker(exp, rank: int, numel: int, watcher, links=(Channel(), Channel())
                 raise RankZeroLost(f"rank {rank}: rank 0 has been silent for {silent[0][1]:.0f}s; giving up")
             continue
         group = [heapq.heappop(inbox.queue)[2] for _ in range(min(trainer.limit, len(inbox.queue)))]
-        specs = [JobSpec(h.job, h.device, h.version, h.epochs, h.finish) for h in group]
+        specs = [JobSpec(h.job, h.device, h.version, h.epochs, h.finish, h.steps) for h in group]
         flats = trainer.train(specs, [inbox.versions[h.version] for h in group], on_step=inbox.on_step,
                               result_on_device=True)
         for h, flat in zip(group, flats):

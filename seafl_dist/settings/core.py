@@ -37,6 +37,7 @@ from seafl_dist.settings.port import PortConfig
 from seafl_dist.settings.server_opt import ServerOptConfig
 from seafl_dist.settings.ca2fl import Ca2flConfig
 from seafl_dist.settings.fedstaleweight import FedStaleWeightConfig
+from seafl_dist.settings.fedcompass import FedCompassConfig
 
 __all__ = ["ALGORITHMS", "SIMILARITY_MODES", "SIMILARITY_OVER", "AlgorithmConfig", "ClockConfig", "Config", "ConfigError", "DataConfig",
            "DevicesConfig", "IdleConfig", "LoggingConfig", "ModelConfig", "RunConfig", "RuntimeConfig",
@@ -74,6 +75,8 @@ class Config:
         if self.algorithm.buffer_size > self.devices.concurrency:
             _fail("algorithm.buffer_size", self.algorithm.buffer_size,
                   f"at most devices.concurrency ({self.devices.concurrency}), or the buffer never fills")
+        if self.algorithm.name == "fedcompass":
+            _check_fedcompass(self)
         _check_device_eval(self)
         self.privacy.check_with(self.algorithm, self.run)
         _check_data_under_dp(self)
@@ -105,6 +108,29 @@ def _check_inputs(model: str, data: str) -> None:
         fits = TOKEN_MODELS if data in TOKEN_DATASETS else tuple(m for m in MODEL_NAMES if m not in TOKEN_MODELS)
         _fail("model.name", model, f"{', '.join(fits)} or an import path for data.name={data}, whose samples are "
               f"{kind}; {model} takes {'character ids' if model in TOKEN_MODELS else 'images'}")
+
+
+def _check_fedcompass(cfg: "Config") -> None:
+    """FedCompass's cross-silo setting (sim/compass.py): every device trains all the time, always online, on the
+    clock's constants; its step-counted jobs train in the plain loop; no privacy accounting is derived for it."""
+    dev = cfg.devices
+    if dev.num is not None and dev.concurrency != dev.num:
+        _fail("devices.concurrency", dev.concurrency, f"devices.num ({dev.num}) with algorithm.name=fedcompass "
+              "(cross-silo: every device trains all the time)")
+    if cfg.clock.sec_per_sample <= 0:
+        _fail("clock.sec_per_sample", cfg.clock.sec_per_sample, "> 0 with algorithm.name=fedcompass (its speed "
+              "estimates are job times per step)")
+    why = "with algorithm.name=fedcompass (cross-silo: every device always online at the clock's constants)"
+    if dev.profile is not None:
+        _fail("devices.profile", dev.profile, f"null {why}")
+    if dev.dropout is not None:
+        _fail("devices.dropout", dev.dropout, f"null {why}")
+    if cfg.train.loop != "plain":
+        _fail("train.loop", cfg.train.loop, "plain with algorithm.name=fedcompass (a step-counted job's last epoch is "
+              "cut short, which lightning.Trainer.fit's epochs cannot say)")
+    if cfg.privacy.enabled:
+        _fail("privacy.enabled", True, "false with algorithm.name=fedcompass (no sensitivity is derived for its "
+              "step-counted jobs and group aggregation)")
 
 
 def _check_device_eval(cfg: "Config") -> None:
@@ -145,7 +171,7 @@ def _resolve_algorithm(alg: AlgorithmConfig, dev: DevicesConfig) -> None:
     stragglers as it does for SEAFL, the way PLATO ran the paper's baselines."""
     if alg.name == "fedavg":
         alg.buffer_size, alg.staleness_limit = dev.concurrency, 0
-    elif alg.name in ("fedasync", "asyncsgd"):
+    elif alg.name in ("fedasync", "asyncsgd", "fedcompass"):  # fedcompass: its groups, not K, trigger (sim/compass.py)
         alg.buffer_size = 1
     alg.num_devices = dev.num  # N (null: the writers, resolved by runtime/setup.py's prepare)
     if alg.name == "asyncsgd" and alg.asyncsgd.tau_c is None:
@@ -363,6 +389,7 @@ DELAY_KEYS = ("delay_threshold", "delay_c")
 OMITTED_SECTIONS_AT_DEFAULT = {("algorithm", "server_opt"): ServerOptConfig, ("algorithm", "asyncsgd"): AsyncSGDConfig,
                                ("algorithm", "ca2fl"): Ca2flConfig, ("algorithm", "port"): PortConfig,
                                ("algorithm", "fedstaleweight"): FedStaleWeightConfig,
+                               ("algorithm", "fedcompass"): FedCompassConfig,
                                ("compression",): CompressionConfig, ("privacy",): PrivacyConfig}
 
 

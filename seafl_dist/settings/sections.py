@@ -22,12 +22,13 @@ from seafl_dist.settings.keys import key, section
 from seafl_dist.settings.plugins import check_params, is_import_path, refuse_params_of_built_in
 from seafl_dist.settings.asyncsgd import AsyncSGDConfig
 from seafl_dist.settings.ca2fl import Ca2flConfig
+from seafl_dist.settings.fedcompass import FedCompassConfig
 from seafl_dist.settings.fedstaleweight import FedStaleWeightConfig
 from seafl_dist.settings.port import PortConfig
 from seafl_dist.settings.server_opt import ServerOptConfig
 
 ALGORITHMS = ("seafl", "seafl2", "fedbuff", "fedasync", "fedavg", "ca2fl", "fadas", "asyncsgd", "port",
-              "fedstaleweight")
+              "fedstaleweight", "fedcompass")
 SIMILARITY_MODES = ("delta_vs_global", "model_vs_global", "delta_vs_movement")
 SIMILARITY_OVER = ("parameters", "parameters_and_stats")
 TRAIN_LOOPS = ("plain", "lightning")
@@ -52,7 +53,8 @@ class AlgorithmConfig:
 
     name: str = key("seafl", "the algorithm: `seafl`, `seafl2`, `fedbuff`, `fedasync`, `fedavg`, `ca2fl`, `fadas` "
                     "(FedBuff with `amsgrad` and the delay-adaptive η), `asyncsgd` (delay-adaptive asynchronous SGD), "
-                    "`port`, `fedstaleweight`, or `pkg.module:rule` (a rule of your own)", plugin_or(ALGORITHMS))
+                    "`port`, `fedstaleweight`, `fedcompass` (local steps assigned per device from the clock), or `pkg.module:rule` "
+                    "(a rule of your own)", plugin_or(ALGORITHMS))
     params: Optional[dict] = key(
         None, "a rule of your own only: its own keyword arguments (`{beta: 2}`), passed as `rule(cfg, version, "
               "global_flat, updates, base_model, beta=2)`; `null`: none",
@@ -114,13 +116,14 @@ class AlgorithmConfig:
     port: PortConfig = section(PortConfig, "Port's own keys (`algorithm.name: port`)")
     fedstaleweight: FedStaleWeightConfig = section(FedStaleWeightConfig, "FedStaleWeight's own key "
                                                    "(`algorithm.name: fedstaleweight`)")
+    fedcompass: FedCompassConfig = section(FedCompassConfig, "FedCompass's own keys (`algorithm.name: fedcompass`)")
 
     def __post_init__(self) -> None:
         self.limit_given = self.staleness_limit is not UNSET  # not a key: whether the config chose β (limit_line)
         self.num_devices: Optional[int] = None  # not a key: N, resolved (CA²FL's mean over every device, algo/ca2fl.py)
         if self.staleness_limit is UNSET:
             self.staleness_limit = None if self.name in ("fedbuff", "fedasync", "ca2fl", "fadas", "asyncsgd",
-                                                                       "fedstaleweight") else 10
+                                                                       "fedstaleweight", "fedcompass") else 10
         check_fields(self, "algorithm")
         self.params = own_params("algorithm.name", self.name, self.params)
         if self.name == "fadas":
@@ -132,6 +135,11 @@ class AlgorithmConfig:
         self.server_opt.check_with_rule(self.rule, self.server_lr)
         if self.name == "seafl" and self.alpha == 0 and self.mu == 0:
             _fail("algorithm.alpha", self.alpha, "alpha > 0 or mu > 0 (both 0 gives every update weight 0)")
+        if self.name == "fedcompass" and (self.partial or self.staleness_limit is not None):
+            key_, val = ("algorithm.partial", self.partial) if self.partial else \
+                ("algorithm.staleness_limit", self.staleness_limit)
+            _fail(key_, val, f"{'false or null' if self.partial else 'null'} with algorithm.name=fedcompass (its "
+                  "groups and their deadlines decide when the server aggregates, not β or SEAFL²'s notifications)")
         if self.name == "seafl2" and self.partial is False:
             _fail("algorithm.partial", self.partial, "true or null for seafl2 (SEAFL² is SEAFL with partial "
                   "training; algorithm.name=seafl has none)")

@@ -24,6 +24,7 @@ class Job:
     download_s: float = 0.0  # recorded on churn-mode start events
     drop_at: float = math.inf  # churn mode: the job drops here if that is before its finish
     drop_cause: str = ""  # "offline" (its window closed) or "dropout"
+    steps: int = 0  # FedCompass (sim/compass.py): the local steps assigned; 0: an epoch-counted job
 
     def __post_init__(self) -> None:
         self.epochs = len(self.epoch_ends)

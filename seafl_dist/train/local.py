@@ -93,6 +93,7 @@ class EpochBatches:
         self.plan, self.data, self.augment, self.device, self.fmt = plan, data, augment, device, fmt
         self._draws = plan.batches(data.augment_draws)
         self._left = 0  # batches of the epoch under way not drawn yet
+        self._budget = plan.steps  # batches of the job not yet handed out (a step-counted job's last epoch is short)
 
     def __len__(self) -> int:
         return len(self.plan.bounds)
@@ -100,7 +101,8 @@ class EpochBatches:
     def __iter__(self):
         for _ in range(self._left):  # the rest of an epoch that ended early
             next(self._draws)
-        self._left = len(self)
+        self._left = min(len(self), self._budget)
+        self._budget -= self._left
         while self._left:
             self._left -= 1
             _, idx, draws = next(self._draws)
@@ -115,7 +117,8 @@ class EpochBatches:
 def train_job(module, start: torch.Tensor, data, indices: torch.Tensor, *, epochs: int, batch_size: int,
               seed: int, torch_seed: int | None = None, augment: bool = False, device: torch.device | str = "cpu",
               precision: str = "32", on_step=None, result_device: torch.device | str = "cpu", loop: str = "plain",
-              clip: tuple = (None, None), logged: dict | None = None, prox_mu: float = 0.0) -> torch.Tensor:
+              clip: tuple = (None, None), logged: dict | None = None, prox_mu: float = 0.0,
+              steps: int | None = None) -> torch.Tensor:
     """Train ``module`` from flat ``start`` on ``data[indices]``; return the trained flat vector
     (on ``result_device``: the CPU by default). ``start`` may live anywhere; it is moved to
     ``device`` in one copy. ``seed`` draws the data order, ``torch_seed`` seeds the random layers
@@ -125,14 +128,16 @@ def train_job(module, start: torch.Tensor, data, indices: torch.Tensor, *, epoch
     ``lightning.Trainer.fit``, train/lightning_loop.py); both give the same bits on a CPU. ``clip``:
     (``train.grad_clip_val``, ``train.grad_clip_algorithm``). ``logged`` gets what the module logged,
     reduced over the job. ``prox_mu``: ``train.prox_mu``, FedProx's proximal term mu (w - start) added to
-    every step's gradients before clipping (train/proximal.py; 0: today's step). ``on_step()``, if given, is
+    every step's gradients before clipping (train/proximal.py; 0: today's step). ``steps``: a step-counted job
+    (FedCompass's), which stops after that many steps, its last of ``epochs`` epochs cut short (train/plan.py;
+    None: ``epochs`` whole epochs). ``on_step()``, if given, is
     called after every optimiser step (a worker counts its progress)."""
     device = torch.device(device)
     fmt = memory_format(module, device)
     module.to(device, memory_format=fmt)
     load_flat(module, start.to(device))
     module.train()
-    batches = EpochBatches(StepPlan(indices, epochs, batch_size, seed, augment), data, augment=augment,
+    batches = EpochBatches(StepPlan(indices, epochs, batch_size, seed, augment, steps), data, augment=augment,
                            device=device, fmt=fmt)
     with job_random_state(torch_seed, device):
         if loop == "lightning":

@@ -11,6 +11,9 @@ disagree about a single batch.
 Order: the job's own generator (``seed``) draws a permutation of the shard at the start of every
 epoch, then each batch's augmentation draws (if any), batch after batch, in that order.
 
+A step-counted job (FedCompass's, ``max_steps`` Q): the plan stops after Q steps, so its last epoch is cut short
+(it has ⌈Q / steps of an epoch⌉ epochs); each epoch still starts with its own permutation.
+
 Trailing-batch rule: with batch_size > 1, a trailing mini-batch of a single sample is skipped when
 the shard has more than one sample (batch norm cannot train on one sample). batch_size = 1 trains
 sample by sample; the config refuses it for the batch-norm models (ResNet-18, VGG-16).
@@ -45,6 +48,7 @@ class StepPlan:
     batch_size: int
     seed: int  # the job's data-order stream: permutations and augmentation draws
     augment: bool = False
+    max_steps: int | None = None  # a step-counted job: stop after this many steps (None: every epoch whole)
     bounds: list = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -53,7 +57,8 @@ class StepPlan:
     @property
     def steps(self) -> int:
         """Optimiser steps of the whole job."""
-        return self.epochs * len(self.bounds)
+        whole = self.epochs * len(self.bounds)
+        return whole if self.max_steps is None else min(whole, self.max_steps)
 
     def size(self, step: int) -> int:
         """The batch size of step ``step`` (counted from 0 over all epochs)."""
@@ -64,9 +69,12 @@ class StepPlan:
         """``(index in epoch, sample indices, augmentation draws or None)`` per step, drawn lazily
         from a fresh generator; ``draw(n, generator)`` makes a batch's draws (``ArrayDataset.augment_draws``)."""
         gen = torch.Generator().manual_seed(self.seed)
-        n = len(self.indices)
+        n, left = len(self.indices), self.steps
         for _epoch in range(self.epochs):
             order = self.indices[torch.randperm(n, generator=gen)]
             for i, (lo, hi) in enumerate(self.bounds):
+                if left == 0:
+                    return
+                left -= 1
                 idx = order[lo:hi]
                 yield i, idx, (draw(len(idx), gen) if self.augment else None)

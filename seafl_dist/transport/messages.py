@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-HEADER_LEN = 9
+HEADER_LEN = 10
 HEADER_TAG = 1
 PAYLOAD_TAG = 2
 
@@ -52,11 +52,12 @@ class Header:
     finish: float = 0.0
     payload_numel: int = 0
     codec: int = 0  # a RESULT's codec id (codecs/update.py WIRE_IDS); 0: the float32 model
+    steps: int = 0  # a JOB's local steps when step-counted (FedCompass); 0: its epochs whole
 
     def encode(self) -> torch.Tensor:
         finish_bits = int(torch.tensor([self.finish], dtype=torch.float64).view(torch.int64)[0])
         return torch.tensor([self.kind, self.job, self.device, self.version, self.epochs, int(self.has_payload),
-                             finish_bits, self.payload_numel, self.codec], dtype=torch.int64)
+                             finish_bits, self.payload_numel, self.codec, self.steps], dtype=torch.int64)
 
     @classmethod
     def decode(cls, t: torch.Tensor) -> "Header":
@@ -67,7 +68,7 @@ class Header:
             raise MessageError(f"unknown message kind {v[0]}")
         finish = float(torch.tensor([v[6]], dtype=torch.int64).view(torch.float64)[0])
         return cls(kind=v[0], job=v[1], device=v[2], version=v[3], epochs=v[4], has_payload=bool(v[5]),
-                   finish=finish, payload_numel=v[7], codec=v[8])
+                   finish=finish, payload_numel=v[7], codec=v[8], steps=v[9])
 
 
 def encode_logs(values: dict) -> torch.Tensor:

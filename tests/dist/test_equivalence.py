@@ -16,7 +16,7 @@ import torch
 
 from launching import run_batch
 from rule_states import STATEFUL
-from small_runs import PER_ALGORITHM, QUICKSTART, SMALL
+from small_runs import FEDCOMPASS, PER_ALGORITHM, QUICKSTART, SMALL
 from seafl_dist.cli import main as seafl_main
 
 pytestmark = pytest.mark.dist
@@ -32,9 +32,11 @@ def overrides(name):
     return [*SMALL, f"algorithm.name={name}", *PER_ALGORITHM[name]]
 
 
-# The W = 3 job's rows beside its algorithms: seafl2 with runtime.placement=device, and a user's rule with memory
-# (tests/user_extensions.py fair_momentum; its state on rank 0 with the server, algo/memory.py)
-ROWS_OF_3 = {"placement": [*overrides("seafl2"), "runtime.placement=device"], "stateful": [*SMALL, *STATEFUL]}
+# The W = 3 job's rows beside its algorithms: seafl2 with runtime.placement=device, a user's rule with memory
+# (tests/user_extensions.py fair_momentum; its state on rank 0 with the server, algo/memory.py), and fedcompass (its
+# step-counted jobs travel to the workers with their steps)
+ROWS_OF_3 = {"placement": [*overrides("seafl2"), "runtime.placement=device"], "stateful": [*SMALL, *STATEFUL],
+             "fedcompass": [*SMALL, *FEDCOMPASS]}
 
 
 @pytest.fixture(scope="module")
@@ -125,6 +127,19 @@ def test_distributed_run_matches_inprocess(name, inprocess, on_ranks):
         assert short, "notified jobs should upload after fewer epochs than planned"
         aggregated = {u["job"] for e in events if e["event"] == "aggregate" for u in e["updates"]}
         assert notified & aggregated, "a partially trained update should take part in an aggregation"
+
+
+def test_fedcompass_on_3_ranks_matches_inprocess(inprocess, on_ranks):
+    """Workers train each job for the steps its start event assigns (the JOB header carries them): the same bytes."""
+    ref = inprocess("fedcompass")
+    proc, got, _ = on_ranks("fedcompass")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (got / "events.jsonl").read_bytes() == (ref / "events.jsonl").read_bytes()
+    assert (got / "model.pt").read_bytes() == (ref / "model.pt").read_bytes()
+    assert_same_metrics(ref / "metrics.csv", got / "metrics.csv")
+    events = [json.loads(line) for line in (got / "events.jsonl").read_text().splitlines()]
+    steps = {e["steps"] for e in events if e["event"] == "start"}
+    assert len(steps) > 1, steps  # counts assigned by the schedule, not Q_max alone
 
 
 def test_fixed_device_placement_matches_inprocess(inprocess, on_ranks):

@@ -22,11 +22,15 @@ def test_every_built_in_algorithm_has_a_name_and_the_keys_it_reads():
 
 
 def test_each_algorithm_shows_only_the_keys_it_reads_and_does_not_fix():
-    names = reader_labels([arm(f"algorithm.name={a}") for a in BUILT_IN])
+    names = reader_labels([arm(f"algorithm.name={a}") for a in BUILT_IN if a != "fedcompass"])
     # K is 10 wherever it is read (FedAsync fixes 1, FedAvg M); β differs: SEAFL's 10, FedBuff's ∞; FedAvg fixes 0
     assert names == ["SEAFL, β = 10", "SEAFL², β = 10", "FedBuff, β = ∞", "FedAsync, β = ∞", "FedAvg", "CA²FL, β = ∞",
                      "FADAS, β = ∞", "async SGD, β = ∞", "Port, β = 10",
                      "FedStaleWeight, β = ∞"]  # FADAS's amsgrad is its preset's, fixed
+    # fedcompass (every device trains: M = N) reads no β nor K (its groups trigger), its own keys and f(S)'s
+    compass = [arm("algorithm.name=fedcompass", "devices.concurrency=100", *more) for more in
+               ([], ["algorithm.buffer_size=3", "algorithm.fedcompass.q_min=10"])]
+    assert reader_labels(compass) == ["q_min = 20", "q_min = 10"]  # K, which it does not read, is no difference
     names = reader_labels([arm("algorithm.buffer_size=5"), arm("algorithm.name=fedasync"),
                            arm("algorithm.name=fedbuff", "algorithm.staleness_limit=10")])
     assert names == ["SEAFL, K = 5, β = 10", "FedAsync, β = ∞", "FedBuff, K = 10, β = 10"]  # FedAsync: no K

@@ -51,7 +51,7 @@ def test_flat_round_trip_keeps_parameters_bn_stats_and_integer_buffers(name):
 @pytest.mark.parametrize("finish", [0.0, 1234.5678901, 0.1 + 0.2, -0.0, 1e-300, math.inf, 2.0 ** 60 + 0.5])
 def test_header_round_trip_is_exact(finish):
     h = Header(JOB, job=123456789012, device=-7, version=-1, epochs=5, has_payload=True, finish=finish,
-               payload_numel=11_173_962)
+               payload_numel=11_173_962, steps=37)  # steps: a FedCompass job's assigned local steps
     t = h.encode()
     assert t.dtype == torch.int64 and t.shape == (HEADER_LEN,)
     back = Header.decode(t)
@@ -71,7 +71,7 @@ def test_header_rejects_unknown_kind_and_wrong_shape():
     with pytest.raises(MessageError):
         Header.decode(good.to(torch.int32))
     with pytest.raises(MessageError):
-        Header.decode(good[:-1].view(2, 4))
+        Header.decode(good[:-1].view(3, 3))
 
 
 def test_check_payload_rejects_a_wrong_size():
