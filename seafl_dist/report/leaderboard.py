@@ -160,6 +160,15 @@ def rows(runs: list[RunResult], targets: list[float]) -> list[dict]:
     return arms
 
 
+def chosen(arms: list[dict]) -> dict[str, str]:
+    """A tuning sweep's choice (docs/leaderboard.md, "The protocol"): for each method, the label of its first trial
+    in rank order. A trial's label is ``<method>:<setting>``; an arm without a colon is a method of its own."""
+    picks: dict[str, str] = {}
+    for a in arms:  # in rank order
+        picks.setdefault(a["label"].split(":", 1)[0], a["label"])
+    return picks
+
+
 def _trace(run: RunResult) -> dict:
     path = run.dir / "trace.json"
     return json.loads(path.read_text()) if path.exists() else {}
@@ -182,7 +191,8 @@ def _num(x: float, digits: int) -> str:
 
 
 def markdown(arms: list[dict], targets: list[float], machine: dict | None = None) -> str:
-    """The page's two tables (arms, then their traces) and the machine time, as markdown."""
+    """The page's tables (arms, then their traces; for a tuning sweep, each method's chosen trial) and the machine
+    time, as markdown."""
     head = ["rank", "arm"]
     for t in targets:
         head += [f"{t:g}: each seed (s)", f"{t:g}: mean ± sd (k/n)"]
@@ -201,6 +211,11 @@ def markdown(arms: list[dict], targets: list[float], machine: dict | None = None
               "—" if math.isnan(a["trace"]["waiting_share"]) else f"{100 * a['trace']['waiting_share']:.1f}%",
               f"{a['wall_s']:.0f}"] for a in arms]
     parts = [_table(head, body), _table(thead, tbody)]
+    if any(":" in a["label"] for a in arms):  # a tuning sweep's trials: each method's choice
+        parts.append(_table(["method", "tuned setting (its first trial in rank order)", "rank"],
+                            [[m, label.split(":", 1)[1] if ":" in label else "(its only arm)",
+                              str(next(a["rank"] for a in arms if a["label"] == label))]
+                             for m, label in chosen(arms).items()]))
     if machine:
         parts.append(f"Runs: {machine['runs']} of the sweep's {machine['runs_in_sweep']}, made at commit "
                      f"`{machine['commit']}`; machine time {machine['machine_time_s']:.0f} s (the runs' wall "

@@ -61,7 +61,7 @@ def run(label, seed, times_to_top, best, tmp_path, trace=None):
     rows.append({"version": 9, "time": 1000.0, "accuracy": best, "updates": 2, "mean_staleness": 0.0,
                  "notifications": 0})
     d = tmp_path / f"{label},seed={seed}"
-    d.mkdir()
+    d.mkdir(parents=True)
     if trace:
         (d / "trace.json").write_text(json.dumps(trace))
     return RunResult(d, {"algorithm.name": "fedbuff", "run.seed": seed}, rows,
@@ -103,6 +103,21 @@ def test_the_tables_say_each_seed_the_mean_over_those_that_reached_and_how_many(
                                     "0.9333 ± 0.0473 | 2/3 |")
     assert traces.splitlines()[2] == "| x | 4.2 | 1.50 | 1.25 | 12.5% | 30 |"
     assert "3 of the sweep's 4" in machine and "`abc1234`" in machine and "30 s" in machine
+
+
+def test_a_tuning_sweep_chooses_each_methods_first_trial_in_rank_order(tmp_path):
+    """Trials are labelled method:setting. fedbuff's lr=2 reaches 0.9 in both seeds and lr=1 in one: lr=2 is
+    chosen though lr=1 was faster in the seed it reached; seafl's only trial that reaches 0.9 is theta=0.6."""
+    runs = [run("fedbuff:lr=1", 0, (10, 50), 0.95, tmp_path), run("fedbuff:lr=1", 1, (10, None), 0.85, tmp_path),
+            run("fedbuff:lr=2", 0, (10, 80), 0.95, tmp_path), run("fedbuff:lr=2", 1, (10, 90), 0.95, tmp_path),
+            run("seafl:theta=0.8", 0, (10, None), 0.85, tmp_path), run("seafl:theta=0.8", 1, (10, None), 0.8, tmp_path),
+            run("seafl:theta=0.6", 0, (10, 300), 0.95, tmp_path), run("seafl:theta=0.6", 1, (10, None), 0.8, tmp_path)]
+    arms = leaderboard.rows(runs, [0.5, 0.9])
+    assert leaderboard.chosen(arms) == {"fedbuff": "fedbuff:lr=2", "seafl": "seafl:theta=0.6"}
+    table = leaderboard.markdown(arms, [0.5, 0.9]).strip().split("\n\n")[2].splitlines()
+    assert table[2:] == ["| fedbuff | lr=2 | 1 |", "| seafl | theta=0.6 | 3 |"]
+    plain = [run("fedbuff", 0, (10, 50), 0.95, tmp_path / "plain")]
+    assert len(leaderboard.markdown(leaderboard.rows(plain, [0.5, 0.9]), [0.5, 0.9]).strip().split("\n\n")) == 2
 
 
 @pytest.fixture(scope="module")
