@@ -30,7 +30,8 @@ REFUSED = {f"{section}.{key}" for section, keys in {
                   "update_norm_factor", "params", "server_opt.name", "server_opt.lr", "server_opt.beta1", "server_opt.beta2",
                   "server_opt.tau", "server_opt.pseudo_gradient", "server_opt.delay_adaptive",
                   "server_opt.delay_threshold", "server_opt.delay_c", "asyncsgd.lr", "asyncsgd.tau_c", "asyncsgd.c",
-                  "ca2fl.max_cache_gb", "port.b", "port.lag", "fedstaleweight.offset"],
+                  "ca2fl.max_cache_gb", "port.b", "port.lag", "fedstaleweight.offset", "fedcompass.alpha",
+                  "fedcompass.latest_time_factor", "fedcompass.q_max", "fedcompass.q_min", "fedcompass.speed_momentum"],
     "devices": ["num", "concurrency", "dropout", "availability_scale"],
     "train": ["epochs", "batch_size", "lr", "momentum", "weight_decay", "loop", "grad_clip_val", "grad_clip_algorithm",
               "prox_mu"],
@@ -38,7 +39,7 @@ REFUSED = {f"{section}.{key}" for section, keys in {
               "idle.max", "idle.resample"],
     "data": ["name", "root", "download", "partition", "partition_by", "shards_overlap", "concentration", "samples_per_device",
              "test_fraction", "emnist_split", "augment", "seed", "device_holdout", "device_test", "files", "columns",
-             "splits", "partition_args"],
+             "splits", "partition_args", "validation"],
     "model": ["name", "width", "params"],  # a builder's own keyword arguments change the model
     "run": ["seed", "max_aggregations", "max_time", "target_accuracy", "eval_every", "targets", "stop_on_divergence",
             "target_metric", "target_mode", "device_eval_every", "device_eval_sample"],
