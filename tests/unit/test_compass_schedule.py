@@ -176,6 +176,10 @@ def test_the_trace_checker_names_each_broken_rule_of_a_fedcompass_trace():
     first = next(i for i, e in enumerate(ev) if e["event"] == "start")
     assert "first job" in broken(lambda b: b[first].update(steps=99))
     assert "was due before" in broken(lambda b: b.pop(agg))
+    assert "is not in flight" in broken(lambda b: b.insert(late + 1, dict(b[late])))  # the same finish twice
+    assert "lands at 349.0" in broken(lambda b: b[late].update(time=349.0))
+    assert "differ from its start's" in broken(lambda b: b[late].update(steps=b[late]["steps"] + 1))
+    assert "outside [20, 100]" in broken(lambda b: b[join].update(steps=19))
 
 
 def bare(speed):
@@ -203,3 +207,41 @@ def test_a_group_whose_deadline_is_now_is_no_anchor_for_a_new_group():
     # with the deadline still ahead (t = 99.5) it anchors: ⌊(100 + 1·100 − 99.5)/2⌋ = 50 steps
     gid, steps, _ = sched.assign(1, 99.5, {0: Group(id=0, expected=90.0, deadline=100.0, pending=[0])})
     assert steps == 50
+
+
+def test_joining_takes_a_group_whose_steps_are_exactly_q_min_or_q_max_and_no_group_a_step_outside():
+    # device 1 (2 s a step) at t = 0; group 0's deadline is far (1000), so creating gives no kept q_g: Q_max
+    def assign(expected):
+        sched = bare([1.0, 2.0])
+        sched._next_group = 1
+        gid, steps, new = sched.assign(1, 0.0, {0: Group(id=0, expected=expected, deadline=1000.0, pending=[0])})
+        return gid, steps, new is None
+    assert assign(40.0) == (0, 20, True)  # ⌊40/2⌋ = 20 = Q_min: joins
+    assert assign(39.9) == (1, 100, False)  # 19 steps: creates
+    assert assign(200.0) == (0, 100, True)  # ⌊200/2⌋ = 100 = Q_max: joins
+    assert assign(202.0) == (1, 100, False)  # 101 steps: creates
+
+
+def test_creating_keeps_a_q_g_of_exactly_q_max_drops_one_above_and_raises_zero_to_q_min():
+    # device 2 (2 s a step) at t = 0; no group can be joined (T = 10: 5 steps); device 0 (1 s a step) is each group's
+    # fastest member; q_g = ⌊(L_g + 1·100)/2⌋
+    def steps(*deadlines, speed=(1.0, 1.0, 2.0)):
+        sched = bare(list(speed))
+        sched._next_group = len(deadlines)
+        groups = {i: Group(id=i, expected=10.0, deadline=d, pending=[0]) for i, d in enumerate(deadlines)}
+        return sched.assign(2, 0.0, groups)[1]
+    assert steps(100.0, 1.0) == 100  # q_g = 100 (kept) and 50: the largest
+    assert steps(102.0, 1.0) == 50  # q_g = 101 is dropped
+    assert steps(1.0) == 50
+    # q_g = ⌊(0.5 + 100·0.001)/2⌋ = 0: raised to Q_min
+    assert steps(0.5, speed=(0.001, 1.0, 2.0)) == 20
+
+
+def test_a_groups_fastest_member_may_be_one_that_already_arrived():
+    # group 0: device 0 (1 s a step) still training, device 3 (0.5 s) arrived; device 1 (2 s a step) at t = 0 cannot
+    # join (T = 1) and creates: q_g = ⌊(10 + 0.5·100)/2⌋ = 30, not ⌊(10 + 1·100)/2⌋ = 55
+    from types import SimpleNamespace
+    sched = bare([1.0, 2.0, 1.0, 0.5])
+    sched._next_group = 1
+    groups = {0: Group(id=0, expected=1.0, deadline=10.0, pending=[0], arrived=[SimpleNamespace(device=3)])}
+    assert sched.assign(1, 0.0, groups)[1] == 30

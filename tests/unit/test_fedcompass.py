@@ -47,6 +47,7 @@ def test_the_server_step_is_alpha_over_n_times_each_deltas_staleness_factor():
     ({"algorithm": {"fedcompass": {"q_min": 30, "q_max": 25}}}, "algorithm.fedcompass.q_min", 30),
     ({"algorithm": {"fedcompass": {"latest_time_factor": 0.5}}}, "algorithm.fedcompass.latest_time_factor", 0.5),
     ({"devices": {"dropout": 0.1}}, "devices.dropout", 0.1),
+    ({"devices": {"dropout": 0.0}}, "devices.dropout", 0.0),  # any dropout key set, even one that never drops
     ({"devices": {"profile": "slow.csv"}}, "devices.profile", "slow.csv"),
     ({"train": {"loop": "lightning"}}, "train.loop", "lightning"),
     ({"clock": {"sec_per_sample": 0}}, "clock.sec_per_sample", 0.0),
@@ -149,3 +150,35 @@ def test_step_counted_jobs_are_never_fused_or_captured():
     assert "fedcompass" in loop_blocker(cfg.train, cfg.algorithm)
     plain = config_from_dict({})
     assert loop_blocker(plain.train, plain.algorithm) is None
+
+
+def test_a_runs_job_carries_its_assigned_steps_into_training_one_job_at_a_time(one_thread, capsys):
+    """JobSpec.of takes the steps its start event assigns, and GroupTrainer (both executors') trains them in the job's
+    own loop even when runtime.batch_jobs asks for fused groups: the result is train_job's of exactly those steps."""
+    from seafl_dist.runtime.executor import GroupTrainer, JobSpec, job_seeds
+    from seafl_dist.runtime.setup import prepare
+    from seafl_dist.sim.compass import CompassScheduler
+    from seafl_dist.sim.scheduler import Lookahead
+    cfg = compass(data={"name": "digits"}, runtime={"batch_jobs": 2, "device": "cpu"},
+                  algorithm={"fedcompass": {"q_min": 1, "q_max": 3}})
+    exp = prepare(cfg)
+    trainer = GroupTrainer(exp)
+    assert trainer.limit == 1 and "algorithm.name is fedcompass" in capsys.readouterr().err
+    look = Lookahead(CompassScheduler(num_devices=4, epoch_times=lambda d, j, p: [10.0] * p, steps_per_epoch=[10] * 4,
+                                      q_min=1, q_max=3).events())
+    start = next(e for e in look if e["event"] == "start")
+    spec = JobSpec.of(start, look)
+    assert (spec.steps, spec.epochs) == (3, 1)
+    got = trainer.train([spec], [exp.initial_flat()])[0]
+    t = cfg.train
+    kw = dict(epochs=1, batch_size=t.batch_size, **job_seeds(cfg, spec))
+    shard = exp.shard(spec.device)
+    assert len(shard) > 3 * t.batch_size  # an epoch is more than the 3 steps
+    assert torch.equal(got, train_job(exp.new_model(), exp.initial_flat(), exp.train, shard, steps=3, **kw))
+    assert not torch.equal(got, train_job(exp.new_model(), exp.initial_flat(), exp.train, shard, **kw))
+
+
+def test_the_fedcompass_section_is_left_out_of_config_yaml_at_its_defaults():
+    from seafl_dist.settings import dump_config
+    assert "fedcompass:\n" not in dump_config(compass())
+    assert "  fedcompass:\n    q_min: 20\n    q_max: 50\n" in dump_config(compass(algorithm={"fedcompass": {"q_max": 50}}))
