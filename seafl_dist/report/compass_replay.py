@@ -129,7 +129,10 @@ class CompassReplay:
                 self.fail("a first job is never late")
             self.expect = ("single", None, [job])
             return
-        g = self.groups[gid]
+        g = self.groups.get(gid)
+        if g is None:  # its start named a group no group event created (said there): nothing to check it against
+            self.fail(f"job {job} lands in group {gid}, which was never created")
+            return
         g["pending"].discard(d)
         if ev["late"] != g["done"]:
             self.fail(f"late is {ev['late']}, but group {gid} is {'closed' if g['done'] else 'open'}")

@@ -1,5 +1,6 @@
 """FedCompass's schedule (seafl_dist/sim/compass.py) against schedules computed by hand (docs/algorithms.md,
 "FedCompass"): the step clock, the speed estimate, joining and creating groups, deadlines, late arrivals."""
+import copy
 import math
 
 import pytest
@@ -159,7 +160,7 @@ def test_the_trace_checker_names_each_broken_rule_of_a_fedcompass_trace():
     assert checked(ev) == []
 
     def broken(fix):
-        bad = [dict(e) for e in ev]
+        bad = copy.deepcopy(ev)  # a fix may change an event's nested lists (its updates)
         fix(bad)
         return " ".join(checked(bad))
     join = next(i for i, e in enumerate(ev) if e["event"] == "start" and e["time"] == 150.0)
@@ -180,6 +181,12 @@ def test_the_trace_checker_names_each_broken_rule_of_a_fedcompass_trace():
     assert "lands at 349.0" in broken(lambda b: b[late].update(time=349.0))
     assert "differ from its start's" in broken(lambda b: b[late].update(steps=b[late]["steps"] + 1))
     assert "outside [20, 100]" in broken(lambda b: b[join].update(steps=19))
+    assert broken(lambda b: b[join].update(steps=34)).startswith(f"line {join + 1} (start t=150.0): ")
+    assert "group id 5; the next is 2" in broken(lambda b: b[group].update(group=5))
+    version = ev[agg]["version"]
+    assert broken(lambda b: b.insert(agg + 1, {"event": "eval", "time": b[agg]["time"], "version": version})) == ""
+    assert f"evaluates version {version - 1}, the current one is {version}" in broken(
+        lambda b: b.insert(agg + 1, {"event": "eval", "time": b[agg]["time"], "version": version - 1}))
 
 
 def bare(speed):
@@ -245,3 +252,18 @@ def test_a_groups_fastest_member_may_be_one_that_already_arrived():
     sched._next_group = 1
     groups = {0: Group(id=0, expected=1.0, deadline=10.0, pending=[0], arrived=[SimpleNamespace(device=3)])}
     assert sched.assign(1, 0.0, groups)[1] == 30
+
+
+def test_a_bad_schedule_is_refused_naming_its_values():
+    def refused(**kw):
+        args = dict(num_devices=2, epoch_times=per_step([1.0, 1.0]), steps_per_epoch=[10, 10], **kw)
+        with pytest.raises(ValueError) as err:
+            list(CompassScheduler(**args).events())
+        return str(err.value)
+    assert refused(q_min=30, q_max=20) == "need 1 <= q_min (30) <= q_max (20)"
+    assert refused(speed_momentum=1.5) == "need speed_momentum in (0, 1] (1.5) and latest_time_factor >= 1 (1.5)"
+    assert refused(latest_time_factor=0.5) == "need speed_momentum in (0, 1] (0.9) and latest_time_factor >= 1 (0.5)"
+    with pytest.raises(ValueError, match="steps_per_epoch has 1 entries for 2 devices"):
+        CompassScheduler(num_devices=2, epoch_times=per_step([1.0, 1.0]), steps_per_epoch=[10])
+    with pytest.raises(ValueError, match="device 0's job of 100 steps takes no virtual time"):
+        list(CompassScheduler(num_devices=1, epoch_times=per_step([0.0]), steps_per_epoch=[10]).events())

@@ -141,6 +141,15 @@ def test_the_runs_schedule_puts_each_step_counted_job_on_the_configs_clock():
     assert starts[1]["epoch_ends"] == pytest.approx([1.2, 1.4, 1.5])
     first = [e for e in ev if e["event"] == "finish"][0]
     assert (first["device"], first["time"]) == (1, pytest.approx(2.0))  # 1.5 + the upload
+    agg = [e for e in ev if e["event"] == "aggregate"]
+    assert [(u["device"], u["n_samples"]) for u in agg[0]["updates"] + agg[1]["updates"]] == [(1, 20), (0, 40)]
+    # λ = 2 (not the default 1.5): device 1 (v = 2/5 s a step) creates a group of 5 steps at t = 2: T = 4, L = 6
+    cfg2 = compass(devices={"num": 2, "concurrency": 2},
+                   algorithm={"fedcompass": {"q_min": 1, "q_max": 5, "latest_time_factor": 2.0}},
+                   clock={"sec_per_sample": 0.01, "download_s": 1.0, "upload_s": 0.5, "idle": {"distribution": "none"}},
+                   train={"batch_size": 16})
+    group = next(e for e in from_config(cfg2, n, steps, upload_s=0.5, upload_sizes={}).events() if e["event"] == "group")
+    assert (group["time"], group["expected"], group["deadline"]) == pytest.approx((2.0, 4.0, 6.0))
 
 
 def test_step_counted_jobs_are_never_fused_or_captured():
