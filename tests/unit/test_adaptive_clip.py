@@ -201,3 +201,63 @@ def test_the_section_is_off_by_default_and_left_out_of_config_yaml_until_used():
     assert "  adaptive_clip:\n    enabled: true\n    target_quantile: 0.5\n    lr: 0.2\n    count_std: null\n" in \
         dump_config(on)
     assert config_from_dict({}, [*ON, "privacy.noise_multiplier=0"]).privacy.adaptive_clip.enabled  # z = 0: any σ_b
+
+
+# ---- in the mechanism, for every rule central DP supports ----------------------------------------------------
+
+def mechanism_run(rule, *extra, bound=None, seed_state=None):
+    """One aggregation of a 3-update buffer (devices 1, 2, 1) by privacy/mechanism.py under ``rule``; the adaptive
+    mechanism's C_t set to ``bound`` (as a resume would from its checkpoint). The event and the new model."""
+    from types import SimpleNamespace
+    from seafl_dist.algo.types import BufferedUpdate, FlatParts
+    from seafl_dist.privacy import Mechanism
+    form = rule.split("_")[1] if rule.startswith("seafl_") else "delta"
+    name = rule.split("_")[0]
+    cfg = config_from_dict({}, [f"algorithm.name={name}", "devices.concurrency=4", "privacy.enabled=true",
+                                f"privacy.seafl_form={form}", "privacy.seeded_noise=true", "privacy.clipping_bound=3",
+                                *([] if name in ("fedavg", "fedasync", "asyncsgd") else ["algorithm.buffer_size=3"]),
+                                *extra])
+    dim = 50
+    mech = Mechanism(cfg, FlatParts.all_params(dim), SimpleNamespace(names=("w",), shapes=((dim,),)), say=False)
+    if bound is not None:
+        mech.load({"inclusions": {}, "clipped": 0, "zeroed": 0, "adaptive_clip": {"bound": bound, "used": bound}})
+    g = torch.Generator().manual_seed(5)
+    models = {v: torch.randn(dim, generator=g) for v in (8, 9, 10)}
+    ups = [BufferedUpdate(device=d, job=i, flat=models[b] + s * torch.randn(dim, generator=g), n_samples=n,
+                          base_version=b, epochs=1)
+           for i, (d, b, s, n) in enumerate([(1, 10, 0.3, 10), (2, 9, 2.0, 20), (1, 8, 1.0, 15)])]
+    k = cfg.algorithm.buffer_size
+    ups = ups[:k] if k < 3 else ups
+    ev = {"updates": [{"device": u.device} for u in ups]}
+    result = mech.aggregate(ev, cfg.algorithm, 10, models[10], ups, models.__getitem__, FlatParts.all_params(dim))
+    return ev["privacy"], result.new_global, mech
+
+
+RULES_UNDER_DP = ["fedbuff", "fedasync", "fedavg", "seafl_delta", "seafl_model", "seafl2", "fadas", "asyncsgd"]
+
+
+@pytest.mark.parametrize("rule", RULES_UNDER_DP)
+def test_every_rule_clips_at_c_t_and_its_s_and_noise_scale_with_it(rule):
+    """The adaptive mechanism at C_t = 0.4 (moved from clipping_bound 3) clips, aggregates and computes S exactly as a
+    fixed mechanism whose clipping_bound is 0.4 (no noise: the same bytes); with noise its std is z_Δ·S, S the fixed
+    one's, and C_{t+1} follows the count of updates within 0.4."""
+    adaptive = ["privacy.adaptive_clip.enabled=true", "privacy.adaptive_clip.count_std=4"]
+    got, w_got, _ = mechanism_run(rule, "privacy.noise_multiplier=0", *adaptive, bound=0.4)
+    want, w_want, _ = mechanism_run(rule, "privacy.noise_multiplier=0", "privacy.clipping_bound=0.4")
+    assert got["sensitivity"] == want["sensitivity"] > 0 and torch.equal(w_got, w_want)
+    assert got["clipping_bound"] == 0.4
+    z = 0.9
+    noisy, _, mech = mechanism_run(rule, f"privacy.noise_multiplier={z}", *adaptive, bound=0.4)
+    assert noisy["sensitivity"] == want["sensitivity"]
+    assert noisy["noise_std"] == pytest.approx((z ** -2 - 4.0 ** -2) ** -0.5 * want["sensitivity"], rel=1e-14)
+    assert mech.bound != 0.4 and mech.summary()["privacy"]["adaptive_clip"]["last_clipping_bound"] == 0.4
+
+
+def test_a_calibrated_z_too_large_for_sigma_b_is_refused_before_the_first_aggregation():
+    from seafl_dist.privacy import Mechanism
+    from seafl_dist.algo.types import FlatParts
+    from types import SimpleNamespace
+    cfg = config_from_dict({}, [*ON, "privacy.epsilon=1", "privacy.max_participation=4"])  # z ≈ 3.7 > K/20 = 0.2
+    with pytest.raises(ConfigError) as err:
+        Mechanism(cfg, FlatParts.all_params(3), SimpleNamespace(names=("w",), shapes=((3,),)), say=False)
+    one_line_message(str(err.value), "config key 'privacy.adaptive_clip.count_std'", "0.2", "raise")
