@@ -261,3 +261,34 @@ def test_a_calibrated_z_too_large_for_sigma_b_is_refused_before_the_first_aggreg
     with pytest.raises(ConfigError) as err:
         Mechanism(cfg, FlatParts.all_params(3), SimpleNamespace(names=("w",), shapes=((3,),)), say=False)
     one_line_message(str(err.value), "config key 'privacy.adaptive_clip.count_std'", "0.2", "raise")
+
+
+@pytest.mark.parametrize("mode", ["keyed", "seeded"])
+def test_the_mechanisms_count_is_drawn_at_t_from_its_own_stream_of_the_runs_source(mode):
+    """Aggregation t = version + 1 of a keyed (or seeded) run: C_{t+1} is C_t·exp(−η_C (b̃ − γ)) with b̃'s noise the
+    first draw of the stream ``privacy-clip-count`` at t (the keyed stream written out above, or torch's generator
+    from run.seed's named stream), never the update noise's stream ``privacy``."""
+    from types import SimpleNamespace
+    from seafl_dist.algo.types import BufferedUpdate, FlatParts
+    from seafl_dist.privacy import Mechanism
+    key = b"fedcba9876543210fedcba9876543210"
+    cfg = config_from_dict({}, [*ON, "privacy.noise_multiplier=0.5", "privacy.adaptive_clip.count_std=2",
+                                "privacy.clipping_bound=1", "run.seed=3",
+                                *(["privacy.seeded_noise=true"] if mode == "seeded" else [])])
+    mech = Mechanism(cfg, FlatParts.all_params(4), SimpleNamespace(names=("w",), shapes=((4,),)), say=False)
+    mech.key = key
+    w = torch.zeros(4)
+    deltas = [0.5, 2.0, 0.9, 3.0]  # norms: two within C = 1
+    ups = [BufferedUpdate(device=i, job=i, flat=torch.tensor([d, 0.0, 0.0, 0.0]), n_samples=5, base_version=6,
+                          epochs=1) for i, d in enumerate(deltas)]
+    mech.aggregate({"updates": []}, cfg.algorithm, 6, w, ups, {6: w}.__getitem__, FlatParts.all_params(4))
+    if mode == "keyed":
+        g, update_g = keyed_normal(key, 7, "privacy-clip-count"), keyed_normal(key, 7, "privacy")
+    else:
+        def first(name):
+            gen = torch.Generator().manual_seed(stream_seed(3, name, 7))
+            return float(torch.randn(1, generator=gen, dtype=torch.float64)[0])
+        g, update_g = first("privacy-clip-count"), first("privacy")
+    want = 1.0 * math.exp(-0.2 * ((2 + 2.0 * g) / 4 - 0.5))
+    assert mech.bound == pytest.approx(want, rel=1e-12)
+    assert mech.bound != pytest.approx(1.0 * math.exp(-0.2 * ((2 + 2.0 * update_g) / 4 - 0.5)), rel=1e-6)
