@@ -14,7 +14,11 @@ decompression, comes before it, stage 6, the server optimizer, after it, as post
    write-ahead record of privacy/released.py, which a resume replays) or from ``run.seed`` (``seeded_noise``,
    studies only), and clamps batch norm's running variance at 0,
 4. counts one inclusion m_k for each distinct device of the buffer, and writes into the aggregate event (so into
-   events.jsonl and W&B's ``privacy/epsilon``) S, the noise's std, the run's ε so far and the largest m_k.
+   events.jsonl and W&B's ``privacy/epsilon``) S, the noise's std, the run's ε so far and the largest m_k,
+5. under ``privacy.adaptive_clip`` (privacy/adaptive.py), clips at the run's current C_t instead of
+   ``clipping_bound`` (S scales with it), raises the update noise to z_Δ·S, draws the noised count of the updates
+   within C_t from the same source under a stream of its own (secure: kept in the write-ahead record too), and moves
+   C_t to C_{t+1}; the event records the C_t it clipped at (C_{t+1} is server state, in the checkpoint).
 
 ε is that of the device with the largest m_k (privacy/accountant.py): each inclusion is one Gaussian mechanism
 with multiplier z for it, whatever the rule's weights (S covers them). The counts m_k are a function of the
@@ -38,7 +42,9 @@ import torch
 
 from ..algo import AggregationResult, aggregate
 from ..algo.seafl import seafl_on_deltas
+from ..sim.rng import stream_seed
 from .accountant import calibrate, epsilon
+from .adaptive import COUNT_STREAM, AdaptiveClip, noised_count
 from .clip import clip_updates
 from .keys import fingerprint, key_path, open_key
 from .noise import KeyedStream, add_noise, clamp_variance, noise_seed, variance_mask
@@ -112,6 +118,10 @@ class Mechanism:
         self.calibrated = p.noise_multiplier is None
         self.z = calibrate(p.epsilon, p.max_participation, p.delta, p.accountant) if self.calibrated else \
             float(p.noise_multiplier)
+        self.adaptive = AdaptiveClip(p.adaptive_clip, self.z, cfg.algorithm.buffer_size, p.clipping_bound) \
+            if p.adaptive_clip.enabled else None  # C_t and the count (privacy/adaptive.py); refuses a calibrated z
+        self.noise_z = self.adaptive.z_update if self.adaptive is not None else self.z  # z_Δ: the total stays z
+        self.used = p.clipping_bound  # the C of the last aggregation, as released
         self.inclusions: Counter = Counter()  # device -> m_k, the aggregations that included it
         self.clipped = self.zeroed = 0  # updates scaled down to C, non-finite updates taken as zero deltas
         self.counters = parts.counters
@@ -156,6 +166,27 @@ class Mechanism:
             return KeyedStream(self.key, t)
         return None if self.mode == "secure" else noise_seed(self.seed, t)
 
+    def _count_draw(self, t: int):
+        """Aggregation t's noised count (adaptive clipping): the mode's source under the stream COUNT_STREAM, so
+        never a draw of the update noise; secure, from os.urandom and into the write-ahead record before anything
+        derived from it is released (a resume replays it)."""
+        def draw(count: int, std: float) -> float:
+            if self.mode == "keyed":
+                return noised_count(count, std, KeyedStream(self.key, t, COUNT_STREAM))
+            if self.mode == "seeded":
+                return noised_count(count, std, stream_seed(self.seed, COUNT_STREAM, t))
+            value = self.record.get_count(t)
+            if value is None:
+                value = noised_count(count, std, None)
+                self.record.write_count(t, value)
+            return value
+        return draw
+
+    @property
+    def bound(self) -> float:
+        """The clipping bound of the next aggregation: C_t under adaptive clipping, else ``clipping_bound``."""
+        return self.adaptive.bound if self.adaptive is not None else self.p.clipping_bound
+
     def announcement(self) -> str:
         """The run's first line on privacy: z (and where it came from), C, δ, the cap and what it bounds ε by."""
         p = self.p
@@ -166,21 +197,26 @@ class Mechanism:
         else:
             bound = (f"m <= {p.max_participation} per device, so ε <= "
                      f"{epsilon(self.z, p.max_participation, p.delta, p.accountant):.4g}")
-        return f"seafl: privacy: {z}, C {p.clipping_bound:g}, δ {p.delta:g}, {p.accountant}; {bound}"
+        c = f"C {p.clipping_bound:g}"
+        if self.adaptive is not None:
+            a = self.adaptive
+            c += (f" adaptive (γ {a.target:g}, η_C {a.lr:g}, σ_b {a.count_std:g}; update noise z_Δ "
+                  f"{a.z_update:.6g}, total z)")
+        return f"seafl: privacy: {z}, {c}, δ {p.delta:g}, {p.accountant}; {bound}"
 
     # ---- one aggregation --------------------------------------------------------------------
     def aggregate(self, ev: dict, alg, version, global_flat, updates, base_model, parts=None, history=None,
                   memory=None) -> AggregationResult:
         """Stages 3-5 for the buffer of aggregate event ``ev`` (t = ``version`` + 1); ``ev`` gets a ``privacy``
         entry. The arguments after ``ev`` are algo's ``aggregate``'s."""
-        bound = self.p.clipping_bound
+        bound = self.bound
         clipped, norms = clip_updates(updates, base_model, parts, bound)
         result = aggregate(alg, version, global_flat, clipped, base_model, parts, history, memory)
         if alg.rule == "seafl" and self.p.seafl_form == "delta":  # Eq. 7 on the deltas (docs/privacy.md, "SEAFL")
             result = seafl_on_deltas(alg, global_flat, clipped, result, base_model, parts)
         kept = [(u, info) for u, info in zip(updates, result.info) if not info["rejected"]]  # a broken upload only
-        s = self._sensitivity(alg, [u for u, _ in kept], [info["staleness"] for _, info in kept], base_model)
-        std = self.z * s
+        s = self._sensitivity(alg, [u for u, _ in kept], [info["staleness"] for _, info in kept], base_model, bound)
+        std = self.noise_z * s
         counters = self.counters.to(global_flat.device)
         result.new_global[counters] = global_flat[counters]  # w_t's: no upload's (a zeroed update's would tell)
         t = version + 1
@@ -195,6 +231,12 @@ class Mechanism:
         self.zeroed += sum(1 for n in norms if n is not None and math.isnan(n))
         ev["privacy"] = {"sensitivity": s, "noise_std": std, **self._spent(),
                          **({"clipped": clipped_here} if self.p.diagnostics else {})}
+        if self.adaptive is not None:  # C_{t+1} from the noised count; the event holds the C_t it clipped at
+            fraction = self.adaptive.step(norms, [u.device for u, _ in kept], self._count_draw(t))
+            self.used = bound
+            ev["privacy"]["clipping_bound"] = bound
+            if self.p.diagnostics:
+                ev["privacy"]["unclipped_fraction"] = fraction
         return AggregationResult(new, self._released(alg, result.info), result.norms)
 
     def _released(self, alg, info: list[dict]) -> list[dict]:
@@ -210,11 +252,12 @@ class Mechanism:
         un-noised loss and the like)."""
         return logged if self.p.diagnostics else None
 
-    def _sensitivity(self, alg, kept, staleness, base_model) -> float:
-        """S for the buffer's kept updates: privacy/sensitivity.py's, per rule (SEAFL's per ``seafl_form``)."""
+    def _sensitivity(self, alg, kept, staleness, base_model, bound: float) -> float:
+        """S for the buffer's kept updates clipped at ``bound``: privacy/sensitivity.py's, per rule (SEAFL's per
+        ``seafl_form``)."""
         devices, n = [u.device for u in kept], [u.n_samples for u in kept]
         if alg.rule != "seafl":
-            return sensitivity(alg, self.p.clipping_bound, devices, staleness, n)
+            return sensitivity(alg, bound, devices, staleness, n)
         distances: dict = {}
 
         def base_distance(i: int, j: int) -> float:  # ‖w_{t_i} − w_{t_j}‖ over what clipping covers, float64
@@ -224,7 +267,7 @@ class Mechanism:
                 distances[(a, b)] = 0.0 if a == b else float(torch.linalg.vector_norm(
                     base_model(a)[m].to(torch.float64) - base_model(b)[m].to(torch.float64)))
             return distances[(a, b)]
-        return seafl_sensitivity(alg, self.p.clipping_bound, devices, staleness, n, self.p.seafl_form, base_distance)
+        return seafl_sensitivity(alg, bound, devices, staleness, n, self.p.seafl_form, base_distance)
 
     def _spent(self) -> dict:
         m = max(self.inclusions.values(), default=0)
@@ -249,17 +292,29 @@ class Mechanism:
                             **({"key_fingerprint": fingerprint(self.key)} if self.key is not None else {}),
                             **({"guarantee": SEEDED_CAVEAT} if self.mode == "seeded" else {}),
                             **({"updates_clipped": self.clipped, "updates_zeroed": self.zeroed}
-                               if p.diagnostics else {})}}
+                               if p.diagnostics else {}),
+                            **({"adaptive_clip": self._adaptive_summary()} if self.adaptive is not None else {})}}
+
+    def _adaptive_summary(self) -> dict:
+        """summary.json's ``privacy.adaptive_clip``: γ, η_C, σ_b, z_Δ and the C of the last aggregation (C_{t+1},
+        drawn from its count, is not released: a run that ends there has not used it)."""
+        a = self.adaptive
+        return {"target_quantile": a.target, "lr": a.lr, "count_std": a.count_std, "update_multiplier": a.z_update,
+                "last_clipping_bound": self.used}
 
     def state(self) -> dict:
         return {"inclusions": dict(self.inclusions), "clipped": self.clipped, "zeroed": self.zeroed,
-                **({"key_fingerprint": fingerprint(self.key)} if self.key is not None else {})}
+                **({"key_fingerprint": fingerprint(self.key)} if self.key is not None else {}),
+                **({"adaptive_clip": {**self.adaptive.state(), "used": self.used}} if self.adaptive is not None else {})}
 
     def load(self, state: dict | None) -> None:
         if state is None:
             raise ValueError("the checkpoint has no privacy ledger, and this run has privacy.enabled: true")
         self.inclusions = Counter({int(k): int(v) for k, v in state["inclusions"].items()})
         self.clipped, self.zeroed = int(state["clipped"]), int(state["zeroed"])
+        if self.adaptive is not None:
+            self.adaptive.load(state["adaptive_clip"])
+            self.used = float(state["adaptive_clip"]["used"])
 
 
 def mechanism_of(exp, layout) -> NoPrivacy | Mechanism:

@@ -8,12 +8,15 @@ server optimizer, which is post-processing) is written to ``<run>/private/releas
 (privacy/keys.py ``durable_write``) before anything derived from it is printed, written or sent. A resume from the
 checkpoint at version c takes w′ of every t > c that the record holds from here, never from fresh noise; only past
 the record's end is new noise drawn. Entries at or below a written checkpoint's version are no longer needed and
-are deleted (:meth:`ReleaseRecord.prune`), so the record holds the models since the last checkpoint. It is
+are deleted (:meth:`ReleaseRecord.prune`), so the record holds the models since the last checkpoint. Under
+adaptive clipping each aggregation's noised count (privacy/adaptive.py), from which C_{t+1} follows, is kept beside
+it (``clip-count-<t:08d>.json``) and replayed the same way. It is
 server-private: it holds released models, but beside the checkpoint they would tell which draws a resume skipped.
 """
 from __future__ import annotations
 
 import io
+import json
 import re
 from pathlib import Path
 
@@ -22,6 +25,7 @@ import torch
 from .keys import durable_write
 
 ENTRY = re.compile(r"^released-(\d{8})\.pt$")
+COUNT_ENTRY = re.compile(r"^clip-count-(\d{8})\.json$")
 
 
 class ReleaseRecord:
@@ -33,10 +37,23 @@ class ReleaseRecord:
     def path(self, version: int) -> Path:
         return self.private / f"released-{version:08d}.pt"
 
-    def versions(self) -> list[int]:
+    def count_path(self, version: int) -> Path:
+        return self.private / f"clip-count-{version:08d}.json"
+
+    def versions(self, entry: re.Pattern = ENTRY) -> list[int]:
         if not self.private.is_dir():
             return []
-        return sorted(int(m.group(1)) for p in self.private.iterdir() if (m := ENTRY.match(p.name)))
+        return sorted(int(m.group(1)) for p in self.private.iterdir() if (m := entry.match(p.name)))
+
+    def write_count(self, version: int, value: float) -> None:
+        """Keep aggregation ``version``'s noised count for good (fsynced) before anything derived from it is
+        released (JSON holds a float's exact value)."""
+        durable_write(self.count_path(version), json.dumps({"count": value}).encode())
+
+    def get_count(self, version: int) -> float | None:
+        """Aggregation ``version``'s noised count as drawn, or None when the record has none."""
+        path = self.count_path(version)
+        return float(json.loads(path.read_text())["count"]) if path.is_file() else None
 
     def write(self, version: int, flat: torch.Tensor) -> None:
         """Keep w′ of aggregation ``version`` for good (fsynced) before it is released."""
@@ -60,3 +77,6 @@ class ReleaseRecord:
         for v in self.versions():
             if v <= upto:
                 self.path(v).unlink(missing_ok=True)
+        for v in self.versions(COUNT_ENTRY):
+            if v <= upto:
+                self.count_path(v).unlink(missing_ok=True)

@@ -31,7 +31,7 @@ from seafl_dist.settings.sections import MODEL_NAMES, TOKEN_DATASETS, TOKEN_MODE
 from seafl_dist.settings.errors import _fail  # this module's own checks word their errors the same way
 from seafl_dist.settings.keys import key, section
 from seafl_dist.settings.compression import CompressionConfig
-from seafl_dist.settings.privacy import PrivacyConfig
+from seafl_dist.settings.privacy import AdaptiveClipConfig, PrivacyConfig
 from seafl_dist.settings.asyncsgd import AsyncSGDConfig
 from seafl_dist.settings.port import PortConfig
 from seafl_dist.settings.server_opt import ServerOptConfig
@@ -385,19 +385,20 @@ DELAY_KEYS = ("delay_threshold", "delay_c")
 
 
 # Sections left out whole when every key is at its default (the server optimizer, algorithm.server_opt; asyncsgd's,
-# CA²FL's, Port's and FedStaleWeight's keys; compression; privacy)
+# CA²FL's, Port's and FedStaleWeight's keys; compression; privacy, then its adaptive clipping if privacy is there)
 OMITTED_SECTIONS_AT_DEFAULT = {("algorithm", "server_opt"): ServerOptConfig, ("algorithm", "asyncsgd"): AsyncSGDConfig,
                                ("algorithm", "ca2fl"): Ca2flConfig, ("algorithm", "port"): PortConfig,
                                ("algorithm", "fedstaleweight"): FedStaleWeightConfig,
                                ("algorithm", "fedcompass"): FedCompassConfig,
-                               ("compression",): CompressionConfig, ("privacy",): PrivacyConfig}
+                               ("compression",): CompressionConfig, ("privacy",): PrivacyConfig,
+                               ("privacy", "adaptive_clip"): AdaptiveClipConfig}
 
 
 def dump_config(cfg: Config) -> str:
     tree = cfg.to_dict()
     for path, cls in OMITTED_SECTIONS_AT_DEFAULT.items():
-        parent = tree[path[0]] if len(path) == 2 else tree
-        if parent[path[-1]] == dataclasses.asdict(cls()):
+        parent = tree.get(path[0], {}) if len(path) == 2 else tree
+        if path[-1] in parent and parent[path[-1]] == dataclasses.asdict(cls()):
             del parent[path[-1]]
     for (*sections, name), default in OMITTED_AT_DEFAULT.items():  # then the keys, of the sections still there
         node = tree

@@ -18,11 +18,49 @@ from typing import Optional
 
 from seafl_dist.settings.domains import check_fields
 from seafl_dist.settings.errors import _fail
-from seafl_dist.settings.keys import key
+from seafl_dist.settings.keys import key, section
 
 ACCOUNTANTS = ("pld", "rdp")
 DP_RULES = ("fedbuff", "fedasync", "fedavg", "seafl", "seafl2", "fadas", "asyncsgd")  # the rules whose sensitivity docs/privacy.md derives
 SEAFL_FORMS = ("delta", "model")
+
+
+@dataclass(kw_only=True)
+class AdaptiveClipConfig:
+    """Adaptive clipping (Andrew et al., NeurIPS 2021; seafl_dist/privacy/adaptive.py): C follows a quantile of
+    the update norms, from ``privacy.clipping_bound``, with a noised count of the updates within it."""
+
+    enabled: bool = key(False, "adapt the clipping bound C_t after each aggregation to the `target_quantile` of "
+                        "the update norms, by the paper's geometric update C ← C·exp(−η_C (b̃ − γ)), b̃ the noised "
+                        "fraction of the buffer's updates within C (docs/privacy.md, \"Adaptive clipping\")",
+                        note="C starts at `privacy.clipping_bound`. The count's noise is drawn from the run's privacy "
+                             "noise source, and the update noise is raised to z_Δ = (z⁻² − σ_b⁻²)^(−½) so that ε is "
+                             "that of z (the paper's first accounting). Left out of config.yaml (the whole section) at "
+                             "its defaults.")
+    target_quantile: float = key(0.5, "γ: the fraction of updates C_t aims to leave unclipped (the paper's 0.5, the "
+                                 "median norm)", "(0, 1)")
+    lr: float = key(0.2, "η_C: the geometric update's step, C ← C·exp(−η_C (b̃ − γ)) (the paper's 0.2)", "(0, inf)")
+    count_std: Optional[float] = key(None, "σ_b: the std of the noise on the count of unclipped updates; `null`: "
+                                     "K/20, the paper's m/20 with m the updates per aggregation, here the buffer "
+                                     "size K", "(0, inf)", shown="`null` (K/20)",
+                                     note="Refused unless σ_b > z, where z_Δ = (z⁻² − σ_b⁻²)^(−½) is real: a device's "
+                                          "update moves the count by 1 under replace-one adjacency.")
+
+    def count_std_for(self, buffer_size: int) -> float:
+        """σ_b: ``count_std``, or the paper's m/20 with m the updates per aggregation, here the buffer size K."""
+        return buffer_size / 20.0 if self.count_std is None else float(self.count_std)
+
+    def __post_init__(self) -> None:
+        check_fields(self, "privacy.adaptive_clip")
+
+
+def check_count_std(z: float, count_std: float, count_sensitivity: float = 1.0) -> None:
+    """Refuse in one line a σ_b with no real z_Δ = (z⁻² − (σ_b/Δ_b)⁻²)^(−½) for the multiplier z (z = 0, no noise,
+    takes any): σ_b ≤ z·Δ_b, Δ_b the count's sensitivity per update (1 under replace-one adjacency)."""
+    if z > 0 and not count_std > z * count_sensitivity:
+        _fail("privacy.adaptive_clip.count_std", count_std, f"a number > {z * count_sensitivity:.6g} = z·Δ_b for the "
+              f"noise multiplier z {z:.6g} (below it the update noise z_Δ = (z⁻² − σ_b⁻²)^(−½) has no real value): "
+              f"raise privacy.adaptive_clip.count_std, or lower z")
 
 
 @dataclass(kw_only=True)
@@ -80,6 +118,8 @@ class PrivacyConfig:
                                   note="The key never reaches config.yaml, W&B or a released file; it is kept in the "
                                        "run dir's private/noise.key, and summary.json records its fingerprint. The "
                                        "path may change between a run and its resume, the key may not.")
+    adaptive_clip: AdaptiveClipConfig = section(AdaptiveClipConfig, "adaptive clipping: C_t follows a target "
+                                                "quantile of the update norms (Andrew et al. 2021)")
 
     @property
     def withheld(self) -> bool:
@@ -89,6 +129,9 @@ class PrivacyConfig:
     def __post_init__(self) -> None:
         check_fields(self, "privacy")
         if not self.enabled:
+            if self.adaptive_clip.enabled:
+                _fail("privacy.adaptive_clip.enabled", True, "false with privacy.enabled=false (it adapts the "
+                      "clipping bound of central DP)")
             return
         if self.noise_multiplier is not None and self.epsilon is not None:
             _fail("privacy.epsilon", self.epsilon, f"null with privacy.noise_multiplier={self.noise_multiplier} "
@@ -113,6 +156,8 @@ class PrivacyConfig:
         unless ``diagnostics`` asks for it."""
         if not self.enabled:
             return
+        if self.adaptive_clip.enabled and self.noise_multiplier is not None:  # a calibrated z: privacy/mechanism.py
+            check_count_std(self.noise_multiplier, self.adaptive_clip.count_std_for(alg.buffer_size))
         if run.device_eval_every is not None and not self.diagnostics:
             _fail("run.device_eval_every", run.device_eval_every, "null with privacy.enabled=true, or "
                   "privacy.diagnostics=true (device evaluation scores the released model on devices' own held-out "

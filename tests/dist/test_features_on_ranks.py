@@ -92,6 +92,10 @@ class Setup:
             **{f"codec-{n}": codec(n) for n in CODECS},
             "dp": [*SMALL, "privacy.enabled=true", "privacy.noise_multiplier=0.8", "privacy.max_participation=2", *DP_KEY,
                    "privacy.seafl_form=model"],  # SEAFL's paper form: S reads the distances between rank 0's bases
+            # adaptive clipping (issue 67 item 4): C_t, its noised count and C_{t+1} live on rank 0 alone
+            "dp-adaptive": [*SMALL, "algorithm.name=fedbuff", "privacy.enabled=true", "privacy.noise_multiplier=0.3",
+                            "privacy.adaptive_clip.enabled=true", "privacy.adaptive_clip.count_std=0.5",
+                            "privacy.adaptive_clip.lr=1", "privacy.clipping_bound=5", *DP_KEY],
             "adam": [*SMALL, "algorithm.server_opt.name=adam", "algorithm.server_opt.lr=0.01",
                      "algorithm.server_opt.pseudo_gradient=delta"],
             "device-eval": [*SMALL, "data.device_holdout=0.25", "run.device_eval_every=2", "run.device_eval_sample=7"],
@@ -169,6 +173,15 @@ def test_dp_with_a_participation_cap(setup, on_ranks, tmp_path, monkeypatch):
     assert same_summary(ref, got)["privacy"]["max_inclusions"] == 2
     aggs = [e for e in map(json.loads, (got / "events.jsonl").read_text().splitlines()) if e["event"] == "aggregate"]
     assert all(e["privacy"]["noise_std"] > 0 for e in aggs)
+
+
+def test_dp_with_adaptive_clipping(setup, on_ranks, tmp_path, monkeypatch):
+    ref, got = in_process(setup, "dp-adaptive", tmp_path, monkeypatch), on_ranks["dp-adaptive"]
+    same_files(ref, got, "config.yaml", "events.jsonl", "metrics.csv", "model.pt", "partition.json")
+    bounds = [e["privacy"]["clipping_bound"] for e in map(json.loads, (got / "events.jsonl").read_text().splitlines())
+              if e["event"] == "aggregate"]
+    assert bounds[0] == 5.0 and len(set(bounds)) == len(bounds)  # C_t moved at every aggregation, as on one rank
+    assert same_summary(ref, got)["privacy"]["adaptive_clip"]["last_clipping_bound"] == bounds[-1]
 
 
 def test_a_server_optimizer(setup, on_ranks, tmp_path, monkeypatch):

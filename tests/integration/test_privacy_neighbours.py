@@ -10,7 +10,8 @@ compared, so a field added later that carries an un-noised value of an update fa
 its update non-finite (taken as a zero delta under DP). The model has batch norm, whose integer counter takes no
 noise, and logs its training loss (a module's own values, train_log.csv and W&B's ``train/*``).
 
-Each rule runs in this process at tiny scale: FedBuff, FedAsync, FedAvg, SEAFL in both forms, SEAFL²."""
+Each rule runs in this process at tiny scale: FedBuff, FedAsync, FedAvg, SEAFL in both forms, SEAFL², and FedBuff
+with adaptive clipping (privacy.adaptive_clip: C_t moves at every aggregation)."""
 import json
 import os
 import re
@@ -101,6 +102,9 @@ RULES = {
     "seafl_delta": ["algorithm.name=seafl", "privacy.seafl_form=delta"],
     "seafl_model": ["algorithm.name=seafl", "privacy.seafl_form=model"],
     "seafl2": ["algorithm.name=seafl2", *PER_ALGORITHM["seafl2"], *WANDB],
+    # C_t moves (η_C = 1) on noised counts: the same before t*, the count at t* never released (issue 67 item 4)
+    "fedbuff_adaptive": ["algorithm.name=fedbuff", "privacy.adaptive_clip.enabled=true",
+                         "privacy.adaptive_clip.count_std=1", "privacy.adaptive_clip.lr=1"],
 }
 PRIVATE = ["privacy.enabled=true", "privacy.noise_multiplier=0.5", "privacy.clipping_bound=1", "devices.num=8", *DP_KEY,
            "run.max_aggregations=6", "run.eval_every=1"]
@@ -213,6 +217,10 @@ def test_neighbouring_runs_differ_only_in_post_processing_of_the_noised_model(ru
     assert t >= 2, first  # so that some aggregations come before it
     end = [f"run.max_aggregations={t}"]
     base, lines = run(tmp_path / "base_t", [*args, *end], None, capsys)
+    if rule.endswith("_adaptive"):  # C_t has moved at every aggregation up to t*
+        bounds = [json.loads(x)["privacy"]["clipping_bound"] for x in (base / "events.jsonl").read_text().splitlines()
+                  if '"aggregate"' in x]
+        assert len(set(bounds)) == len(bounds) == t, bounds
     counts = Counter(first.values())
     assert counts[t] >= 1
     for kind in ("other", "huge"):

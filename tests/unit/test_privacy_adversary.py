@@ -110,8 +110,9 @@ def code_s(rule, alg, devices, staleness, n, bases):
 
 # ---- the adversary -----------------------------------------------------------------------------------
 
-def largest_shift(rule, alg, w, bases, devices, n, staleness, rng, trials=16):
-    """The largest ‖w′ − w″‖ found over neighbours replacing every update of one device."""
+def largest_shift(rule, alg, w, bases, devices, n, staleness, rng, trials=16, bound=C):
+    """The largest ‖w′ − w″‖ found over neighbours replacing every update of one device (deltas of norm ≤ ``bound``)."""
+    C = bound  # noqa: N806 (the clipping bound of this search)
     k = len(devices)
     mine_of = {d: [i for i in range(k) if devices[i] == d] for d in set(devices)}
     directions = [unit(w), -unit(w)] + [unit(bases[i] - bases[j]) for i in range(k) for j in range(k) if i < j and
@@ -220,3 +221,69 @@ def test_alpha_0_breaks_the_model_forms_bound_so_it_is_refused():
         config_from_dict({}, ["algorithm.alpha=0", "privacy.enabled=true", "privacy.noise_multiplier=1",
                               "privacy.seafl_form=model"])
     config_from_dict({}, ["algorithm.alpha=0", "privacy.enabled=true", "privacy.noise_multiplier=1"])  # delta: fine
+
+
+# ---- adaptive clipping (privacy.adaptive_clip, issue 67 item 4) ----------------------------------------------
+
+C_T, Z_TOTAL, SIGMA_B = 0.25, 1.0, 3.0  # C_t moved from C = 0.7; the run's z; the count's σ_b
+
+
+def code_adaptive(rule, alg, devices, staleness, n, bases):
+    """What a run under adaptive clipping at C_t = C_T releases for this buffer: the event's S and noise std, and the
+    std the mechanism drew the count with (privacy/mechanism.py, its count draw intercepted)."""
+    form = rule.split("_")[1] if rule.startswith("seafl") else "delta"
+    cfg = config_from_dict({}, ["privacy.enabled=true", f"privacy.noise_multiplier={Z_TOTAL}", f"privacy.clipping_bound={C}",
+                                f"privacy.seafl_form={form}", "privacy.seeded_noise=true",
+                                "privacy.adaptive_clip.enabled=true", f"privacy.adaptive_clip.count_std={SIGMA_B}"])
+    mech = Mechanism(cfg, FlatParts.all_params(DIM), SimpleNamespace(names=("w",), shapes=((DIM,),)), say=False)
+    mech.load({"inclusions": {}, "clipped": 0, "zeroed": 0, "adaptive_clip": {"bound": C_T, "used": C_T}})
+    stds = []
+    mech._count_draw = lambda t: (lambda count, std: stds.append(std) or float(count))
+    by_version = {VERSION - int(s): torch.tensor(b) for s, b in zip(staleness, bases)}
+    by_version.setdefault(VERSION, torch.tensor(bases[0]))
+    ups = [BufferedUpdate(device=d, job=i, flat=by_version[VERSION - int(s)].clone(), n_samples=int(m),
+                          base_version=VERSION - int(s), epochs=1) for i, (d, s, m) in enumerate(zip(devices, staleness, n))]
+    ev = {"updates": [{"device": d} for d in devices]}
+    mech.aggregate(ev, alg, VERSION, by_version[VERSION], ups, by_version.__getitem__, FlatParts.all_params(DIM))
+    assert ev["privacy"]["clipping_bound"] == C_T and len(stds) == 1
+    return ev["privacy"]["sensitivity"], ev["privacy"]["noise_std"], stds[0]
+
+
+def largest_count_shift(devices, bound, rng):
+    """The largest |Σ_k 1[‖Δ_k‖ ≤ C] − Σ_k 1[‖Δ′_k‖ ≤ C]| over neighbours replacing one device's updates, each norm
+    anything in [0, 3C] (the paper's b_k, counted here)."""
+    best = 0
+    for d in set(devices):
+        mine = [i for i, x in enumerate(devices) if x == d]
+        for _ in range(32):
+            norms = rng.uniform(0, 3 * bound, size=len(devices))
+            other = norms.copy()
+            other[mine] = rng.uniform(0, 3 * bound, size=len(mine))
+            for extreme in (None, 0.0, 3 * bound):  # all of d's within, or all above, against the draw
+                if extreme is not None:
+                    other[mine] = extreme
+                best = max(best, abs(int((norms <= bound).sum()) - int((other <= bound).sum())))
+    return best
+
+
+@pytest.mark.parametrize("rule", ["fedbuff", "fedasync", "fedavg", "asyncsgd", "seafl_delta", "seafl_model"])
+def test_under_adaptive_clipping_the_update_and_the_count_together_are_one_gaussian_of_z(rule):
+    """At C_t = C_T, no neighbour (deltas of norm ≤ C_t) moves w′ further than the event's S, S is tight where the
+    fixed bound's is, and the release of w′ + N(0, (z_Δ S)²) and of the count + N(0, σ²) moves, in units of its noise,
+    by at most 1/z: (shift/σ_w)² + (count shift/σ_count)² ≤ z⁻² — the accounting's claim (the paper's §3.1 under
+    replace-one), equal for a tight rule with a device whose updates can all flip."""
+    checked = 0
+    for k, pattern, edge, devices, n, staleness, w, bases, rng in itertools.islice(cases(rule), 0, None, 1 if rule == "fedavg" else 4):  # FedAvg has 5
+        alg = dataclasses.replace(BASE_ALG, name=rule.split("_")[0], **edge)
+        s, noise_std, count_std = code_adaptive(rule, alg, devices, staleness, n, bases)
+        found = largest_shift(rule, alg, w, bases, devices, n, staleness, rng, trials=8, bound=C_T)
+        flips = largest_count_shift(devices, C_T, rng)
+        where = f"{rule} K={k} {pattern} {edge} devices={devices}"
+        assert found <= s * (1 + 1e-9) + 1e-12, f"{where}: a neighbour moves w′ by {found:.6g} > S = {s:.6g}"
+        assert flips == max(devices.count(d) for d in devices)  # the adversary flips every update of one device
+        units = (found / noise_std) ** 2 + (flips / count_std) ** 2 if noise_std > 0 else 0.0
+        assert units <= Z_TOTAL ** -2 * (1 + 1e-9), f"{where}: moves {math.sqrt(units):.6g} noise units > 1/z"
+        if rule in TIGHT and found > 0:
+            assert s <= 1.1 * found and units >= Z_TOTAL ** -2 / 1.1 ** 2, where
+        checked += 1
+    assert checked >= 5

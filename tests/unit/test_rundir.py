@@ -46,7 +46,8 @@ REFUSED = {f"{section}.{key}" for section, keys in {
     "runtime": ["precision", "batch_jobs", "deterministic"],
     "compression": ["codec", "levels", "bucket", "fraction", "error_feedback"],
     "privacy": ["enabled", "clipping_bound", "noise_multiplier", "epsilon", "delta", "accountant", "seafl_form",
-                "max_participation", "diagnostics", "secure_noise", "seeded_noise"]}.items() for key in keys}
+                "max_participation", "diagnostics", "secure_noise", "seeded_noise", "adaptive_clip.enabled",
+                "adaptive_clip.target_quantile", "adaptive_clip.lr", "adaptive_clip.count_std"]}.items() for key in keys}
 
 
 def schema_keys(cls=Config, prefix=""):
