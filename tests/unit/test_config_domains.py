@@ -31,6 +31,9 @@ COMPANIONS = {"devices.num": ["devices.concurrency=1", "algorithm.buffer_size=1"
               "run.device_eval_every": ["data.device_holdout=0.2"],  # evaluation needs held-out data
               "compression.error_feedback": ["compression.codec=topk", "runtime.placement=device"],  # true: both
               "privacy.enabled": ["algorithm.name=fedbuff", "privacy.noise_multiplier=1"],  # true: a rule and a z
+              "privacy.adaptive_clip.enabled": ["algorithm.name=fedbuff", "privacy.enabled=true",  # true: central
+                                                "privacy.noise_multiplier=1",  # DP to adapt, with σ_b > z
+                                                "privacy.adaptive_clip.count_std=2"],
               "data.files": ["data.name=hf:x"], "data.columns": ["data.name=hf:x"],  # a mapping: for hf:<path>
               "data.splits": ["data.name=hf:x"], "data.partition_args": ["data.partition=flwr:IidPartitioner"],
               "algorithm.params": ["algorithm.name=user_extensions:mean_of_any"],  # a mapping: for a rule of one's
