@@ -24,6 +24,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from seafl_dist.algo import BufferedUpdate, FlatParts, aggregate, memory_of
 from seafl_dist.defenses import DEFENSES
 from seafl_dist.defenses import geometry
+from seafl_dist.defenses.estimators import NETWORK_MAX, sorted_columns
 from seafl_dist.defenses.geometry import Deltas, pairwise_sq_distances
 from seafl_dist.settings import ConfigError, config_from_dict, dump_config
 from seafl_dist.settings.defense import ESTIMATORS, FILTERS
@@ -182,6 +183,16 @@ def test_pairwise_distances_equal_the_loop_over_pairs_in_any_block_size(buf, chu
     idx = params_idx(parts, len(vec[0]))
     assert got.dtype == torch.float64
     assert got.tolist() == [[sq(a, b, idx) for b in vec] for a in vec]
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 10, NETWORK_MAX, NETWORK_MAX + 1, 40])
+def test_the_columns_are_sorted_as_a_sort_sorts_them_on_either_side_of_the_network_limit(n):
+    g = torch.Generator().manual_seed(n)
+    x = torch.randint(-3, 4, (n, 257), generator=g).to(torch.float64)  # many ties
+    x[:, :5] = torch.randn(n, 5, generator=g, dtype=torch.float64)
+    got = sorted_columns(x)
+    assert torch.equal(got, torch.tensor([sorted(col) for col in x.T.tolist()], dtype=torch.float64).T)
+    assert got is not x
 
 
 # ---- filters ---------------------------------------------------------------------------------------------------
