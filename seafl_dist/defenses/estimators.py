@@ -50,7 +50,7 @@ def sorted_columns(x: torch.Tensor) -> torch.Tensor:
 def median_of(x: torch.Tensor) -> torch.Tensor:
     """Each column's median (the two middle values' mean for an even count); ``x`` sorted along dim 0."""
     n = x.shape[0]
-    return (x[(n - 1) // 2] + x[n // 2]) / 2.0
+    return (x[(n - 1) // 2].to(torch.float64) + x[n // 2].to(torch.float64)) / 2.0
 
 
 @torch.no_grad()
@@ -58,14 +58,15 @@ def coordinatewise(deltas: Deltas, name: str, beta: float = 0.0, f: int = 0) -> 
     """The median, the trimmed mean or Bulyan's coordinate phase of the rows, over every entry (float64, length d)."""
     out = torch.empty(deltas.d, dtype=torch.float64, device=deltas.global_flat.device)
     n = deltas.n
-    for lo, hi, x in deltas.blocks():
+    for lo, hi, x in deltas.blocks(exact=True):  # sorted in w_t's dtype where exact, averaged in float64
         x = sorted_columns(x)
         if name == "median":
             out[lo:hi] = median_of(x)
         elif name == "trimmed_mean":
             b = trimmed_count(beta, n)
-            out[lo:hi] = x[b:n - b].mean(dim=0)
+            out[lo:hi] = x[b:n - b].to(torch.float64).mean(dim=0)
         elif name == "bulyan":
+            x = x.to(torch.float64)
             near = (x - median_of(x)).abs().sort(dim=0, stable=True).indices[:n - 2 * f]
             out[lo:hi] = x.gather(0, near).mean(dim=0)
         else:

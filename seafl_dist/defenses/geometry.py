@@ -28,20 +28,23 @@ class Deltas:
         self.scale = None if scale is None or all(c == 1.0 for c in scale) else \
             torch.tensor(list(scale), dtype=torch.float64, device=global_flat.device)[:, None]
 
-    def block(self, lo: int, hi: int, mask: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """The n × (hi − lo) float64 block of rows c_k Δ_k, restricted to ``mask[lo:hi]`` when given."""
+    def block(self, lo: int, hi: int, mask: Optional[torch.Tensor] = None, exact: bool = False) -> torch.Tensor:
+        """The n × (hi − lo) float64 block of rows c_k Δ_k, restricted to ``mask[lo:hi]`` when given. ``exact``:
+        in w_t's dtype when no c_k scales them (the same values, for a caller that only compares and selects them:
+        half the memory traffic of float64 in float32)."""
         g = self.global_flat
-        rows = [as_global(u.flat[lo:hi], g) - self.bases(u.base_version)[lo:hi] for u in self.updates]
-        x = torch.stack(rows).to(torch.float64)
+        x = torch.stack([as_global(u.flat[lo:hi], g) - self.bases(u.base_version)[lo:hi] for u in self.updates])
+        if not (exact and self.scale is None):
+            x = x.to(torch.float64)
         if mask is not None:
             x = x[:, mask[lo:hi].to(x.device)]
         return x if self.scale is None else x * self.scale
 
-    def blocks(self, mask: Optional[torch.Tensor] = None):
+    def blocks(self, mask: Optional[torch.Tensor] = None, exact: bool = False):
         """(lo, hi, block) over the whole vector."""
         for lo in range(0, self.d, CHUNK):
             hi = min(lo + CHUNK, self.d)
-            yield lo, hi, self.block(lo, hi, mask)
+            yield lo, hi, self.block(lo, hi, mask, exact)
 
 
 def params_mask(parts) -> Optional[torch.Tensor]:
