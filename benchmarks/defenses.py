@@ -94,7 +94,7 @@ def main(argv=None) -> int:
         for size, k in columns:
             s, base = results[name, size, k], results["fedbuff", size, k]
             ratio, goal = s / base, aim(name, k)
-            mark = "" if goal is None else (f" (aim ≤ {goal:g}×: met)" if ratio <= goal else f" (aim ≤ {goal:g}×: MISSED)")
+            mark = "" if goal is None else f" (aim ≤ {goal:g}×: {'met' if ratio <= goal else 'MISSED'})"
             cells.append(f"{s * 1e3:.1f} ms, {ratio:.2f}×{mark}")
         print(f"| {name} | {' | '.join(cells)} |")
     return 0

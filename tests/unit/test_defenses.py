@@ -163,7 +163,8 @@ def test_the_registry_names_every_defense_the_config_takes():
 
 def test_off_leaves_config_yaml_and_the_rules_memory_as_they_were():
     assert "defense" not in dump_config(config("algorithm.name=fedbuff"))
-    assert "defense:\n    name: median" in dump_config(config("algorithm.name=fedbuff", "algorithm.defense.name=median"))
+    on = config("algorithm.name=fedbuff", "algorithm.defense.name=median")
+    assert "defense:\n    name: median" in dump_config(on)
     assert not memory_of(config("algorithm.name=fedbuff").algorithm).stateful
     assert memory_of(config("algorithm.name=fedbuff", "algorithm.defense.name=centered_clipping").algorithm).stateful
 
