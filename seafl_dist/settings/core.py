@@ -38,6 +38,7 @@ from seafl_dist.settings.server_opt import ServerOptConfig
 from seafl_dist.settings.ca2fl import Ca2flConfig
 from seafl_dist.settings.fedstaleweight import FedStaleWeightConfig
 from seafl_dist.settings.fedcompass import FedCompassConfig
+from seafl_dist.settings.defense import DefenseConfig, check_defense
 
 __all__ = ["ALGORITHMS", "SIMILARITY_MODES", "SIMILARITY_OVER", "AlgorithmConfig", "ClockConfig", "Config", "ConfigError", "DataConfig",
            "DevicesConfig", "IdleConfig", "LoggingConfig", "ModelConfig", "RunConfig", "RuntimeConfig",
@@ -79,6 +80,7 @@ class Config:
             _check_fedcompass(self)
         _check_device_eval(self)
         self.privacy.check_with(self.algorithm, self.run)
+        check_defense(self.algorithm, self.privacy.enabled)  # K resolved above (settings/defense.py)
         _check_data_under_dp(self)
         _check_inputs(self.model.name, self.data.name)
         if self.compression.error_feedback and self.runtime.placement != "device":
@@ -390,6 +392,7 @@ OMITTED_SECTIONS_AT_DEFAULT = {("algorithm", "server_opt"): ServerOptConfig, ("a
                                ("algorithm", "ca2fl"): Ca2flConfig, ("algorithm", "port"): PortConfig,
                                ("algorithm", "fedstaleweight"): FedStaleWeightConfig,
                                ("algorithm", "fedcompass"): FedCompassConfig,
+                               ("algorithm", "defense"): DefenseConfig,
                                ("compression",): CompressionConfig, ("privacy",): PrivacyConfig,
                                ("privacy", "adaptive_clip"): AdaptiveClipConfig}
 

@@ -22,6 +22,7 @@ from seafl_dist.settings.keys import key, section
 from seafl_dist.settings.plugins import check_params, is_import_path, refuse_params_of_built_in
 from seafl_dist.settings.asyncsgd import AsyncSGDConfig
 from seafl_dist.settings.ca2fl import Ca2flConfig
+from seafl_dist.settings.defense import DefenseConfig
 from seafl_dist.settings.fedcompass import FedCompassConfig
 from seafl_dist.settings.fedstaleweight import FedStaleWeightConfig
 from seafl_dist.settings.port import PortConfig
@@ -117,6 +118,9 @@ class AlgorithmConfig:
     fedstaleweight: FedStaleWeightConfig = section(FedStaleWeightConfig, "FedStaleWeight's own key "
                                                    "(`algorithm.name: fedstaleweight`)")
     fedcompass: FedCompassConfig = section(FedCompassConfig, "FedCompass's own keys (`algorithm.name: fedcompass`)")
+    defense: DefenseConfig = section(DefenseConfig, "a robust-aggregation defense between Screen and Clip: a filter "
+                                     "(Krum, Multi-Krum) or an estimator (median, trimmed mean, Bulyan, centered "
+                                     "clipping); docs/robustness.md")
 
     def __post_init__(self) -> None:
         self.limit_given = self.staleness_limit is not UNSET  # not a key: whether the config chose β (limit_line)

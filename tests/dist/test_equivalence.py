@@ -6,7 +6,8 @@ algorithms to keep the suite short, and one torchrun job per W runs all of its a
 Checked: events.jsonl byte-identical, metrics.csv equal
 (accuracy and loss within 1e-6; bit-identical in practice with one thread per rank), the same
 summary apart from wall time, every rank exiting 0, and nothing written but rank 0's run dir. The W = 3 job also
-runs a user's rule with memory (tests/user_extensions.py fair_momentum): its state stays on rank 0.
+runs a user's rule with memory (tests/user_extensions.py fair_momentum) and centered clipping (its centre): the state
+stays on rank 0.
 """
 import csv
 import json
@@ -36,7 +37,10 @@ def overrides(name):
 # (tests/user_extensions.py fair_momentum; its state on rank 0 with the server, algo/memory.py), and fedcompass (its
 # step-counted jobs travel to the workers with their steps)
 ROWS_OF_3 = {"placement": [*overrides("seafl2"), "runtime.placement=device"], "stateful": [*SMALL, *STATEFUL],
-             "fedcompass": [*SMALL, *FEDCOMPASS]}
+             "fedcompass": [*SMALL, *FEDCOMPASS],
+             # a defense with a state (centered clipping's centre, rule memory on rank 0; seafl_dist/defenses/)
+             "defense": [*SMALL, "algorithm.name=fedbuff", "algorithm.defense.name=centered_clipping",
+                         "algorithm.defense.tau=0.5"]}
 
 
 @pytest.fixture(scope="module")
@@ -166,3 +170,16 @@ def test_a_rule_with_memory_of_ones_own_matches_inprocess(inprocess, on_ranks):
     s_ref, s_got = (json.loads((d / "summary.json").read_text()) for d in (ref, got))
     s_ref.pop("wall_time_s"), s_got.pop("wall_time_s")
     assert s_got == s_ref and s_got["rule_state"]["keys"] == ["m", "seen"]
+
+
+def test_centered_clipping_on_3_ranks_matches_inprocess(inprocess, on_ranks):
+    """A defense whose centre lives on rank 0 with the server (algo/memory.py): the one-process run's bytes."""
+    ref = inprocess("defense")
+    proc, got, _ = on_ranks("defense")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for f in ("events.jsonl", "model.pt", "config.yaml"):
+        assert (got / f).read_bytes() == (ref / f).read_bytes(), f
+    assert_same_metrics(ref / "metrics.csv", got / "metrics.csv")
+    s_ref, s_got = (json.loads((d / "summary.json").read_text()) for d in (ref, got))
+    s_ref.pop("wall_time_s"), s_got.pop("wall_time_s")
+    assert s_got == s_ref and s_got["rule_state"]["keys"] == ["centre"]

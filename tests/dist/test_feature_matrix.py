@@ -13,6 +13,7 @@ Factors (tests/pairwise.py covers every pair of their levels in some row):
 - churn: a device profile with availability windows and dropouts; wandb: offline; loop: plain or lightning;
 - W: 1 (one process) or 3 (torchrun); resume: rank 0 killed during aggregation 4 and restarted by torchrun.
 - prox_mu: FedProx's proximal term off (0) or `train.prox_mu=0.01` (issue 66), on every loop and W.
+- defense: none, or Krum (`algorithm.defense.name=krum`, f = 0, K = 3: a filter, so with either rule; issue 65).
 
 Every row must complete, and where it runs under torchrun (W = 3, or W = 1 with a kill) end with the bytes of
 the same config run uninterrupted in this process. The pairs that may not meet are each run once and must be
@@ -58,6 +59,7 @@ FACTORS = {
     "W": [1, 3],
     "resume": [False, True],
     "prox_mu": [0.0, 0.01],
+    "defense": ["none", "krum"],
 }
 
 # (pair, the key the one-line refusal names): docs/configuration.md's notes of these keys say why
@@ -75,6 +77,8 @@ REFUSED = {
     (("partition", "by_key"), ("privacy", True)): "data.name",
     # ca2fl's cache puts every past contributor into every later aggregation: no sensitivity (docs/privacy.md)
     (("rule", "stateful"), ("privacy", True)): "algorithm.name",
+    # no sensitivity is derived for a defense (docs/robustness.md, "Defenses")
+    (("privacy", True), ("defense", "krum")): "algorithm.defense.name",
 }
 
 
@@ -116,6 +120,9 @@ def overrides(row: dict, where) -> list[str]:
         args += ["train.loop=lightning"]
     if row["prox_mu"]:
         args += [f"train.prox_mu={row['prox_mu']}"]
+    if row["defense"] == "krum":  # Krum needs K ≥ 2f + 3 = 3 in flight (LEAF's five writers: three of them)
+        args += ["algorithm.defense.name=krum", "algorithm.defense.f=0", "algorithm.buffer_size=3",
+                 f"devices.concurrency={3 if row['data'] == 'leaf' else 4}"]
     return args
 
 
@@ -201,10 +208,10 @@ def test_each_row_completes_and_matches_its_uninterrupted_run(i, where, launched
 
 
 def refused_row(pair) -> dict:
-    """The first row (defaults but for data, partition, holdout, privacy and rule) that holds ``pair`` and whose
+    """The first row (defaults but for data, partition, holdout, privacy, rule and defense) that holds ``pair`` and whose
     refused pairs all name ``pair``'s key."""
     base = {name: levels[0] for name, levels in FACTORS.items()}
-    varied = ("data", "partition", "holdout", "privacy", "rule")
+    varied = ("data", "partition", "holdout", "privacy", "rule", "defense")
     for levels in product(*(FACTORS[k] for k in varied)):
         row = {**base, **dict(zip(varied, levels))}
         fired = {REFUSED[p] for p in REFUSED if all(row[k] == v for k, v in p)}

@@ -1,0 +1,91 @@
+"""The defense stage of one aggregation, between Screen (2) and Clip (3) of SPEC's "One aggregation, end to end",
+as algo/dispatch.py's ``aggregate`` calls it.
+
+- :func:`rejections`: a filter's drops (Krum, Multi-Krum; Bulyan's selection), made with the update guard's,
+  before the rule runs, among the updates the value check and the guard kept; the rule sees only the rest.
+- :func:`estimator_rule`: the function that replaces FedBuff's rule when an estimator is on,
+  w′ = w_t + η_g · est({c_k Δ_k}) with c_k FedBuff's staleness scale (1, or 1/√(1+S_k)), over the parameters and
+  statistics; counters carried as by every rule (algo/common.py). Centered clipping's is a rule with memory
+  (algo/memory.py): its state is the centre, ``{"centre": v}`` (float64, counters 0), in every checkpoint.
+
+An estimator's trace weight for update k is the coefficient FedBuff's mean would give it, η_g c_k / n: the estimator
+itself gives no weight per update. Off (``algorithm.defense.name: none``), neither is called.
+"""
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+import torch
+
+from ..algo.common import BaseModels, carry_counters, flat_parts, screen
+from ..algo.fedbuff import fedbuff_scale
+from ..algo.types import AggregationResult, BufferedUpdate, FlatParts
+from .estimators import centered_clipping, coordinatewise
+from .filters import bulyan_selection, multi_krum
+from .geometry import Deltas, pairwise_sq_distances, params_mask
+from .registry import DEFENSES
+
+
+def rejections(defense, updates: list[BufferedUpdate], bases: BaseModels, global_flat: torch.Tensor,
+               parts: Optional[FlatParts], refused: dict[int, str], norms: list) -> dict[int, str]:
+    """{position: reason} of the updates the defense's filter drops, among those neither the value check (a norm
+    of None) nor the guard (``refused``) rejected; {} for a defense without a filter."""
+    if not DEFENSES[defense.name].drops:
+        return {}
+    screened = [i for i, n in enumerate(norms) if n is not None and i not in refused]
+    if not screened:
+        return {}
+    dist = pairwise_sq_distances(Deltas([updates[i] for i in screened], bases, global_flat), params_mask(parts))
+    drops = bulyan_selection(dist, defense.f) if defense.name == "bulyan" else \
+        multi_krum(dist, defense.f, 1 if defense.name == "krum" else defense.keep, defense.name)
+    return {screened[j]: why for j, why in drops.items()}
+
+
+def estimator_rule(cfg) -> Optional[Callable]:
+    """The rule an estimator puts in FedBuff's place (centered clipping's with a ``state``), or None."""
+    defense = getattr(cfg, "defense", None)
+    if defense is None or defense.kind != "estimator":
+        return None
+    return estimate_around_centre if DEFENSES[defense.name].stateful else estimate
+
+
+@torch.no_grad()
+def estimate(cfg, version: int, global_flat: torch.Tensor, updates: list[BufferedUpdate],
+             base_model: Callable[[int], torch.Tensor], parts: Optional[FlatParts] = None) -> AggregationResult:
+    """w_t + η_g · est({c_k Δ_k}) for the median, the trimmed mean and Bulyan's coordinate phase."""
+    return _estimate(cfg, version, global_flat, updates, base_model, parts, None)
+
+
+@torch.no_grad()
+def estimate_around_centre(cfg, version: int, global_flat: torch.Tensor, updates: list[BufferedUpdate],
+                           base_model: Callable[[int], torch.Tensor], parts: Optional[FlatParts] = None,
+                           state=None) -> AggregationResult:
+    """Centered clipping's step, its centre taken from ``state`` and the new one returned in the result's."""
+    return _estimate(cfg, version, global_flat, updates, base_model, parts, {} if state is None else state)
+
+
+def _estimate(cfg, version, global_flat, updates, base_model, parts, state) -> AggregationResult:
+    accepted, info = screen(version, global_flat, updates)
+    parts = flat_parts(parts, global_flat)
+    if not accepted:
+        return AggregationResult(global_flat.clone(), info, state=None if state is None else dict(state))
+    d = cfg.defense
+    n = len(accepted)
+    if d.name == "bulyan" and n < 2 * d.f + 1:
+        raise ValueError(f"bulyan's coordinate phase on {n} updates with f={d.f}: it averages n − 2f of them (its "
+                         f"selection, which needs 4f + 3, comes first)")
+    scale = [fedbuff_scale(info[i]["staleness"], cfg.staleness_scaling) for i in accepted]
+    for i, c in zip(accepted, scale):
+        info[i]["weight"] = cfg.server_lr * c / n
+    deltas = Deltas([updates[i] for i in accepted], BaseModels(base_model, global_flat), global_flat, scale)
+    counters = parts.counters.to(global_flat.device)
+    new_state = None
+    if d.name == "centered_clipping":
+        est = centered_clipping(deltas, state.get("centre"), d.tau, d.iterations, params_mask(parts))
+        est[counters] = 0.0
+        new_state = {**state, "centre": est}
+    else:
+        est = coordinatewise(deltas, d.name, beta=d.beta, f=d.f)
+    out = (global_flat.to(torch.float64) + cfg.server_lr * est).to(global_flat.dtype)
+    return AggregationResult(carry_counters(out, global_flat, [updates[i].flat for i in accepted], parts), info,
+                             state=new_state)
