@@ -32,6 +32,7 @@ from seafl_dist.settings.errors import _fail  # this module's own checks word th
 from seafl_dist.settings.keys import key, section
 from seafl_dist.settings.compression import CompressionConfig
 from seafl_dist.settings.privacy import PrivacyConfig
+from seafl_dist.settings.threats import ThreatsConfig
 from seafl_dist.settings.asyncsgd import AsyncSGDConfig
 from seafl_dist.settings.port import PortConfig
 from seafl_dist.settings.server_opt import ServerOptConfig
@@ -57,6 +58,7 @@ class Config:
     compression: CompressionConfig = section(CompressionConfig, "what a device uploads: the model, or its "
                                              "compressed delta")
     privacy: PrivacyConfig = section(PrivacyConfig, "user-level differential privacy: clipping, noise, ε")
+    threats: ThreatsConfig = section(ThreatsConfig, "malicious devices and their attacks (docs/robustness.md)")
     data: DataConfig = section(DataConfig, "the dataset and how it is split into devices' shards")
     model: ModelConfig = section(ModelConfig, "the model every device trains")
     run: RunConfig = section(RunConfig, "when the run stops, evaluates and checkpoints")
@@ -79,6 +81,7 @@ class Config:
             _check_fedcompass(self)
         _check_device_eval(self)
         self.privacy.check_with(self.algorithm, self.run)
+        self.threats.check_with(self)
         _check_data_under_dp(self)
         _check_inputs(self.model.name, self.data.name)
         if self.compression.error_feedback and self.runtime.placement != "device":
@@ -390,7 +393,8 @@ OMITTED_SECTIONS_AT_DEFAULT = {("algorithm", "server_opt"): ServerOptConfig, ("a
                                ("algorithm", "ca2fl"): Ca2flConfig, ("algorithm", "port"): PortConfig,
                                ("algorithm", "fedstaleweight"): FedStaleWeightConfig,
                                ("algorithm", "fedcompass"): FedCompassConfig,
-                               ("compression",): CompressionConfig, ("privacy",): PrivacyConfig}
+                               ("compression",): CompressionConfig, ("privacy",): PrivacyConfig,
+                               ("threats",): ThreatsConfig}
 
 
 def dump_config(cfg: Config) -> str:

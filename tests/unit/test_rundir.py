@@ -46,7 +46,9 @@ REFUSED = {f"{section}.{key}" for section, keys in {
     "runtime": ["precision", "batch_jobs", "deterministic"],
     "compression": ["codec", "levels", "bucket", "fraction", "error_feedback"],
     "privacy": ["enabled", "clipping_bound", "noise_multiplier", "epsilon", "delta", "accountant", "seafl_form",
-                "max_participation", "diagnostics", "secure_noise", "seeded_noise"]}.items() for key in keys}
+                "max_participation", "diagnostics", "secure_noise", "seeded_noise"],
+    "threats": ["malicious", "malicious_devices", "attack", "fast", "scale", "sigma", "z", "epsilon", "perturbation",
+                "backdoor_target", "backdoor_fraction", "trigger_size"]}.items() for key in keys}
 
 
 def schema_keys(cls=Config, prefix=""):
