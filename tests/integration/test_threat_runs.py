@@ -4,13 +4,14 @@ update (and changed by fast attackers only as the docs define), and a backdoor's
 summary.json."""
 import csv
 import json
+import signal
 
 import numpy as np
 import pytest
 import torch
 import yaml
 
-from resuming import reference
+from resuming import assert_same_run, checkpoint_versions, cli, reference, run_args
 from seafl_dist.report.trace import check_run
 from seafl_dist.sim.rng import stream, stream_key
 from small_runs import SMALL
@@ -88,3 +89,19 @@ def test_a_backdoor_target_outside_the_labels_is_refused_in_one_line(tmp_path):
                  "--out", tmp_path / "r")
     assert proc.returncode == 2, proc.stderr
     assert "config key 'threats.backdoor_target' has value 10; allowed: a label of digits" in proc.stderr
+
+
+def test_a_killed_run_with_a_backdoor_and_fast_attackers_resumes_to_the_same_bytes(tmp_path):
+    """Nothing of an attack is state (docs/robustness.md, "Under DP, and resume"): the resumed run recomputes the
+    poisoned shards, the fast attackers' clock and the success rate, and ends byte-identical."""
+    overrides = [*SMALL, *MALICIOUS, "threats.attack=backdoor", "threats.fast=true", "run.checkpoint_every=2",
+                 "run.checkpoint_every_s=null"]
+    ref = reference(tmp_path / "ref", overrides)
+    out = tmp_path / "run"
+    stopped = cli(*run_args(overrides, out), fault="during_aggregate:3")
+    assert stopped.returncode == -signal.SIGKILL and checkpoint_versions(out) == [2]
+    resumed = cli(*run_args(overrides, out))
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"resumed {out} after aggregation 2" in resumed.stderr
+    assert_same_run(ref, out)
+    assert (out / "partition.json").read_bytes() == (ref / "partition.json").read_bytes()
