@@ -23,6 +23,7 @@ import torch
 
 from seafl_dist.codecs import ErrorFeedback, UpdateCodec
 from seafl_dist.sim import stream_seed
+from seafl_dist.threats import Threats
 from seafl_dist.train import FlatLayout, train_job, train_jobs
 from seafl_dist.train.batched import fusion_blocker
 from seafl_dist.train.graphed import Slot, graph_blocker, train_slots
@@ -129,6 +130,7 @@ class GroupTrainer:
         self.limit = exp.cfg.runtime.batch_jobs
         self.codec = UpdateCodec(exp.cfg.compression, FlatLayout.of(self.model))  # what a job uploads
         self.feedback = ErrorFeedback() if exp.cfg.compression.error_feedback else None  # its devices' residuals
+        self.threats = Threats(exp.cfg, exp.num_devices, FlatLayout.of(self.model).mask("param"))  # local attacks
         self.slots: list | None = None  # CUDA graph slots, made at the first group
         self.logs: dict[int, dict] = {}  # job -> what its module logged (modules that log: one job at a time)
         # graphs=True on a CPU: the slots' code stepping eagerly (the tests' way to run it end to end)
@@ -192,7 +194,8 @@ class GroupTrainer:
         uploads = [None] * len(specs)
         for i in sorted(range(len(specs)), key=lambda i: (specs[i].finish, specs[i].job)):  # error feedback: a
             s = specs[i]  # device's jobs in the order they finish (codecs/feedback.py)
-            uploads[i] = self.codec.encode(flats[i], starts[i], compress_seed(self.exp.cfg, s), self.feedback,
+            trained = self.threats.upload(flats[i], starts[i], s.device, s.job)  # a malicious device's attack
+            uploads[i] = self.codec.encode(trained, starts[i], compress_seed(self.exp.cfg, s), self.feedback,
                                            device=s.device, job=s.job, finish=s.finish)
         return uploads
 

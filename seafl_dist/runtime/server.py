@@ -2,21 +2,19 @@
 
 The same loop serves the in-process runner and the distributed runtime; only the executor
 (who trains a job) differs. For each scheduler event:
-- start: look ahead for the epochs the job will really train, hand it to the executor (a job
-  that drops is never trained),
+- start: look ahead for the epochs a job will train, hand it to the executor (a job that drops is never trained),
 - notify / finish / drop: record; stall (device churn, docs/devices.md): record, end ``stalled``,
 - aggregate: collect the jobs' models, apply the rule of ``algorithm.name`` and the server optimizer of
   ``algorithm.server_opt`` (``none``: the rule's result), bump the version, evaluate, stop early.
 
-The end of each aggregation (its new jobs dispatched, its eval and start events written and
-flushed) is a consistent state: the server snapshots it (references, no copies), writes it as
-a checkpoint when one is due (runtime/checkpoint.py), and on an interrupt or failure writes the
-last snapshot, never the half-done aggregation. ``resume=`` a checkpoint path continues a run;
-at the normal end the final model goes to ``model.pt``, ``summary.json`` records every run file's
-size and sha256 (the proof runtime/rundir.py checks) and private/ (checkpoints, residuals) is deleted. The run
-holds the run dir's lock (runtime/runlock.py) from before its first write to after its last.
-A file it cannot write (a full disk) ends it with a :class:`RunFileError` naming the file and
-the checkpoint kept.
+The end of each aggregation (its new jobs dispatched, its eval and start events written and flushed) is a
+consistent state: the server snapshots it (references, no copies), writes it as a checkpoint when one is due
+(runtime/checkpoint.py), and on an interrupt or failure writes the last snapshot, never the half-done aggregation.
+``resume=`` a checkpoint path continues a run; at the normal end the final model goes to ``model.pt``,
+``summary.json`` records every run file's size and sha256 (the proof runtime/rundir.py checks) and private/
+(checkpoints, residuals) is deleted. The run holds the run dir's lock (runtime/runlock.py) from before its first
+write to after its last. A file it cannot write (a full disk) ends it with a :class:`RunFileError` naming the
+file and the checkpoint kept.
 """
 from __future__ import annotations
 
@@ -76,7 +74,7 @@ class Server(Snapshots):
         self.churn = self.cfg.devices.profile is not None or self.cfg.devices.dropout is not None
         # a module's own test_step: what its probe evaluation logged (runtime/setup.py), columns after today's
         self.eval_names = exp.eval_names
-        self.columns = METRIC_COLUMNS + (["drops"] if self.churn else []) + list(self.eval_names or [])
+        self.columns = METRIC_COLUMNS + (["drops"] if self.churn else []) + list(self.eval_names or exp.threats.columns)
         self.profile_sha256 = exp.profile.sha256 if exp.profile is not None else None
         self.stalled: str | None = None  # why the run could make no more progress
         self.diverged_stop = False  # the run diverged and run.stop_on_divergence ends it here
@@ -89,7 +87,8 @@ class Server(Snapshots):
     def _evaluate(self, version: int, now: float, flat: torch.Tensor, agg: dict | None) -> dict:
         test, device, precision = self.exp.test.to(self.exp.device), self.exp.device, self.cfg.runtime.precision
         if self.eval_names is None:
-            (acc, loss), metrics = evaluate(self.eval_model, flat, test, device=device, precision=precision), {}
+            acc, loss = evaluate(self.eval_model, flat, test, device=device, precision=precision)
+            metrics = self.exp.threats.scores(evaluate, self.eval_model, flat, test, device=device, precision=precision)
             self.writer.event({"event": "eval", "time": now, "version": version, "accuracy": acc, "loss": loss})
         else:  # the module's own test_step (train/evaluation.py): its logged values, beside null accuracy and loss
             acc = loss = None
@@ -103,7 +102,7 @@ class Server(Snapshots):
                "notifications": self.counts["notify"], "rejected": self.counts["rejected"]}
         if self.churn:
             row["drops"] = self.counts["drop"]
-        row.update((name, metrics.get(name)) for name in self.eval_names or ())
+        row.update((name, metrics.get(name)) for name in self.eval_names or self.exp.threats.columns)
         self.writer.metrics(row)
         self.rows.append(row)
         note = self.privacy.note(self.devices.at(version, now, flat))  # device evaluation's; ε so far under DP
@@ -119,6 +118,7 @@ class Server(Snapshots):
         updates = [BufferedUpdate(device=u["device"], job=u["job"], n_samples=u["n_samples"], epochs=u["epochs"],
                                   flat=receive(self.executor.result(u["job"]), versions[u["base_version"]]),
                                   base_version=u["base_version"]) for u in ev["updates"]]
+        updates = self.exp.threats.landed(ev, updates, versions.__getitem__)  # malicious ones marked (threats/)
         result = self.privacy.aggregate(ev, self.cfg.algorithm, version, versions[version], updates,  # the rule,
                                         versions.__getitem__, self.parts, self.watch.history, self.memory)  # DP: noised
         for u, info in zip(ev["updates"], result.info):

@@ -32,6 +32,7 @@ from seafl_dist.sim.compass import from_config as compass_schedule
 from seafl_dist.sim.devices import population_settings
 from seafl_dist.sim.profiles import read_profiles
 from seafl_dist.algo import FlatParts
+from seafl_dist.threats import Threats
 from seafl_dist.train import FlatLayout, epoch_sizes, flatten
 
 
@@ -59,6 +60,7 @@ class Experiment:
     profile: object | None = None  # devices.profile's ProfileTable, read (and checked) by prepare()
     eval_names: list | None = None  # a module evaluated by its own test_step: what it logs (prepare() probes it)
     held_out: object | None = None  # rank 0, run.device_eval_every set: the chosen devices' held-out rows (HeldOut)
+    _threats: Threats | None = None  # made at first use (threats/)
 
     @property
     def n_samples(self) -> list[int]:
@@ -68,6 +70,13 @@ class Experiment:
     def num_devices(self) -> int:
         """N, resolved: ``devices.num``, or the writer count where it is null (``data.partition: natural``)."""
         return len(self.shards)
+
+    @property
+    def threats(self) -> Threats:
+        """The malicious devices and their attack (threats/; a pure function of the config, so every rank's agree)."""
+        if self._threats is None:
+            self._threats = Threats(self.cfg, self.num_devices, self.flat_parts)
+        return self._threats
 
     def new_model(self, lightning: bool = False):
         """A fresh model for this dataset (weights are overwritten from a flat vector): the plain
@@ -106,7 +115,8 @@ class Experiment:
                 **held, **({"device_test": d.device_test} if d.device_test != "split" else {}),
                 "n_samples": np.array(self.n_samples, dtype=np.int64),
                 **({"label_histograms": hist} if hist is not None else {}),
-                **({"writers": self.writers} if self.writers is not None else {})}
+                **({"writers": self.writers} if self.writers is not None else {}),
+                **({"malicious": list(self.threats.malicious)} if self.cfg.threats.active else {})}
 
     def restrict(self, devices) -> "Experiment":
         """This experiment with only the training rows ``devices`` use (a worker's own shards)."""
@@ -130,7 +140,8 @@ class Experiment:
 
     def schedule(self) -> Lookahead:
         cfg = self.cfg
-        speed = SpeedModel(cfg.clock, self.n_samples, cfg.run.seed, cfg.train.epochs)
+        fast = self.threats.malicious if cfg.threats.fast else ()  # fast attackers: the smallest idle times
+        speed = SpeedModel(cfg.clock, self.n_samples, cfg.run.seed, cfg.train.epochs, fast)
         sizes = self.upload_sizes()  # a compressed upload is shorter on the clock (docs/compression.md)
         model_bytes = sizes.get("model_bytes", 4 * FlatLayout.of(self.new_model()).numel)
         upload_s = scaled_upload(cfg.clock.upload_s, sizes["bytes"], model_bytes) if sizes else cfg.clock.upload_s
@@ -229,6 +240,11 @@ def prepare(cfg: Config, *, local_rank: int = 0, need_test: bool = True, fetch=N
     if cfg.privacy.enabled and test is not None and writers is not None:
         check_private_test(cfg, test, writers)  # the test set may not be the devices' own held-out samples
     shards, held = held_out_split(cfg, train, shards)  # data.device_holdout: the shards become the training parts
+    if cfg.threats.active:  # a data attack on the malicious devices' training parts (threats/data.py)
+        if cfg.threats.attack == "backdoor" and cfg.threats.backdoor_target >= train.num_classes:
+            raise ConfigError(f"config key 'threats.backdoor_target' has value {cfg.threats.backdoor_target}; "
+                              f"allowed: a label of {train.name}, below its {train.num_classes} classes")
+        train = Threats(cfg, len(shards)).poison(train, shards)
     cfg.algorithm.num_devices = len(shards)  # N, resolved (devices.num null: the writers): CA²FL's mean (algo/ca2fl.py)
     check_inputs(cfg, train.inputs)
     check_model_size(cfg, train.num_classes, train.in_channels, train.image_size, num_devices=len(shards))

@@ -126,7 +126,8 @@ class Snapshots:
         return {**build_summary(self.cfg, self.rows, self.counts, self.staleness, status=status, error=error, wall=wall,
                                 churn=self.churn, profile_sha256=self.profile_sha256, stalled=self.stalled,
                                 diverged_at=self.watch.diverged_at()), **self.devices.summary(), **self.memory.summary(),
-                **self.privacy.summary()}  # under DP: ε, δ, z, C, the largest m (privacy/mechanism.py)
+                **self.privacy.summary(),  # under DP: ε, δ, z, C, the largest m (privacy/mechanism.py)
+                **self.exp.threats.summary(self.rows)}  # the malicious devices and the attack (threats/)
 
     def _save_model(self, flat: torch.Tensor) -> None:
         """model.pt: the LightningModule's state_dict (load it into build_model(...) of the same config)."""

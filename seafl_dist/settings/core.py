@@ -32,6 +32,7 @@ from seafl_dist.settings.errors import _fail  # this module's own checks word th
 from seafl_dist.settings.keys import key, section
 from seafl_dist.settings.compression import CompressionConfig
 from seafl_dist.settings.privacy import AdaptiveClipConfig, PrivacyConfig
+from seafl_dist.settings.threats import ThreatsConfig
 from seafl_dist.settings.asyncsgd import AsyncSGDConfig
 from seafl_dist.settings.port import PortConfig
 from seafl_dist.settings.server_opt import ServerOptConfig
@@ -58,6 +59,7 @@ class Config:
     compression: CompressionConfig = section(CompressionConfig, "what a device uploads: the model, or its "
                                              "compressed delta")
     privacy: PrivacyConfig = section(PrivacyConfig, "user-level differential privacy: clipping, noise, ε")
+    threats: ThreatsConfig = section(ThreatsConfig, "malicious devices and their attacks (docs/robustness.md)")
     data: DataConfig = section(DataConfig, "the dataset and how it is split into devices' shards")
     model: ModelConfig = section(ModelConfig, "the model every device trains")
     run: RunConfig = section(RunConfig, "when the run stops, evaluates and checkpoints")
@@ -81,6 +83,7 @@ class Config:
         _check_device_eval(self)
         self.privacy.check_with(self.algorithm, self.run)
         check_defense(self.algorithm, self.privacy.enabled)  # K resolved above (settings/defense.py)
+        self.threats.check_with(self)
         _check_data_under_dp(self)
         _check_inputs(self.model.name, self.data.name)
         if self.compression.error_feedback and self.runtime.placement != "device":
@@ -394,7 +397,7 @@ OMITTED_SECTIONS_AT_DEFAULT = {("algorithm", "server_opt"): ServerOptConfig, ("a
                                ("algorithm", "fedcompass"): FedCompassConfig,
                                ("algorithm", "defense"): DefenseConfig,
                                ("compression",): CompressionConfig, ("privacy",): PrivacyConfig,
-                               ("privacy", "adaptive_clip"): AdaptiveClipConfig}
+                               ("privacy", "adaptive_clip"): AdaptiveClipConfig, ("threats",): ThreatsConfig}
 
 
 def dump_config(cfg: Config) -> str:

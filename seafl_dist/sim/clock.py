@@ -11,6 +11,10 @@ b_0 = start + download_s. Idle times are heavy-tailed and capped at ``idle.max``
 ``per_device`` draws z_k once per device from stream ("idle", k); ``per_epoch`` draws one
 value per epoch from stream ("idle", k, j) where j counts that device's jobs, so a device's
 timeline never depends on what other devices did.
+
+Fast attackers (``threats.fast``, :func:`fastest_first`): the per-device draw is made as above, then the r
+malicious devices take its r smallest values, and the honest devices they displace take the malicious devices'
+own draws; every other device keeps its draw.
 """
 from __future__ import annotations
 
@@ -41,10 +45,32 @@ def scaled_upload(upload_s: float, upload_bytes: int, model_bytes: int) -> float
     return upload_s * (upload_bytes / model_bytes)
 
 
-class SpeedModel:
-    """Plans a job's epoch ends from the clock config, the run seed and each device's n_k."""
+def fastest_first(idle: Sequence[float], malicious: Sequence[int]) -> list[float]:
+    """The per-device idle times ``idle`` with the fastest given to the ``malicious`` devices (fast attackers).
 
-    def __init__(self, clock: ClockConfig, n_samples: Sequence[int], seed: int, epochs: int):
+    Let F be the r = |malicious| devices of smallest idle time (ties: lower device id). The malicious devices, by
+    increasing id, take F's values in increasing order (ties: lower id first). The honest devices in F, by
+    increasing id, take the values the malicious devices outside F had, in increasing order. Every other device
+    keeps its value, so the multiset of idle times is the population's draw."""
+    out = list(idle)
+    bad = sorted(set(malicious))
+    order = sorted(range(len(out)), key=lambda k: (out[k], k))
+    fastest = order[:len(bad)]
+    left = sorted(out[k] for k in bad if k not in set(fastest))
+    displaced = sorted(k for k in fastest if k not in set(bad))
+    new = dict(zip(bad, [out[k] for k in fastest]))
+    new.update(zip(displaced, left))
+    for k, z in new.items():
+        out[k] = z
+    return out
+
+
+class SpeedModel:
+    """Plans a job's epoch ends from the clock config, the run seed and each device's n_k; ``fast``: the fast
+    attackers (:func:`fastest_first`), who take the smallest of the per-device idle times."""
+
+    def __init__(self, clock: ClockConfig, n_samples: Sequence[int], seed: int, epochs: int,
+                 fast: Sequence[int] = ()):
         self.clock, self.seed, self.epochs = clock, seed, epochs
         self.n_samples = list(n_samples)
         idle = clock.idle
@@ -54,6 +80,8 @@ class SpeedModel:
         elif idle.resample == "per_device":
             self._per_device = [float(draw_idle(stream(seed, "idle", k), idle.distribution, s=idle.s, a=idle.a,
                                                 cap=idle.max, size=1)[0]) for k in range(len(self.n_samples))]
+            if fast:
+                self._per_device = fastest_first(self._per_device, fast)
 
     def compute_time(self, device: int) -> float:
         return self.n_samples[device] * self.clock.sec_per_sample

@@ -33,6 +33,16 @@ def overrides(name):
     return [*SMALL, f"algorithm.name={name}", *PER_ALGORITHM[name]]
 
 
+# Malicious devices (docs/robustness.md): a local attack from the job's stream on the workers with fast attackers, an
+# omniscient one on rank 0 from the workers' uploads, and a data attack made on every rank with its rate on rank 0;
+# with fedbuff, whose own case runs in the W = 2 job (the W = 3 job counts each of its algorithms' summaries)
+THREATS = {"threats_local": [*overrides("fedbuff"), "threats.malicious=0.3", "threats.attack=gaussian",
+                             "threats.fast=true"],
+           "threats_omniscient": [*overrides("fedbuff"), "threats.malicious=0.3", "threats.attack=min_max"],
+           "threats_data": [*overrides("fedbuff"), "threats.malicious=0.3", "threats.attack=backdoor",
+                            "runtime.placement=device"]}
+
+
 # The W = 3 job's rows beside its algorithms: seafl2 with runtime.placement=device, a user's rule with memory
 # (tests/user_extensions.py fair_momentum; its state on rank 0 with the server, algo/memory.py), and fedcompass (its
 # step-counted jobs travel to the workers with their steps)
@@ -40,7 +50,7 @@ ROWS_OF_3 = {"placement": [*overrides("seafl2"), "runtime.placement=device"], "s
              "fedcompass": [*SMALL, *FEDCOMPASS],
              # a defense with a state (centered clipping's centre, rule memory on rank 0; seafl_dist/defenses/)
              "defense": [*SMALL, "algorithm.name=fedbuff", "algorithm.defense.name=centered_clipping",
-                         "algorithm.defense.tau=0.5"]}
+                         "algorithm.defense.tau=0.5"], **THREATS}
 
 
 @pytest.fixture(scope="module")
@@ -183,3 +193,19 @@ def test_centered_clipping_on_3_ranks_matches_inprocess(inprocess, on_ranks):
     s_ref, s_got = (json.loads((d / "summary.json").read_text()) for d in (ref, got))
     s_ref.pop("wall_time_s"), s_got.pop("wall_time_s")
     assert s_got == s_ref and s_got["rule_state"]["keys"] == ["centre"]
+
+
+@pytest.mark.parametrize("case", list(THREATS))
+def test_malicious_devices_on_3_ranks_match_inprocess(case, inprocess, on_ranks):
+    """Which devices are malicious, their attack and its record are functions of the config: on 3 ranks (the data
+    attack's shards each on its one worker, runtime.placement=device) the one-process run's bytes."""
+    ref = inprocess(case)
+    proc, got, _ = on_ranks(case)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for f in ("events.jsonl", "model.pt", "config.yaml", "partition.json"):
+        assert (got / f).read_bytes() == (ref / f).read_bytes(), f
+    assert b'"malicious": true' in (got / "events.jsonl").read_bytes()
+    assert_same_metrics(ref / "metrics.csv", got / "metrics.csv")
+    s_ref, s_got = (json.loads((d / "summary.json").read_text()) for d in (ref, got))
+    s_ref.pop("wall_time_s"), s_got.pop("wall_time_s")
+    assert s_got == s_ref and s_got["threats"]["malicious"]

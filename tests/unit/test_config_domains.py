@@ -37,7 +37,8 @@ COMPANIONS = {"devices.num": ["devices.concurrency=1", "algorithm.buffer_size=1"
               "data.files": ["data.name=hf:x"], "data.columns": ["data.name=hf:x"],  # a mapping: for hf:<path>
               "data.splits": ["data.name=hf:x"], "data.partition_args": ["data.partition=flwr:IidPartitioner"],
               "algorithm.params": ["algorithm.name=user_extensions:mean_of_any"],  # a mapping: for a rule of one's
-              "model.params": ["model.name=user_extensions:mlp_of_any"]}  # own, a builder of one's own
+              "model.params": ["model.name=user_extensions:mlp_of_any"],  # own, a builder of one's own
+              "threats.attack": ["threats.malicious=0.2"], "threats.fast": ["threats.malicious=0.2"]}  # a device to do it
 # a value that only pairs with another key's (a model and a dataset of one kind of input: settings/core.py)
 VALUE_COMPANIONS = {("data.name", "shakespeare"): ["model.name=lstm"], ("model.name", "lstm"): ["data.name=shakespeare"],
                     ("algorithm.name", "fedcompass"): ["devices.concurrency=30"],  # M = N: the quickstart's 30

@@ -48,7 +48,9 @@ REFUSED = {f"{section}.{key}" for section, keys in {
     "compression": ["codec", "levels", "bucket", "fraction", "error_feedback"],
     "privacy": ["enabled", "clipping_bound", "noise_multiplier", "epsilon", "delta", "accountant", "seafl_form",
                 "max_participation", "diagnostics", "secure_noise", "seeded_noise", "adaptive_clip.enabled",
-                "adaptive_clip.target_quantile", "adaptive_clip.lr", "adaptive_clip.count_std"]}.items() for key in keys}
+                "adaptive_clip.target_quantile", "adaptive_clip.lr", "adaptive_clip.count_std"],
+    "threats": ["malicious", "malicious_devices", "attack", "fast", "scale", "sigma", "z", "epsilon", "perturbation",
+                "backdoor_target", "backdoor_fraction", "trigger_size"]}.items() for key in keys}
 
 
 def schema_keys(cls=Config, prefix=""):

@@ -1,0 +1,107 @@
+"""Runs with malicious devices (issue 65 item 1) end to end in one process, on SMALL's settings: the malicious
+devices recorded where the docs say, their updates marked in the trace, the schedule unchanged by an attack on the
+update (and changed by fast attackers only as the docs define), and a backdoor's success rate in metrics.csv and
+summary.json."""
+import csv
+import json
+import signal
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from resuming import assert_same_run, checkpoint_versions, cli, reference, run_args
+from seafl_dist.report.trace import check_run
+from seafl_dist.sim.rng import stream, stream_key
+from small_runs import SMALL
+
+MALICIOUS = ["threats.malicious=0.3"]
+
+
+def events(out):
+    return [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
+
+
+def schedule(out):
+    return [e for e in events(out) if e["event"] in ("start", "finish")]
+
+
+@pytest.fixture(scope="module")
+def honest(tmp_path_factory):
+    return reference(tmp_path_factory.mktemp("honest") / "run", SMALL)
+
+
+@pytest.mark.parametrize("attack", ["sign_flip", "alie"])
+def test_an_attack_on_the_update_changes_the_model_and_not_the_schedule(attack, honest, tmp_path):
+    out = reference(tmp_path / attack, [*SMALL, *MALICIOUS, f"threats.attack={attack}"])
+    assert check_run(out) == []
+    bad = sorted(np.random.default_rng(stream_key(0, "malicious")).choice(10, size=3, replace=False).tolist())
+    assert json.loads((out / "partition.json").read_text())["malicious"] == bad
+    assert json.loads((out / "summary.json").read_text())["threats"] == {"malicious": bad, "attack": attack,
+                                                                         "fast": False}
+    marked = [(u["device"], u.get("malicious", False)) for e in events(out) if e["event"] == "aggregate"
+              for u in e["updates"]]
+    assert all(flag == (device in bad) for device, flag in marked) and any(flag for _, flag in marked)
+    assert schedule(out) == schedule(honest)
+    a, b = (torch.load(d / "model.pt", weights_only=True) for d in (out, honest))
+    assert any(not torch.equal(a[k], b[k]) for k in a)
+    assert "threats" not in (honest / "config.yaml").read_text() and "threats" in (out / "config.yaml").read_text()
+    assert "threats" not in json.loads((honest / "summary.json").read_text())
+
+
+def test_fast_attackers_start_with_the_fastest_epochs(honest, tmp_path):
+    out = reference(tmp_path / "fast", [*SMALL, *MALICIOUS, "threats.fast=true"])
+    assert check_run(out) == []
+    part = json.loads((out / "partition.json").read_text())
+    bad, n = part["malicious"], part["n_samples"]
+    sps = yaml.safe_load((out / "config.yaml").read_text())["clock"]["sec_per_sample"]
+
+    def idle(run):  # a device's idle time: its first planned epoch less its compute time n_k × sec_per_sample
+        return {e["device"]: e["epoch_ends"][0] - e["time"] - n[e["device"]] * sps for e in events(run)
+                if e["event"] == "start"}
+
+    clock = yaml.safe_load((out / "config.yaml").read_text())["clock"]["idle"]
+    assert clock["distribution"] == "zipf" and clock["resample"] == "per_device"
+    population = [min(float(stream(0, "idle", k).zipf(clock["s"])), clock["max"]) for k in range(10)]  # SPEC's draw
+    fast = idle(out)
+    assert set(bad) <= set(fast)  # every fast attacker trained in this short run
+    assert sorted(fast[d] for d in bad) == pytest.approx(sorted(population)[:3])
+    assert all(fast[d] >= max(fast[b] for b in bad) - 1e-9 for d in fast if d not in bad)
+    assert schedule(out) != schedule(honest)
+
+
+def test_a_backdoor_run_reports_its_success_rate(tmp_path):
+    out = reference(tmp_path / "backdoor", [*SMALL, *MALICIOUS, "threats.attack=backdoor", "threats.backdoor_target=1"])
+    assert check_run(out) == []
+    rows = list(csv.DictReader((out / "metrics.csv").open()))
+    rates = [float(r["backdoor_asr"]) for r in rows]
+    assert len(rates) == len(rows) and all(0.0 <= r <= 1.0 for r in rates)
+    threats = json.loads((out / "summary.json").read_text())["threats"]
+    assert threats["final_backdoor_asr"] == pytest.approx(rates[-1]) and threats["best_backdoor_asr"] == \
+        pytest.approx(max(rates))
+
+
+def test_a_backdoor_target_outside_the_labels_is_refused_in_one_line(tmp_path):
+    from in_process import seafl
+    from small_runs import QUICKSTART
+    proc = seafl("run", QUICKSTART, *SMALL, *MALICIOUS, "threats.attack=backdoor", "threats.backdoor_target=10",
+                 "--out", tmp_path / "r")
+    assert proc.returncode == 2, proc.stderr
+    assert "config key 'threats.backdoor_target' has value 10; allowed: a label of digits" in proc.stderr
+
+
+def test_a_killed_run_with_a_backdoor_and_fast_attackers_resumes_to_the_same_bytes(tmp_path):
+    """Nothing of an attack is state (docs/robustness.md, "Under DP, and resume"): the resumed run recomputes the
+    poisoned shards, the fast attackers' clock and the success rate, and ends byte-identical."""
+    overrides = [*SMALL, *MALICIOUS, "threats.attack=backdoor", "threats.fast=true", "run.checkpoint_every=2",
+                 "run.checkpoint_every_s=null"]
+    ref = reference(tmp_path / "ref", overrides)
+    out = tmp_path / "run"
+    stopped = cli(*run_args(overrides, out), fault="during_aggregate:3")
+    assert stopped.returncode == -signal.SIGKILL and checkpoint_versions(out) == [2]
+    resumed = cli(*run_args(overrides, out))
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"resumed {out} after aggregation 2" in resumed.stderr
+    assert_same_run(ref, out)
+    assert (out / "partition.json").read_bytes() == (ref / "partition.json").read_bytes()
