@@ -168,12 +168,18 @@ class DistributedExecutor:
                     raise RuntimeError(f"job {job} was never submitted")
                 if not self._pump(wait_s=POLL_S):
                     self._check_alive(job)
-            if self.residuals_on:  # the worker may forget the residual this job replaced (runtime/residuals.py)
-                self.outbox.send(self.came_from.pop(job), Header(TAKEN, job=job))
             return self.results.pop(job)
         except BaseException:
             self.failed = True
             raise
+
+    def taken(self, updates: list[dict]) -> None:
+        """After the rule: each aggregated job's worker may forget the residual the job replaced, and keeps its Δc_k
+        only if accepted (TAKEN's ``epochs``: 1 accepted, 0 rejected; runtime/residuals.py, runtime/controls.py)."""
+        if self.residuals_on:
+            for u in updates:
+                self.outbox.send(self.came_from.pop(u["job"]), Header(TAKEN, job=u["job"],
+                                                                      epochs=0 if u.get("rejected") else 1))
 
     def save_residuals(self, version: int, run_dir) -> dict[str, int]:
         """Every worker writes its devices' residuals as of aggregation ``version`` (runtime/residuals.py); returns

@@ -63,8 +63,8 @@ class WorkerResiduals:
     def __init__(self, feedback, run_dir: Path, rank: int, outbox):
         self.feedback, self.dir, self.rank, self.outbox = feedback, Path(run_dir), rank, outbox
 
-    def taken(self, job: int) -> None:
-        self.feedback.taken(job)
+    def taken(self, job: int, accepted: bool = True) -> None:
+        self.feedback.taken(job, accepted)
 
     def save(self, version: int) -> None:
         from seafl_dist.transport import SAVED, Header

@@ -104,7 +104,7 @@ class _Inbox:
             elif h.kind == BYE:
                 raise gone(0, h)
             elif h.kind == TAKEN:
-                self.residuals.taken(h.job)
+                self.residuals.taken(h.job, bool(h.epochs))
             elif h.kind == SAVE:
                 self.residuals.save(h.version)
             elif h.kind == JOB:
