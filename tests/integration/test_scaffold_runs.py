@@ -1,18 +1,21 @@
 """SCAFFOLD (algorithm.name: scaffold) in whole runs on SMALL's settings, in this process: c = (1/N) Σ_k c_k at the end
 of every aggregation (the server's c, in the rule's state, against the devices' c_k, in the device state), the first
 aggregation is FedBuff's to the bit (every c and c_k is still zero when its jobs start) and the later ones are not,
-and the upload's Δc is priced on the clock (twice LeNet-5's bytes, twice its upload time)."""
+the upload's Δc is priced on the clock (twice LeNet-5's bytes, twice its upload time), and a run killed during
+aggregation 3 resumes from its checkpoint at 2 (c of every version it keeps, each device's c_k) to the same bytes."""
 import json
 
 import pytest
 import torch
 
-from resuming import reference
+from resuming import killed_during_3, reference, resumed_from_2
 from seafl_dist.runtime.snapshots import Snapshots
 from small_runs import SMALL
 
 SCAFFOLD = ["algorithm.name=scaffold", "train.momentum=0"]
 UPLOAD = ["clock.upload_s=1"]
+EVERY_2 = ["run.checkpoint_every=2", "run.checkpoint_every_s=null"]
+ARGS = [*SMALL, *SCAFFOLD, *UPLOAD, *EVERY_2]
 LENET5 = 61706  # LeNet-5's entries on the digits (8x8, 10 classes), every one a trainable parameter
 N = 10  # SMALL's devices.num
 
@@ -30,7 +33,7 @@ def runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("scaffold")
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(Snapshots, "_consistent", recording)
-        out = reference(root / "scaffold", [*SMALL, *SCAFFOLD, *UPLOAD])
+        out = reference(root / "scaffold", ARGS)
     fedbuff = reference(root / "fedbuff", [*SMALL, "algorithm.name=fedbuff", "train.momentum=0", *UPLOAD])
     return out, seen, fedbuff
 
@@ -61,3 +64,15 @@ def test_the_upload_carries_dc_beside_the_model_and_the_clock_charges_it(runs):
     assert finishes and all(e["bytes"] == 8 * LENET5 and e["model_bytes"] == 4 * LENET5 for e in finishes)
     for e in finishes:  # clock.upload_s = 1 is the model's upload; model and Δc take 2
         assert e["time"] == pytest.approx(starts[e["job"]]["epoch_ends"][-1] + 2.0)
+
+
+def test_a_run_killed_during_aggregation_3_resumes_with_c_and_every_c_k_of_aggregation_2(runs, tmp_path):
+    ref, seen, _ = runs
+    out = tmp_path / "run"
+    held = killed_during_3(ARGS, out)
+    cs = held["rule_state"]["c"]
+    assert 2 in cs and all(v in held["versions"] for v in cs)  # c of the versions the checkpoint keeps, no other
+    assert torch.equal(cs[2], seen[2][1])
+    c_k = held["controls"]["c"]
+    assert sorted(c_k) == sorted(seen[2][2]) and all(torch.equal(c_k[d], seen[2][2][d]) for d in c_k)
+    resumed_from_2(ref, ARGS, out)
