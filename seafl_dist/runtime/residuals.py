@@ -27,6 +27,13 @@ so each worker writes its own devices' residuals, and rank 0's checkpoint names 
 - **Disk.** A run is refused before anything is written when its residual checkpoints (``KEEP`` + the one being
   written, 4 bytes a trainable parameter a device) do not fit on the run dir's disk (:func:`check_disk`).
 
+**Device state on workers, one mechanism.** SCAFFOLD's control variates (``algorithm.name: scaffold``,
+runtime/controls.py) are the other part of the same device state (codecs/feedback.py): the same TAKEN (whose
+``epochs`` says whether the server accepted the update: only then is its Δc_k kept), the same SAVE and files, whose
+``controls`` part holds ``{"c": {device: c_k}, "seen": {job: the c_k its start read}}`` beside ``residuals``; a worker
+marks each job it receives as started (the c_k it will train from). A one-process checkpoint holds them inline
+(``controls``). The disk check and the memory check count error feedback's residuals only.
+
 Why per-worker ``torch.save`` files and not ``torch.distributed.checkpoint``: docs/failures.md ("Error feedback's
 residuals") gives the measurements (benchmarks/residual_checkpoint.py).
 """
@@ -58,10 +65,15 @@ def files_of(run_dir: Path) -> list[tuple[int, int, Path]]:
 # ---- a worker -------------------------------------------------------------------------------
 
 class WorkerResiduals:
-    """A worker's side: forget what the server took, write its devices' residuals when rank 0 says SAVE."""
+    """A worker's side: forget what the server took, write its devices' state when rank 0 says SAVE."""
 
-    def __init__(self, feedback, run_dir: Path, rank: int, outbox):
+    def __init__(self, feedback, run_dir: Path, rank: int, outbox, controls: bool = False):
         self.feedback, self.dir, self.rank, self.outbox = feedback, Path(run_dir), rank, outbox
+        self.controls = controls  # SCAFFOLD's c_k: the controls part
+
+    def started(self, job: int, device: int) -> None:
+        if self.controls:
+            self.feedback.started(job, device)
 
     def taken(self, job: int, accepted: bool = True) -> None:
         self.feedback.taken(job, accepted)
@@ -70,7 +82,8 @@ class WorkerResiduals:
         from seafl_dist.transport import SAVED, Header
         path = private_place(self.dir) / file_name(version, self.rank)
         state = {int(d): r for d, r in self.feedback.state().items()}
-        atomic_save({"format": FORMAT, "version": version, "rank": self.rank, "residuals": state}, path)
+        extra = {"controls": self.feedback.controls_state()} if self.controls else {}
+        atomic_save({"format": FORMAT, "version": version, "rank": self.rank, "residuals": state, **extra}, path)
         self.outbox.send(0, Header(SAVED, version=version, job=path.stat().st_size))
 
 
@@ -105,10 +118,19 @@ def prune(run_dir: Path, kept_versions: list[int], newest: dict[str, int]) -> No
             path.unlink(missing_ok=True)
 
 
-def gather(path, devices=None) -> dict[int, torch.Tensor]:
-    """The residuals checkpoint ``path`` holds, inline or in its workers' files; only ``devices`` if given."""
+def device_state(path, devices=None) -> dict:
+    """Both parts of the device state checkpoint ``path`` holds (a worker's, at a resume): ``residuals`` and
+    ``controls``, only ``devices``' if given."""
+    return {"residuals": gather(path, devices), "controls": gather(path, devices, part="controls")}
+
+
+def gather(path, devices=None, part: str = "residuals") -> dict:
+    """The residuals (``part="residuals"``: {device: r_k}) or SCAFFOLD's controls (``"controls"``: {"c": {device: c_k},
+    "seen": {job: c_k}}) checkpoint ``path`` holds, inline or in its workers' files; only ``devices``' if given."""
     path = Path(path)
     state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    if part == "controls":
+        return _controls(path, state, devices)
     if "feedback" in state:
         found = state["feedback"]
     else:
@@ -118,6 +140,18 @@ def gather(path, devices=None) -> dict[int, torch.Tensor]:
             found.update(part)
     keep = None if devices is None else set(devices)
     return {int(d): r.clone() for d, r in found.items() if keep is None or int(d) in keep}
+
+
+def _controls(path: Path, state: dict, devices) -> dict:
+    found = state.get("controls") or {"c": {}, "seen": {}}
+    if "controls" not in state:
+        for name in state.get("residuals", {}):
+            part = torch.load(path.parent / name, map_location="cpu", weights_only=True, mmap=True).get("controls", {})
+            found["c"].update(part.get("c", {}))
+            found["seen"].update(part.get("seen", {}))
+    keep = None if devices is None else set(devices)
+    return {"c": {int(d): c.clone() for d, c in found["c"].items() if keep is None or int(d) in keep},
+            "seen": {int(j): c.clone() for j, c in found["seen"].items()}}
 
 
 # ---- the disk ---------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ import torch
 
 from launching import run_batch
 from rule_states import STATEFUL
-from small_runs import FEDCOMPASS, PER_ALGORITHM, QUICKSTART, SMALL
+from small_runs import FEDCOMPASS, PER_ALGORITHM, QUICKSTART, SCAFFOLD, SMALL
 from seafl_dist.cli import main as seafl_main
 
 pytestmark = pytest.mark.dist
@@ -36,7 +36,7 @@ def overrides(name):
 # (tests/user_extensions.py fair_momentum; its state on rank 0 with the server, algo/memory.py), and fedcompass (its
 # step-counted jobs travel to the workers with their steps)
 ROWS_OF_3 = {"placement": [*overrides("seafl2"), "runtime.placement=device"], "stateful": [*SMALL, *STATEFUL],
-             "fedcompass": [*SMALL, *FEDCOMPASS]}
+             "fedcompass": [*SMALL, *FEDCOMPASS], "scaffold": [*SMALL, *SCAFFOLD, "runtime.placement=device"]}
 
 
 @pytest.fixture(scope="module")
@@ -166,3 +166,14 @@ def test_a_rule_with_memory_of_ones_own_matches_inprocess(inprocess, on_ranks):
     s_ref, s_got = (json.loads((d / "summary.json").read_text()) for d in (ref, got))
     s_ref.pop("wall_time_s"), s_got.pop("wall_time_s")
     assert s_got == s_ref and s_got["rule_state"]["keys"] == ["m", "seen"]
+
+
+def test_scaffold_with_each_devices_c_k_on_its_worker_matches_inprocess(inprocess, on_ranks):
+    """SCAFFOLD's c_k live on the workers (runtime.placement=device), each job downloads w and c and uploads y and Δc,
+    and a TAKEN says whether its Δc is kept: the one-process run's bytes."""
+    ref = inprocess("scaffold")
+    proc, got, _ = on_ranks("scaffold")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for f in ("events.jsonl", "model.pt", "config.yaml"):
+        assert (got / f).read_bytes() == (ref / f).read_bytes(), f
+    assert_same_metrics(ref / "metrics.csv", got / "metrics.csv")
