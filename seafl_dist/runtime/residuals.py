@@ -32,7 +32,7 @@ runtime/controls.py) are the other part of the same device state (codecs/feedbac
 ``epochs`` says whether the server accepted the update: only then is its Δc_k kept), the same SAVE and files, whose
 ``controls`` part holds ``{"c": {device: c_k}, "seen": {job: the c_k its start read}}`` beside ``residuals``; a worker
 marks each job it receives as started (the c_k it will train from). A one-process checkpoint holds them inline
-(``controls``). The disk check and the memory check count error feedback's residuals only.
+(``controls``). The disk check (:func:`check_disk`) and the memory check (runtime/model_checks.py) count them too.
 
 Why per-worker ``torch.save`` files and not ``torch.distributed.checkpoint``: docs/failures.md ("Error feedback's
 residuals") gives the measurements (benchmarks/residual_checkpoint.py).
@@ -164,14 +164,21 @@ def needed_bytes(params: int, num_devices: int) -> int:
 def check_disk(cfg, exp, run_dir, free: int | None = None) -> None:
     """Refuse, before anything is written, a run with error feedback whose residual checkpoints do not fit on the
     run dir's disk (what its checkpoints already hold there counts as free: they are replaced). ``exp``: the
-    prepared run (its ``new_model()`` and ``num_devices``)."""
-    if not cfg.compression.error_feedback:
+    prepared run (its ``new_model()`` and ``num_devices``). SCAFFOLD's c_k (the controls part) count alike."""
+    scaffold = cfg.algorithm.name == "scaffold"
+    if not cfg.compression.error_feedback and not scaffold:
         return
     num_devices = exp.num_devices
     params = sum(p.numel() for p in exp.new_model().parameters() if p.requires_grad)
-    need = needed_bytes(params, num_devices)
+    need = needed_bytes(params, num_devices) * (int(cfg.compression.error_feedback) + int(scaffold))
     run_dir = Path(run_dir)
     free = free_for(run_dir, free)
+    if need > free and scaffold:
+        raise ConfigError(f"config key 'algorithm.name' has value 'scaffold': the checkpoints of {num_devices} devices' "
+                          f"control variates c_k{' and residuals' if cfg.compression.error_feedback else ''} "
+                          f"({4 * params / 1e6:.1f} MB a device each; {KEEP} kept and one being written) take "
+                          f"{_size(need)}, more than the {_size(free)} free for {run_dir}; free disk, use another "
+                          f"--out, fewer devices, or another algorithm.name")
     if need > free:
         raise ConfigError(f"config key 'compression.error_feedback' has value True: the residual checkpoints of "
                           f"{num_devices} devices ({4 * params / 1e6:.1f} MB a device; {KEEP} kept and one being "

@@ -284,3 +284,23 @@ def test_scaffold_resolves_fedbuffs_infinite_beta_and_runs_at_plain_sgd():
     cfg = scaffold_config()
     assert cfg.algorithm.staleness_limit is None and cfg.algorithm.rule == "scaffold"
     assert cfg.algorithm.num_devices == 4
+
+
+def test_c_k_of_every_device_that_does_not_fit_in_memory_or_on_disk_is_refused_before_anything_runs(tmp_path):
+    """4 bytes a trainable parameter a device: ResNet-18's 11,173,962 at 100 devices take 4.47 GB; on disk KEEP + 1 = 3
+    checkpoints of them (runtime/residuals.py). At the limit it runs; a byte less is one line naming algorithm.name."""
+    from seafl_dist.runtime.model_checks import COPIES, check_model_size
+    from seafl_dist.runtime.residuals import check_disk
+    cfg = scaffold_config(model={"name": "resnet18"}, devices={"num": 100, "concurrency": 4})
+    params = 11_173_962
+    fits = COPIES * 4 * params + 100 * 4 * params
+    check_model_size(cfg, 10, 3, 32, memory=fits, num_devices=100)
+    with pytest.raises(ConfigError) as err:
+        check_model_size(cfg, 10, 3, 32, memory=fits - 1, num_devices=100)
+    one_line_message(str(err.value), "config key 'algorithm.name' has value 'scaffold'", "100 devices' control "
+                     "variates", "4.47 GB", "44.7 MB a device")
+    exp = SimpleNamespace(num_devices=100, new_model=_Linear)  # 8 trainable parameters: 3 · 4 · 8 · 100 bytes
+    check_disk(cfg, exp, tmp_path, free=3 * 4 * 8 * 100)
+    with pytest.raises(ConfigError) as err:
+        check_disk(cfg, exp, tmp_path, free=3 * 4 * 8 * 100 - 1)
+    one_line_message(str(err.value), "config key 'algorithm.name' has value 'scaffold'", "control variates c_k")
