@@ -27,6 +27,8 @@ PER_ALGORITHM = {
 # FedCompass on SMALL's 10 devices: every device trains (M = N), steps in [5, 30] keep the jobs short
 FEDCOMPASS = ["algorithm.name=fedcompass", "devices.concurrency=10", "algorithm.fedcompass.q_min=5",
               "algorithm.fedcompass.q_max=30"]
+# SCAFFOLD (algo/scaffold.py) needs plain SGD: the quickstart's momentum 0.9 is refused
+SCAFFOLD = ["algorithm.name=scaffold", "train.momentum=0"]
 # The noise key two DP runs share when a test compares their bytes (privacy/keys.py): a test fixture, no secret.
 # Without it each DP run draws a fresh key, so two runs (or a run and its reference) differ in their noise.
 DP_KEY = [f"privacy.key_file={ROOT / 'tests' / 'dp_test.key'}"]

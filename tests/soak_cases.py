@@ -9,7 +9,9 @@ optimizer spread over them, on the tiny quickstart variant, checkpointing after 
 - ``lightning``: a LightningModule that logs, trained by Lightning's loop, int8 + error feedback and Yogi, and Port
   (its last two global models, the rule's state, in the checkpoints);
 - ``datamodule``: a DataModule split naturally by a key of its samples (one device a speaker), QSGD + error
-  feedback and Adagrad.
+  feedback and Adagrad;
+- ``scaffold``: SCAFFOLD's control variates (the worker-state case: each device's c_k on the worker that trains it,
+  in the workers' residual files; the server's c of every kept version, the rule's state) with the upload priced.
 :func:`kills` gives each case a worker killed after aggregation 2 and rank 0 killed during aggregation 4 (and,
 with ``rounds`` > 1, more of each at the later aggregations of a longer run).
 """
@@ -18,7 +20,7 @@ from pathlib import Path
 from datamodules import ARGS as DM_ARGS
 from datamodules import write
 from device_runs import churn_overrides, write_profile
-from small_runs import DP_KEY, SMALL
+from small_runs import DP_KEY, SCAFFOLD, SMALL
 
 TESTS = Path(__file__).resolve().parent
 EVERY = ["run.checkpoint_every=1", "run.checkpoint_every_s=null"]
@@ -54,6 +56,7 @@ def cases(tmp: Path, aggregations: int = 6) -> tuple[dict[str, list[str]], Path]
                        "devices.num=null", "data.device_test=writers",
                        *feedback("qsgd", "compression.levels=2", "compression.bucket=128"),
                        "algorithm.server_opt.name=adagrad", "algorithm.server_opt.lr=0.01"],
+        "scaffold": [*SMALL, *SCAFFOLD, "runtime.placement=device", "clock.upload_s=5"],
     }
     return {k: [*v, n, *EVERY, f"data.root={tmp / 'data'}"] for k, v in out.items()}, mods
 

@@ -22,12 +22,13 @@ from .fedstaleweight import fedstaleweight
 from .guard import NormHistory, rejections, update_norms
 from .memory import RuleMemory, is_stateful
 from .port import port
+from .scaffold import scaffold
 from .seafl import seafl
 from .types import AggregationResult, BufferedUpdate, FlatParts
 
 RULES = {"seafl": seafl, "fedbuff": fedbuff, "fedasync": fedasync, "fedavg": fedavg, "ca2fl": ca2fl,
          "asyncsgd": asyncsgd, "port": port,
-         "fedstaleweight": fedstaleweight, "fedcompass": fedcompass}
+         "fedstaleweight": fedstaleweight, "fedcompass": fedcompass, "scaffold": scaffold}
 
 
 def aggregate(cfg: AlgorithmConfig, version: int, global_flat: torch.Tensor,

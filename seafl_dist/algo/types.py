@@ -59,6 +59,7 @@ class BufferedUpdate:
     n_samples: int  # n_k = |D_k|
     base_version: int  # t_k, the global version the job started from
     epochs: int  # epochs actually trained (fewer than E under SEAFL² partial training)
+    control: Optional[torch.Tensor] = None  # SCAFFOLD: the job's Δc_i over the trainable parameters (algo/scaffold.py)
 
 
 @dataclass

@@ -13,7 +13,7 @@ import json
 
 ALGORITHMS = {"seafl": "SEAFL", "seafl2": "SEAFL²", "fedbuff": "FedBuff", "fedasync": "FedAsync", "fedavg": "FedAvg",
               "ca2fl": "CA²FL", "fadas": "FADAS", "asyncsgd": "async SGD", "port": "Port",
-              "fedstaleweight": "FedStaleWeight", "fedcompass": "FedCompass"}
+              "fedstaleweight": "FedStaleWeight", "fedcompass": "FedCompass", "scaffold": "SCAFFOLD"}
 DATASETS = {"digits": "digits", "mnist": "MNIST", "emnist": "EMNIST", "cifar10": "CIFAR-10", "cinic10": "CINIC-10",
             "femnist": "FEMNIST"}
 MODELS = {"lenet5": "LeNet-5", "resnet18": "ResNet-18", "vgg16": "VGG-16"}
@@ -52,7 +52,9 @@ USES = {  # the algorithm.* keys (or sections) each built-in rule reads and does
     "port": ("buffer_size", "staleness_limit", "port", "partial", "update_norm_factor", "server_opt"),
     "fedstaleweight": ("buffer_size", "staleness_limit", "fedstaleweight", "partial", "update_norm_factor",
                        "server_opt"),
-    "fedcompass": ("fedcompass", "staleness_fn", "poly_a", "hinge_a", "hinge_b", "update_norm_factor", "server_opt")}
+    "fedcompass": ("fedcompass", "staleness_fn", "poly_a", "hinge_a", "hinge_b", "update_norm_factor", "server_opt"),
+    "scaffold": ("buffer_size", "staleness_limit", "server_lr", "staleness_scaling", "partial", "update_norm_factor",
+                 "server_opt")}
 NOT_ARMS = ("name", "run.", "logging.", "runtime.")  # budget, bookkeeping and execution: not what an arm is
 # Okabe & Ito's colour-blind-safe palette: one colour per algorithm, the spare ones (a rule of your own) in an order
 # that keeps the next arm far from the last (reddish purple beside FedBuff's orange, not its neighbour vermillion)

@@ -176,7 +176,7 @@ def load(path: Path, cfg, *, mmap: bool = False) -> dict:
     if cfg.compression.error_feedback and "feedback" not in state and "residuals" not in state:
         raise CheckpointError(feedback_unresumable(path, "without its devices' residuals (a torchrun run of an "
                                                          "earlier seafl kept them on its workers)"))
-    if cfg.compression.error_feedback and "residuals" in state:
+    if (cfg.compression.error_feedback or cfg.algorithm.name == "scaffold") and "residuals" in state:  # device state
         why = residuals_missing(path, state)
         if why:
             raise CheckpointError(feedback_unresumable(path, f"without its devices' residuals: {why}"))

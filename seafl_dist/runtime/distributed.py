@@ -34,7 +34,8 @@ from seafl_dist.runtime.liveness import POLL_S, Heartbeat, StepCounter, Watcher
 from seafl_dist.runtime.server import Server, format_summary
 from seafl_dist.runtime.fetch import once_per_node, same_training_set
 from seafl_dist.runtime.ca2fl_cache import check_cache
-from seafl_dist.runtime.residuals import check_disk, gather
+from seafl_dist.runtime import controls
+from seafl_dist.runtime.residuals import check_disk, device_state
 from seafl_dist.runtime.cpus import cpus_here, oversubscription
 from seafl_dist.runtime.setup import keep_only, pick_device, prepare
 from seafl_dist.runtime.worker import GONE_FAILED, GONE_INTERRUPTED, gone, run_worker
@@ -168,12 +169,18 @@ class DistributedExecutor:
                     raise RuntimeError(f"job {job} was never submitted")
                 if not self._pump(wait_s=POLL_S):
                     self._check_alive(job)
-            if self.residuals_on:  # the worker may forget the residual this job replaced (runtime/residuals.py)
-                self.outbox.send(self.came_from.pop(job), Header(TAKEN, job=job))
             return self.results.pop(job)
         except BaseException:
             self.failed = True
             raise
+
+    def taken(self, updates: list[dict]) -> None:
+        """After the rule: each aggregated job's worker may forget the residual the job replaced, and keeps its Δc_k
+        only if accepted (TAKEN's ``epochs``: 1 accepted, 0 rejected; runtime/residuals.py, runtime/controls.py)."""
+        if self.residuals_on:
+            for u in updates:
+                self.outbox.send(self.came_from.pop(u["job"]), Header(TAKEN, job=u["job"],
+                                                                      epochs=0 if u.get("rejected") else 1))
 
     def save_residuals(self, version: int, run_dir) -> dict[str, int]:
         """Every worker writes its devices' residuals as of aggregation ``version`` (runtime/residuals.py); returns
@@ -248,18 +255,24 @@ def run_distributed(cfg, out_dir, *, rank: int, world_size: int, local_rank: int
     hb_limit = max(3.0, min(30.0, cfg.runtime.timeout_s / 2))
     progress = StepCounter() if rank > 0 else None
     beat = Heartbeat(store, rank, progress=progress)
-    numel = exp.initial_flat().numel()
+    numel = exp.initial_flat().numel() + controls.extra_bytes(cfg, FlatLayout.of(exp.new_model())) // 4  # SCAFFOLD:
+    # a JOB carries w_v and c_v, a RESULT y and Δc_k (runtime/controls.py)
+    if controls.active(cfg) and cfg.runtime.placement != "device":
+        raise ConfigError(f"config key 'runtime.placement' has value {cfg.runtime.placement!r}; allowed: device with "
+                          f"algorithm.name=scaffold under torchrun (a device's control variate c_i lives on the one "
+                          f"worker that trains its jobs)")
     placement = Placement(cfg.runtime.placement, world_size, exp.n_samples, cfg.train.batch_size)
     upload = UpdateCodec(cfg.compression, FlatLayout.of(exp.new_model())).wire  # what a RESULT carries (codecs/)
     ends = open_ends(rank, world_size, numel, links, upload)
     try:
-        feedback = cfg.compression.error_feedback  # residuals: written and read by their workers (runtime/residuals.py)
+        # device state (error feedback's residuals, SCAFFOLD's c_k): written and read by their workers (runtime/residuals.py)
+        feedback = cfg.compression.error_feedback or controls.active(cfg)
         if rank > 0:
             watcher = Watcher(store, [0], hb_limit)
             mine = placement.devices_of(rank, exp.num_devices)
             exp = keep_only(exp, mine)  # devices.num null: the writers
             run_worker(exp, rank, numel, watcher, links, progress, ends=ends,
-                       residuals=(out_dir, gather(resume, mine) if resume else None) if feedback else None)
+                       residuals=(out_dir, device_state(resume, mine) if resume else None) if feedback else None)
             return None
         check_disk(cfg, exp, out_dir)  # error feedback's residual checkpoints, before anything is written
         check_cache(cfg, exp, out_dir)  # CA²FL's cache, in memory and in the checkpoints

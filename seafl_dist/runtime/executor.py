@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import torch
 
 from seafl_dist.codecs import ErrorFeedback, UpdateCodec
+from seafl_dist.runtime import controls
 from seafl_dist.sim import stream_seed
 from seafl_dist.threats import Threats
 from seafl_dist.train import FlatLayout, train_job, train_jobs
@@ -62,17 +63,18 @@ def compress_seed(cfg, spec: JobSpec) -> int:
 
 
 def run_job(exp, model, spec: JobSpec, start: torch.Tensor, on_step=None, result_on_device=False,
-            logged: dict | None = None) -> torch.Tensor:
+            logged: dict | None = None, control=None) -> torch.Tensor:
     """Train one job of ``exp`` (an Experiment) on ``model`` from flat ``start``; the result is on
     the CPU, or with ``result_on_device`` on the device that trained it (a worker's outbox copies it
-    off the GPU without holding up the next job). ``logged`` gets what the module logged (train/standin.py)."""
+    off the GPU without holding up the next job). ``logged`` gets what the module logged (train/standin.py);
+    ``control``: SCAFFOLD's correction of the job (train/controls.py)."""
     cfg, t = exp.cfg, exp.cfg.train
     return train_job(model, start, exp.train.to(exp.device), exp.shard(spec.device), epochs=spec.epochs,
                      batch_size=t.batch_size, **job_seeds(cfg, spec), augment=cfg.data.augment,
                      device=exp.device, precision=cfg.runtime.precision, on_step=on_step,
                      result_device=exp.device if result_on_device else "cpu", loop=t.loop,
                      clip=(t.grad_clip_val, t.grad_clip_algorithm), logged=logged, prox_mu=t.prox_mu,
-                     steps=spec.steps or None)
+                     steps=spec.steps or None, control=control)
 
 
 def run_graphed(exp, slots, specs: list[JobSpec], starts: list[torch.Tensor], on_step=None) -> list[torch.Tensor]:
@@ -99,6 +101,8 @@ def loop_blocker(train, algorithm=None) -> str | None:
     steps nor CUDA graphs."""
     if algorithm is not None and algorithm.name == "fedcompass":
         return "algorithm.name is fedcompass (a step-counted job, whose last epoch is cut short, trains in its own loop)"
+    if algorithm is not None and algorithm.name == "scaffold":
+        return "algorithm.name is scaffold (the control variates' correction runs in a job's own loop)"
     if train.loop == "lightning":
         return "train.loop is lightning (each job is one lightning.Trainer.fit)"
     if train.grad_clip_val is not None:
@@ -129,7 +133,9 @@ class GroupTrainer:
         self.model = model if model is not None else exp.new_model(lightning=train.loop == "lightning")
         self.limit = exp.cfg.runtime.batch_jobs
         self.codec = UpdateCodec(exp.cfg.compression, FlatLayout.of(self.model))  # what a job uploads
-        self.feedback = ErrorFeedback() if exp.cfg.compression.error_feedback else None  # its devices' residuals
+        scaffold = controls.active(exp.cfg)  # SCAFFOLD's c_k: the controls part of the same device state
+        self.feedback = ErrorFeedback() if exp.cfg.compression.error_feedback or scaffold else None  # devices' state
+        self.controls = controls.JobControls(exp, FlatLayout.of(self.model), self.feedback) if scaffold else None
         self.threats = Threats(exp.cfg, exp.num_devices, FlatLayout.of(self.model).mask("param"))  # local attacks
         self.slots: list | None = None  # CUDA graph slots, made at the first group
         self.logs: dict[int, dict] = {}  # job -> what its module logged (modules that log: one job at a time)
@@ -189,7 +195,11 @@ class GroupTrainer:
               result_on_device=False) -> list[torch.Tensor]:
         """The jobs' uploads in order (``compression.codec``: the trained models, or their compressed
         deltas; codecs/), on the CPU; a lone job's stays on its device with ``result_on_device`` (see run_job).
-        Every training path hands back its models here, so this is the one place uploads are made."""
+        Every training path hands back its models here, so this is the one place uploads are made (SCAFFOLD's: y and
+        Δc_k, one job at a time, runtime/controls.py)."""
+        if self.controls is not None:
+            return [self.controls.train(lambda spec, w, step: self._run_one(spec, w, on_step, result_on_device, step),
+                                        s, start) for s, start in zip(specs, starts)]
         flats = self._train(specs, starts, on_step, result_on_device)
         uploads = [None] * len(specs)
         for i in sorted(range(len(specs)), key=lambda i: (specs[i].finish, specs[i].job)):  # error feedback: a
@@ -198,6 +208,14 @@ class GroupTrainer:
             uploads[i] = self.codec.encode(trained, starts[i], compress_seed(self.exp.cfg, s), self.feedback,
                                            device=s.device, job=s.job, finish=s.finish)
         return uploads
+
+    def _run_one(self, spec: JobSpec, start: torch.Tensor, on_step, result_on_device, control=None) -> torch.Tensor:
+        """One job in its own loop; what its module logged kept for the server."""
+        logged: dict = {}
+        flat = run_job(self.exp, self.model, spec, start, on_step, result_on_device, logged, control)
+        if logged:
+            self.logs[spec.job] = logged
+        return flat
 
     def _train(self, specs: list[JobSpec], starts: list[torch.Tensor], on_step=None,
                result_on_device=False) -> list[torch.Tensor]:
@@ -211,11 +229,7 @@ class GroupTrainer:
             self._halve(len(self.slots))  # each job's bits do not depend on its slot: the group trains again
             return self._train(specs, starts, on_step, result_on_device)
         if len(specs) == 1:
-            logged: dict = {}
-            flat = run_job(self.exp, self.model, specs[0], starts[0], on_step, result_on_device, logged)
-            if logged:
-                self.logs[specs[0].job] = logged
-            return [flat]
+            return [self._run_one(specs[0], starts[0], on_step, result_on_device)]
         try:
             return run_jobs(self.exp, self.model, specs, starts, on_step)
         except torch.cuda.OutOfMemoryError:
@@ -279,6 +293,8 @@ class InProcessExecutor:
                 self._ahead.notify_all()
 
     def submit(self, spec: JobSpec, start: torch.Tensor) -> None:
+        if self.trainer.controls is not None:
+            self.feedback.started(spec.job, spec.device)  # the job trains from the device's c_k as it is now
         if self._ahead is None:
             self._pending[spec.job] = (spec, start)
             return
@@ -287,10 +303,14 @@ class InProcessExecutor:
             self._ahead.notify_all()
 
     def result(self, job: int) -> torch.Tensor:
-        upload = self._result(job)
+        return self._result(job)
+
+    def taken(self, updates: list[dict]) -> None:
+        """The server took these jobs (aggregated, each ``rejected`` or not): a resume never trains them again, and an
+        accepted one's Δc_k joins its device's c_k (codecs/feedback.py)."""
         if self.feedback is not None:
-            self.feedback.taken(job)  # the server has it: a resume never trains it again
-        return upload
+            for u in updates:
+                self.feedback.taken(u["job"], not u.get("rejected"))
 
     def _result(self, job: int) -> torch.Tensor:
         if self._ahead is not None:

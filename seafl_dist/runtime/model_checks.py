@@ -46,7 +46,8 @@ def check_model_size(cfg: Config, num_classes: int, in_channels: int, image_size
                      num_devices: int = 0) -> None:
     """Refuse, before anything is allocated, a built-in model whose float32 weights, gradients and flat
     vector (``COPIES``) alone exceed this machine's memory (a large ``model.width``), and, with
-    ``compression.error_feedback``, one whose ``num_devices`` residuals (float32, one per device) do too: counted
+    ``compression.error_feedback``, one whose ``num_devices`` residuals (float32, one per device) do too, and so with
+    ``algorithm.name: scaffold`` for its devices' control variates c_k: counted
     on torch's meta device, which allocates nothing. A user's model is built as it is (its own code)."""
     m = cfg.model
     if is_import_path(m.name):
@@ -67,6 +68,13 @@ def check_model_size(cfg: Config, num_classes: int, in_channels: int, image_size
                           f"float32, more than this machine's {memory / 1e9:.1f} GB of memory; choose a smaller "
                           f"model.width (1 is the paper's model)")
     residuals = 4 * params * num_devices if cfg.compression.error_feedback else 0
+    controls = 4 * params * num_devices if cfg.algorithm.name == "scaffold" else 0  # SCAFFOLD's c_k, alike
+    if controls and needed + residuals + controls > memory:
+        raise ConfigError(f"config key 'algorithm.name' has value 'scaffold': {num_devices} devices' control variates "
+                          f"c_k of {m.name}'s {params:,} parameters take {controls / 1e9:.2f} GB as float32 "
+                          f"({4 * params / 1e6:.1f} MB a device), with the model's {needed / 1e9:.2f} GB"
+                          f"{' and the residuals' if residuals else ''} more than this machine's {memory / 1e9:.1f} GB "
+                          f"of memory; use fewer devices or another algorithm.name")
     if residuals and needed + residuals > memory:  # every device's residual, on one machine (codecs/feedback.py)
         raise ConfigError(f"config key 'compression.error_feedback' has value True: {num_devices} devices' residuals "
                           f"of {m.name}'s {params:,} parameters take {residuals / 1e9:.2f} GB as float32 ("

@@ -27,6 +27,13 @@ so each worker writes its own devices' residuals, and rank 0's checkpoint names 
 - **Disk.** A run is refused before anything is written when its residual checkpoints (``KEEP`` + the one being
   written, 4 bytes a trainable parameter a device) do not fit on the run dir's disk (:func:`check_disk`).
 
+**Device state on workers, one mechanism.** SCAFFOLD's control variates (``algorithm.name: scaffold``,
+runtime/controls.py) are the other part of the same device state (codecs/feedback.py): the same TAKEN (whose
+``epochs`` says whether the server accepted the update: only then is its Δc_k kept), the same SAVE and files, whose
+``controls`` part holds ``{"c": {device: c_k}, "seen": {job: the c_k its start read}}`` beside ``residuals``; a worker
+marks each job it receives as started (the c_k it will train from). A one-process checkpoint holds them inline
+(``controls``). The disk check (:func:`check_disk`) and the memory check (runtime/model_checks.py) count them too.
+
 Why per-worker ``torch.save`` files and not ``torch.distributed.checkpoint``: docs/failures.md ("Error feedback's
 residuals") gives the measurements (benchmarks/residual_checkpoint.py).
 """
@@ -58,19 +65,25 @@ def files_of(run_dir: Path) -> list[tuple[int, int, Path]]:
 # ---- a worker -------------------------------------------------------------------------------
 
 class WorkerResiduals:
-    """A worker's side: forget what the server took, write its devices' residuals when rank 0 says SAVE."""
+    """A worker's side: forget what the server took, write its devices' state when rank 0 says SAVE."""
 
-    def __init__(self, feedback, run_dir: Path, rank: int, outbox):
+    def __init__(self, feedback, run_dir: Path, rank: int, outbox, controls: bool = False):
         self.feedback, self.dir, self.rank, self.outbox = feedback, Path(run_dir), rank, outbox
+        self.controls = controls  # SCAFFOLD's c_k: the controls part
 
-    def taken(self, job: int) -> None:
-        self.feedback.taken(job)
+    def started(self, job: int, device: int) -> None:
+        if self.controls:
+            self.feedback.started(job, device)
+
+    def taken(self, job: int, accepted: bool = True) -> None:
+        self.feedback.taken(job, accepted)
 
     def save(self, version: int) -> None:
         from seafl_dist.transport import SAVED, Header
         path = private_place(self.dir) / file_name(version, self.rank)
         state = {int(d): r for d, r in self.feedback.state().items()}
-        atomic_save({"format": FORMAT, "version": version, "rank": self.rank, "residuals": state}, path)
+        extra = {"controls": self.feedback.controls_state()} if self.controls else {}
+        atomic_save({"format": FORMAT, "version": version, "rank": self.rank, "residuals": state, **extra}, path)
         self.outbox.send(0, Header(SAVED, version=version, job=path.stat().st_size))
 
 
@@ -105,10 +118,19 @@ def prune(run_dir: Path, kept_versions: list[int], newest: dict[str, int]) -> No
             path.unlink(missing_ok=True)
 
 
-def gather(path, devices=None) -> dict[int, torch.Tensor]:
-    """The residuals checkpoint ``path`` holds, inline or in its workers' files; only ``devices`` if given."""
+def device_state(path, devices=None) -> dict:
+    """Both parts of the device state checkpoint ``path`` holds (a worker's, at a resume): ``residuals`` and
+    ``controls``, only ``devices``' if given."""
+    return {"residuals": gather(path, devices), "controls": gather(path, devices, part="controls")}
+
+
+def gather(path, devices=None, part: str = "residuals") -> dict:
+    """The residuals (``part="residuals"``: {device: r_k}) or SCAFFOLD's controls (``"controls"``: {"c": {device: c_k},
+    "seen": {job: c_k}}) checkpoint ``path`` holds, inline or in its workers' files; only ``devices``' if given."""
     path = Path(path)
     state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    if part == "controls":
+        return _controls(path, state, devices)
     if "feedback" in state:
         found = state["feedback"]
     else:
@@ -118,6 +140,18 @@ def gather(path, devices=None) -> dict[int, torch.Tensor]:
             found.update(part)
     keep = None if devices is None else set(devices)
     return {int(d): r.clone() for d, r in found.items() if keep is None or int(d) in keep}
+
+
+def _controls(path: Path, state: dict, devices) -> dict:
+    found = state.get("controls") or {"c": {}, "seen": {}}
+    if "controls" not in state:
+        for name in state.get("residuals", {}):
+            part = torch.load(path.parent / name, map_location="cpu", weights_only=True, mmap=True).get("controls", {})
+            found["c"].update(part.get("c", {}))
+            found["seen"].update(part.get("seen", {}))
+    keep = None if devices is None else set(devices)
+    return {"c": {int(d): c.clone() for d, c in found["c"].items() if keep is None or int(d) in keep},
+            "seen": {int(j): c.clone() for j, c in found["seen"].items()}}
 
 
 # ---- the disk ---------------------------------------------------------------------------------
@@ -130,14 +164,21 @@ def needed_bytes(params: int, num_devices: int) -> int:
 def check_disk(cfg, exp, run_dir, free: int | None = None) -> None:
     """Refuse, before anything is written, a run with error feedback whose residual checkpoints do not fit on the
     run dir's disk (what its checkpoints already hold there counts as free: they are replaced). ``exp``: the
-    prepared run (its ``new_model()`` and ``num_devices``)."""
-    if not cfg.compression.error_feedback:
+    prepared run (its ``new_model()`` and ``num_devices``). SCAFFOLD's c_k (the controls part) count alike."""
+    scaffold = cfg.algorithm.name == "scaffold"
+    if not cfg.compression.error_feedback and not scaffold:
         return
     num_devices = exp.num_devices
     params = sum(p.numel() for p in exp.new_model().parameters() if p.requires_grad)
-    need = needed_bytes(params, num_devices)
+    need = needed_bytes(params, num_devices) * (int(cfg.compression.error_feedback) + int(scaffold))
     run_dir = Path(run_dir)
     free = free_for(run_dir, free)
+    if need > free and scaffold:
+        raise ConfigError(f"config key 'algorithm.name' has value 'scaffold': the checkpoints of {num_devices} devices' "
+                          f"control variates c_k{' and residuals' if cfg.compression.error_feedback else ''} "
+                          f"({4 * params / 1e6:.1f} MB a device each; {KEEP} kept and one being written) take "
+                          f"{_size(need)}, more than the {_size(free)} free for {run_dir}; free disk, use another "
+                          f"--out, fewer devices, or another algorithm.name")
     if need > free:
         raise ConfigError(f"config key 'compression.error_feedback' has value True: the residual checkpoints of "
                           f"{num_devices} devices ({4 * params / 1e6:.1f} MB a device; {KEEP} kept and one being "

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from seafl_dist.algo import BufferedUpdate, ServerOptimizer, memory_of
+from seafl_dist.algo import ServerOptimizer, memory_of
 from seafl_dist.codecs import UpdateCodec
 from seafl_dist.privacy.mechanism import mechanism_of
 from seafl_dist.settings import dump_config
@@ -33,6 +33,7 @@ from seafl_dist.report import Progress, RunWriter
 from seafl_dist.report.partition import write_partition
 from seafl_dist.report.sinks import FINISHED, METRIC_COLUMNS, RunFileError, writing
 from seafl_dist.runtime import checkpoint, rundir
+from seafl_dist.runtime.controls import ServerControls
 from seafl_dist.runtime.runlock import RunDirLock
 from seafl_dist.runtime.device_eval import DeviceEvaluation
 from seafl_dist.runtime.snapshots import Snapshots
@@ -81,6 +82,7 @@ class Server(Snapshots):
         self.watch = Watch(exp)  # update norms and divergence: stderr and summary.json only (runtime/watch.py)
         self.server_opt = ServerOptimizer(self.cfg.algorithm, self.parts)  # stage 6 (algo/server_opt.py)
         self.memory = memory_of(self.cfg.algorithm)  # a stateful rule's state between aggregations (algo/memory.py)
+        self.controls = ServerControls(self.cfg, self.parts, self.memory)  # SCAFFOLD's c, Δc (runtime/controls.py)
         self.devices = DeviceEvaluation.of(exp, self.callbacks)  # held-out data per device (runtime/device_eval.py)
 
     # ---- evaluation and metrics ---------------------------------------------------------
@@ -114,10 +116,7 @@ class Server(Snapshots):
 
     # ---- one aggregation ----------------------------------------------------------------
     def _aggregate(self, ev: dict, version: int, versions: dict) -> torch.Tensor:
-        receive = self.codec.decode  # stage 1: each upload to w_k on its base (codecs/; none: as it came)
-        updates = [BufferedUpdate(device=u["device"], job=u["job"], n_samples=u["n_samples"], epochs=u["epochs"],
-                                  flat=receive(self.executor.result(u["job"]), versions[u["base_version"]]),
-                                  base_version=u["base_version"]) for u in ev["updates"]]
+        updates = self.controls.received(ev["updates"], self.executor.result, versions, self.codec.decode)  # stage 1
         updates = self.exp.threats.landed(ev, updates, versions.__getitem__)  # malicious ones marked (threats/)
         result = self.privacy.aggregate(ev, self.cfg.algorithm, version, versions[version], updates,  # the rule,
                                         versions.__getitem__, self.parts, self.watch.history, self.memory)  # DP: noised
@@ -128,6 +127,7 @@ class Server(Snapshots):
             if logged := self.privacy.released_log(self.executor.logged(u["job"])):  # report/trainlog.py
                 u["logged"] = logged
         self.watch.aggregated(ev, result.norms)
+        self.controls.taken(self.executor, ev["updates"])  # accepted or not: device state on the workers
         return self.server_opt.apply(versions[version], result, updates, versions.__getitem__)
 
     def run(self) -> dict:
@@ -197,7 +197,7 @@ class Server(Snapshots):
         self.writer.event(ev)
 
     def _submit(self, ev: dict, versions: dict) -> None:
-        self.executor.submit(JobSpec.of(ev, self.lookahead), versions[ev["version"]])
+        self.executor.submit(JobSpec.of(ev, self.lookahead), self.controls.download(ev["version"], versions))
 
     def _dispatch(self, ev: dict, versions: dict, refs: Counter) -> None:
         """Hand a started job to the executor, with the epochs it will really train."""

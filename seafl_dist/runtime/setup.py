@@ -13,7 +13,7 @@ import torch
 
 from seafl_dist.settings import Config, ConfigError
 from seafl_dist.settings.data import WITH_WRITERS
-from seafl_dist.runtime import determinism
+from seafl_dist.runtime import controls, determinism
 from seafl_dist.runtime.device_eval import gather, held_out_split
 from seafl_dist.runtime.model_checks import built, check_inputs, check_model_size, say_unused_optimizer_keys
 from seafl_dist.data import clear_cache, load_dataset, partition
@@ -134,8 +134,12 @@ class Experiment:
 
     def upload_sizes(self) -> dict:
         """``{"bytes": an upload's bytes, "model_bytes": the float32 model's}`` with ``compression.codec`` (a
-        function of the codec and the model's layout, known before anything trains); {} without one."""
-        codec = UpdateCodec(self.cfg.compression, FlatLayout.of(self.new_model()))
+        function of the codec and the model's layout, known before anything trains); {} without one. SCAFFOLD's upload
+        carries Δc beside the model: 4 bytes more a trainable parameter (runtime/controls.py)."""
+        layout = FlatLayout.of(self.new_model())
+        codec, extra = UpdateCodec(self.cfg.compression, layout), controls.extra_bytes(self.cfg, layout)
+        if extra:
+            return {"bytes": codec.model_bytes + extra, "model_bytes": codec.model_bytes}
         return {"bytes": codec.upload_bytes, "model_bytes": codec.model_bytes} if codec.active else {}
 
     def schedule(self) -> Lookahead:
@@ -153,7 +157,8 @@ class Experiment:
             churn = population_settings(
                 profile=self.profile, dropout=cfg.devices.dropout, num_devices=self.num_devices,
                 data_seed=cfg.data_seed, n_samples=self.n_samples, epochs=cfg.train.epochs,
-                model_bytes=model_bytes, upload_bytes=sizes.get("bytes"), availability_scale=cfg.devices.availability_scale,
+                model_bytes=model_bytes + controls.extra_bytes(cfg, FlatLayout.of(self.new_model())),  # SCAFFOLD: c
+                upload_bytes=sizes.get("bytes"), availability_scale=cfg.devices.availability_scale,
                 compute_scale=cfg.clock.compute_scale, download_s=cfg.clock.download_s,
                 idle=None if cfg.clock.idle.distribution == "none" else speed)
             churn.pop("profile_sha256", None)  # the server records it (runtime/server.py)

@@ -32,6 +32,7 @@ class Snapshots:
                       "update_norms": self.watch.history.to_list(), "server_opt": self.server_opt.state,
                       "rule_state": self.memory.state,  # never mutated by the rule: a reference is a snapshot
                       "feedback": self._feedback().state() if self._feedback() is not None else None,
+                      "controls": self._controls_state(),  # SCAFFOLD's c_k in this process (runtime/controls.py)
                       "events_bytes": events_bytes, "metrics_bytes": metrics_bytes, "privacy": self.privacy.state(),
                       "devices": self.devices.flush()}  # device evaluation's files (runtime/device_eval.py)
         run = self.cfg.run
@@ -67,6 +68,7 @@ class Snapshots:
             **({"server_opt": snap["server_opt"].to_dict()} if self.server_opt.active else {}),
             **({"rule_state": rule_state} if rule_state is not None else {}),
             **({"feedback": snap["feedback"]} if snap["feedback"] is not None else {}), **snap["devices"],
+            **({"controls": snap["controls"]} if snap.get("controls") is not None else {}),
             **({"residuals": files} if files is not None else {}),  # the workers' files (runtime/residuals.py)
             **({"privacy": snap["privacy"]} if snap["privacy"] is not None else {})})  # m_k under DP
         residuals.retain(self.dir, files)  # the workers' files go with their checkpoints
@@ -104,6 +106,14 @@ class Snapshots:
         without them). Under torchrun the workers load their own (runtime/distributed.py)."""
         if self.cfg.compression.error_feedback and self._feedback() is not None:
             self._feedback().load(state["feedback"] if "feedback" in state else residuals.gather(self.resume))
+        if self._controls_state() is not None:  # SCAFFOLD's c_k, inline (one process) or in the workers' files
+            self._feedback().load_controls(state["controls"] if "controls" in state else
+                                           residuals.gather(self.resume, part="controls"))
+
+    def _controls_state(self) -> dict | None:
+        """SCAFFOLD's devices' c_k where they live in this process (codecs/feedback.py's controls part), else None."""
+        fb = self._feedback()
+        return fb.controls_state() if fb is not None and self.cfg.algorithm.name == "scaffold" else None
 
     def _kept(self) -> str:
         if self._saved_version is None:

@@ -46,8 +46,9 @@ def run_worker(exp, rank: int, numel: int, watcher, links=(Channel(), Channel())
     A result leaves the GPU (if any) as it was trained: the outbox copies it to the host on a
     side stream while the next job trains.
 
-    ``residuals``: with error feedback, (run dir, this worker's devices' residuals from the checkpoint resumed or
-    None): TAKEN and SAVE messages are handled as runtime/residuals.py says."""
+    ``residuals``: with device state (error feedback, SCAFFOLD), (run dir, this worker's devices' state from the
+    checkpoint resumed, runtime/residuals.py device_state, or None): TAKEN and SAVE messages are handled as
+    runtime/residuals.py says."""
     progress = progress if progress is not None else StepCounter()
     trainer = GroupTrainer(exp)
     down, up = links
@@ -55,8 +56,9 @@ def run_worker(exp, rank: int, numel: int, watcher, links=(Channel(), Channel())
     inbox = _Inbox(mailbox, rank, progress)
     if residuals is not None:
         run_dir, loaded = residuals
-        trainer.feedback.load(loaded)
-        inbox.residuals = WorkerResiduals(trainer.feedback, run_dir, rank, outbox)
+        trainer.feedback.load((loaded or {}).get("residuals"))
+        trainer.feedback.load_controls((loaded or {}).get("controls"))
+        inbox.residuals = WorkerResiduals(trainer.feedback, run_dir, rank, outbox, trainer.controls is not None)
     trained = 0
     while True:
         if inbox.take(timeout=0 if inbox.queue else POLL_S):
@@ -104,11 +106,13 @@ class _Inbox:
             elif h.kind == BYE:
                 raise gone(0, h)
             elif h.kind == TAKEN:
-                self.residuals.taken(h.job)
+                self.residuals.taken(h.job, bool(h.epochs))
             elif h.kind == SAVE:
                 self.residuals.save(h.version)
             elif h.kind == JOB:
                 self.progress.step()
+                if self.residuals is not None:  # SCAFFOLD: the job trains from its device's c_k as it is now
+                    self.residuals.started(h.job, h.device)
                 if payload is not None:
                     self.versions[h.version] = payload
                 elif h.version not in self.versions:

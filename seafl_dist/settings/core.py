@@ -80,6 +80,8 @@ class Config:
                   f"at most devices.concurrency ({self.devices.concurrency}), or the buffer never fills")
         if self.algorithm.name == "fedcompass":
             _check_fedcompass(self)
+        if self.algorithm.name == "scaffold":
+            _check_scaffold(self)
         _check_device_eval(self)
         self.privacy.check_with(self.algorithm, self.run)
         check_defense(self.algorithm, self.privacy.enabled)  # K resolved above (settings/defense.py)
@@ -136,6 +138,26 @@ def _check_fedcompass(cfg: "Config") -> None:
     if cfg.privacy.enabled:
         _fail("privacy.enabled", True, "false with algorithm.name=fedcompass (no sensitivity is derived for its "
               "step-counted jobs and group aggregation)")
+
+
+def _check_scaffold(cfg: "Config") -> None:
+    """SCAFFOLD's option II (algo/scaffold.py, runtime/controls.py): c_i⁺ = c_i − c + (x − y)/(K·η_l) is the mean
+    corrected gradient only for plain SGD at a constant η_l; Δc is sent exact; no sensitivity is derived for c. (Under
+    torchrun c_i lives on the one worker that trains device i: ``runtime.placement: device``, runtime/distributed.py.)"""
+    t, why = cfg.train, "with algorithm.name=scaffold (option II's (x − y)/(K·η_l) is the mean corrected gradient of "
+    if t.momentum != 0:
+        _fail("train.momentum", t.momentum, f"0 {why}plain SGD only; momentum's steps are not)")
+    if t.weight_decay != 0:
+        _fail("train.weight_decay", t.weight_decay, f"0 {why}plain SGD only; weight decay adds a term c_i never saw)")
+    if t.loop != "plain":
+        _fail("train.loop", t.loop, "plain with algorithm.name=scaffold (the control variates' correction runs in "
+              "seafl's own loop; a lightning.Trainer's is not hooked)")
+    if cfg.compression.codec != "none":
+        _fail("compression.codec", cfg.compression.codec, "none with algorithm.name=scaffold (a codec on Δc is "
+              "deferred: the upload carries Δw and Δc exact)")
+    if cfg.privacy.enabled:
+        _fail("privacy.enabled", True, "false with algorithm.name=scaffold (no sensitivity is derived for the "
+              "server's control variate c, which every later job downloads)")
 
 
 def _check_device_eval(cfg: "Config") -> None:

@@ -29,7 +29,7 @@ from seafl_dist.settings.port import PortConfig
 from seafl_dist.settings.server_opt import ServerOptConfig
 
 ALGORITHMS = ("seafl", "seafl2", "fedbuff", "fedasync", "fedavg", "ca2fl", "fadas", "asyncsgd", "port",
-              "fedstaleweight", "fedcompass")
+              "fedstaleweight", "fedcompass", "scaffold")
 SIMILARITY_MODES = ("delta_vs_global", "model_vs_global", "delta_vs_movement")
 SIMILARITY_OVER = ("parameters", "parameters_and_stats")
 TRAIN_LOOPS = ("plain", "lightning")
@@ -54,7 +54,8 @@ class AlgorithmConfig:
 
     name: str = key("seafl", "the algorithm: `seafl`, `seafl2`, `fedbuff`, `fedasync`, `fedavg`, `ca2fl`, `fadas` "
                     "(FedBuff with `amsgrad` and the delay-adaptive η), `asyncsgd` (delay-adaptive asynchronous SGD), "
-                    "`port`, `fedstaleweight`, `fedcompass` (local steps assigned per device from the clock), or `pkg.module:rule` "
+                    "`port`, `fedstaleweight`, `fedcompass` (local steps assigned per device from the clock), `scaffold` "
+                    "(FedBuff with SCAFFOLD's control variates), or `pkg.module:rule` "
                     "(a rule of your own)", plugin_or(ALGORITHMS))
     params: Optional[dict] = key(
         None, "a rule of your own only: its own keyword arguments (`{beta: 2}`), passed as `rule(cfg, version, "
@@ -68,8 +69,8 @@ class AlgorithmConfig:
         UNSET, "β: the server waits rather than let an in-flight update grow staler than this; `null` = ∞",
         "[0, inf]",
         shown="`10`; fedbuff, fedasync, ca2fl, fadas, asyncsgd, fedstaleweight: `null`; fedavg: `0`",
-        note="Not given, it is 10 for seafl and seafl2 and ∞ for fedbuff, fedasync, ca2fl, fadas, asyncsgd and "
-             "fedstaleweight; a value "
+        note="Not given, it is 10 for seafl and seafl2 and ∞ for fedbuff, fedasync, ca2fl, fadas, asyncsgd, "
+             "fedstaleweight and scaffold; a value "
              "given (in the file or an override) is kept for those too, which then wait for stragglers as SEAFL does, "
              "as PLATO's `staleness_bound` made the paper's baselines do. fedavg forces 0 (synchronous rounds). "
              "A rule of your own gets SEAFL's 10, and a run or sweep says so in one line at the start "
@@ -127,7 +128,7 @@ class AlgorithmConfig:
         self.num_devices: Optional[int] = None  # not a key: N, resolved (CA²FL's mean over every device, algo/ca2fl.py)
         if self.staleness_limit is UNSET:
             self.staleness_limit = None if self.name in ("fedbuff", "fedasync", "ca2fl", "fadas", "asyncsgd",
-                                                                       "fedstaleweight", "fedcompass") else 10
+                                                         "fedstaleweight", "fedcompass", "scaffold") else 10
         check_fields(self, "algorithm")
         self.params = own_params("algorithm.name", self.name, self.params)
         if self.name == "fadas":

@@ -118,7 +118,7 @@ def train_job(module, start: torch.Tensor, data, indices: torch.Tensor, *, epoch
               seed: int, torch_seed: int | None = None, augment: bool = False, device: torch.device | str = "cpu",
               precision: str = "32", on_step=None, result_device: torch.device | str = "cpu", loop: str = "plain",
               clip: tuple = (None, None), logged: dict | None = None, prox_mu: float = 0.0,
-              steps: int | None = None) -> torch.Tensor:
+              steps: int | None = None, control=None) -> torch.Tensor:
     """Train ``module`` from flat ``start`` on ``data[indices]``; return the trained flat vector
     (on ``result_device``: the CPU by default). ``start`` may live anywhere; it is moved to
     ``device`` in one copy. ``seed`` draws the data order, ``torch_seed`` seeds the random layers
@@ -130,7 +130,8 @@ def train_job(module, start: torch.Tensor, data, indices: torch.Tensor, *, epoch
     reduced over the job. ``prox_mu``: ``train.prox_mu``, FedProx's proximal term mu (w - start) added to
     every step's gradients before clipping (train/proximal.py; 0: today's step). ``steps``: a step-counted job
     (FedCompass's), which stops after that many steps, its last of ``epochs`` epochs cut short (train/plan.py;
-    None: ``epochs`` whole epochs). ``on_step()``, if given, is
+    None: ``epochs`` whole epochs). ``control``: SCAFFOLD's correction c − c_i (train/controls.py; the plain loop
+    only), which counts the steps trained. ``on_step()``, if given, is
     called after every optimiser step (a worker counts its progress)."""
     device = torch.device(device)
     fmt = memory_format(module, device)
@@ -146,7 +147,8 @@ def train_job(module, start: torch.Tensor, data, indices: torch.Tensor, *, epoch
                           on_step=on_step, logged=logged, prox_mu=prox_mu)
         else:
             fit_job(module, batches, epochs=epochs, device=device, precision=precision, clip=clip,
-                    autocast=partial(_autocast, device, precision), on_step=on_step, logged=logged, prox_mu=prox_mu)
+                    autocast=partial(_autocast, device, precision), on_step=on_step, logged=logged, prox_mu=prox_mu,
+                    control=control)
     return flatten(module, result_device)
 
 

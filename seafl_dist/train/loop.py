@@ -12,7 +12,8 @@ Lightning 2.x automatic optimization, step for step (``loops/fit_loop.py``,
                  closure = training_step -> on_before_zero_grad -> optimizer_zero_grad -> on_before_backward
                            -> backward -> on_after_backward, then on_before_optimizer_step -> clipping
                  (train.prox_mu > 0: mu (w - w_base) added to the gradients after the closure, before
-                 on_before_optimizer_step and clipping; train/proximal.py)
+                 on_before_optimizer_step and clipping; train/proximal.py; then SCAFFOLD's c − c_i,
+                 train/controls.py)
                  -> "step" schedulers -> (last batch) "epoch" schedulers -> on_train_batch_end
                  -> "step" plateau schedulers
       on_train_epoch_end -> "epoch" plateau schedulers
@@ -36,6 +37,7 @@ import torch
 from seafl_dist.models.contract import overridden
 from seafl_dist.train.optim_config import ModuleContractError, parse_optimizers, step_schedulers
 from seafl_dist.train.logged_values import local_metrics
+from seafl_dist.train.controls import check_plain_sgd
 from seafl_dist.train.proximal import Proximal
 from seafl_dist.train.standin import Recorder, StandInTrainer
 
@@ -82,8 +84,8 @@ class _Job:
     """The state one job's hooks share: the module, its overridden hooks, the stand-in and the recorder."""
 
     def __init__(self, module, *, epochs: int, steps_per_epoch: int, clip: tuple, device, precision: str, autocast,
-                 prox_mu: float = 0.0):
-        self.module, self.hooks, self.autocast = module, overridden(module), autocast
+                 prox_mu: float = 0.0, control=None):
+        self.module, self.hooks, self.autocast, self.control = module, overridden(module), autocast, control
         self.clip_val, self.clip_algorithm = clip
         self.prox_mu, self.prox = prox_mu, None  # the proximal term: made once the weights are the job's start
         self.recorder = self.trainer = None
@@ -129,6 +131,8 @@ class _Job:
             loss = closure()
             if self.prox is not None:
                 self.prox.add()
+            if self.control is not None:  # SCAFFOLD: g − c_i + c (train/controls.py)
+                self.control.add()
             if hooks:
                 self.call("on_before_optimizer_step", optimizer)
             if "configure_gradient_clipping" in hooks:
@@ -178,15 +182,17 @@ class _Job:
 
 
 def fit_job(module, batches, *, epochs: int, device, precision: str = "32", clip: tuple = (None, None),
-            autocast=nullcontext, on_step=None, logged: dict | None = None, prox_mu: float = 0.0) -> None:
+            autocast=nullcontext, on_step=None, logged: dict | None = None, prox_mu: float = 0.0,
+            control=None) -> None:
     """Train ``module`` (on its device, weights loaded, in train mode) for ``epochs`` passes over
     ``batches`` (iterating it gives the next epoch's batches; ``len`` is the batches per epoch), as
     Lightning does (module doc). ``clip``: (``train.grad_clip_val``, ``train.grad_clip_algorithm``);
     ``autocast()``: the training step's precision context. ``on_step()`` after each optimizer step;
     ``logged`` gets each name the module logged, reduced over the job (see train/standin.py);
-    ``prox_mu``: ``train.prox_mu``, the proximal term's mu (0: none; train/proximal.py)."""
+    ``prox_mu``: ``train.prox_mu``, the proximal term's mu (0: none; train/proximal.py). ``control``: SCAFFOLD's
+    correction of this job (a train/controls.py ControlStep; None: none), whose ``steps`` then counts K."""
     job = _Job(module, epochs=epochs, steps_per_epoch=len(batches), clip=clip, device=device, precision=precision,
-               autocast=autocast, prox_mu=prox_mu)
+               autocast=autocast, prox_mu=prox_mu, control=control)
     if job.trainer is not None:
         module.trainer, module.log, module.log_dict = job.trainer, job.recorder.log, job.recorder.log_dict
         local_metrics(module)
@@ -214,6 +220,9 @@ def _fit(job: _Job, batches, epochs: int, on_step) -> None:
         trainer._set(optimizers=[optimizer], lr_scheduler_configs=schedulers)
     metrics = rec.callback_metrics if rec is not None else {}
     job.prox = Proximal.of(m, job.prox_mu)  # w_base: the weights the job starts from, as configure_model left them
+    if job.control is not None:  # plain SGD at train.lr, or one line (train/controls.py)
+        check_plain_sgd(optimizer, schedulers, job.control.lr)
+        job.control.bind(m)
     call("on_fit_start")
     call("on_train_start")
     wants_outputs = "on_train_batch_end" in job.hooks

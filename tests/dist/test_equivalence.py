@@ -17,7 +17,7 @@ import torch
 
 from launching import run_batch
 from rule_states import STATEFUL
-from small_runs import FEDCOMPASS, PER_ALGORITHM, QUICKSTART, SMALL
+from small_runs import FEDCOMPASS, PER_ALGORITHM, QUICKSTART, SCAFFOLD, SMALL
 from seafl_dist.cli import main as seafl_main
 
 pytestmark = pytest.mark.dist
@@ -50,7 +50,8 @@ ROWS_OF_3 = {"placement": [*overrides("seafl2"), "runtime.placement=device"], "s
              "fedcompass": [*SMALL, *FEDCOMPASS],
              # a defense with a state (centered clipping's centre, rule memory on rank 0; seafl_dist/defenses/)
              "defense": [*SMALL, "algorithm.name=fedbuff", "algorithm.defense.name=centered_clipping",
-                         "algorithm.defense.tau=0.5"], **THREATS}
+                         "algorithm.defense.tau=0.5"],
+             "scaffold": [*SMALL, *SCAFFOLD, "runtime.placement=device"], **THREATS}
 
 
 @pytest.fixture(scope="module")
@@ -209,3 +210,14 @@ def test_malicious_devices_on_3_ranks_match_inprocess(case, inprocess, on_ranks)
     s_ref, s_got = (json.loads((d / "summary.json").read_text()) for d in (ref, got))
     s_ref.pop("wall_time_s"), s_got.pop("wall_time_s")
     assert s_got == s_ref and s_got["threats"]["malicious"]
+
+
+def test_scaffold_with_each_devices_c_k_on_its_worker_matches_inprocess(inprocess, on_ranks):
+    """SCAFFOLD's c_k live on the workers (runtime.placement=device), each job downloads w and c and uploads y and Δc,
+    and a TAKEN says whether its Δc is kept: the one-process run's bytes."""
+    ref = inprocess("scaffold")
+    proc, got, _ = on_ranks("scaffold")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for f in ("events.jsonl", "model.pt", "config.yaml"):
+        assert (got / f).read_bytes() == (ref / f).read_bytes(), f
+    assert_same_metrics(ref / "metrics.csv", got / "metrics.csv")

@@ -3,8 +3,9 @@
 uninterrupted one-process run's bytes: events.jsonl, metrics.csv, model.pt, device evaluation's files, the
 LightningModule's train_log.csv, and summary.json but for wall time (with DP: its ε, δ, z, C and the largest
 participation count m, privacy's ledger). The cases (tests/soak_cases.py) cover DP with a cap, each codec with error
-feedback, each server optimizer, device evaluation, a DataModule split by a key, churn with availability windows
-and the Lightning loop. One torchrun job runs them all (tests/soak_driver.py): 10 kills, 11 attempts, on W = 2 to
+feedback, each server optimizer, device evaluation, a DataModule split by a key, churn with availability windows,
+the Lightning loop and SCAFFOLD's c_k on the workers. One torchrun job runs them all (tests/soak_driver.py): 12 kills,
+13 attempts, on W = 2 to
 spare CI one interpreter an attempt (tests/dist/test_residuals_dist.py kills W = 3 and resumes it under 5 and 1);
 benchmarks/kill_soak.py runs more kills a case, on W = 3.
 """
@@ -23,7 +24,7 @@ from seafl_dist.data import clear_cache
 from soak_cases import SAME, TESTS, cases, kills
 
 pytestmark = pytest.mark.dist
-NAMES = ["dp-cap", "device-eval", "churn", "lightning", "datamodule"]
+NAMES = ["dp-cap", "device-eval", "churn", "lightning", "datamodule", "scaffold"]
 
 
 @pytest.fixture(scope="module")

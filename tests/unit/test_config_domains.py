@@ -42,6 +42,7 @@ COMPANIONS = {"devices.num": ["devices.concurrency=1", "algorithm.buffer_size=1"
 # a value that only pairs with another key's (a model and a dataset of one kind of input: settings/core.py)
 VALUE_COMPANIONS = {("data.name", "shakespeare"): ["model.name=lstm"], ("model.name", "lstm"): ["data.name=shakespeare"],
                     ("algorithm.name", "fedcompass"): ["devices.concurrency=30"],  # M = N: the quickstart's 30
+                    ("algorithm.name", "scaffold"): ["train.momentum=0"],  # plain SGD (the quickstart's has 0.9)
                     ("algorithm.fedcompass.q_max", "1"): ["algorithm.fedcompass.q_min=1"],
                     **{("algorithm.defense.name", est): ["algorithm.name=fedbuff"]  # an estimator: a mean of deltas
                        for est in ("median", "trimmed_mean", "centered_clipping")},

@@ -26,7 +26,7 @@ def test_each_algorithm_shows_only_the_keys_it_reads_and_does_not_fix():
     # K is 10 wherever it is read (FedAsync fixes 1, FedAvg M); β differs: SEAFL's 10, FedBuff's ∞; FedAvg fixes 0
     assert names == ["SEAFL, β = 10", "SEAFL², β = 10", "FedBuff, β = ∞", "FedAsync, β = ∞", "FedAvg", "CA²FL, β = ∞",
                      "FADAS, β = ∞", "async SGD, β = ∞", "Port, β = 10",
-                     "FedStaleWeight, β = ∞"]  # FADAS's amsgrad is its preset's, fixed
+                     "FedStaleWeight, β = ∞", "SCAFFOLD, β = ∞"]  # FADAS's amsgrad is its preset's, fixed
     # fedcompass (every device trains: M = N) reads no β nor K (its groups trigger), its own keys and f(S)'s
     compass = [arm("algorithm.name=fedcompass", "devices.concurrency=100", *more) for more in
                ([], ["algorithm.buffer_size=3", "algorithm.fedcompass.q_min=10"])]
