@@ -7,7 +7,8 @@ Factors (tests/pairwise.py covers every pair of their levels in some row):
 - partition: iid, dirichlet, natural (one device a writer), by_key (natural over `data.partition_by=speaker`);
 - holdout: none, split (`data.device_holdout=0.25`), writers (`data.device_test=writers`), both with device
   evaluation every 2 aggregations;
-- codec: none, or int8 with error feedback; server_opt: none or Adam; privacy: off or on (noise 0.8);
+- codec: none, or int8 with error feedback; server_opt: none or Adam; privacy: off, on (noise 0.8), or on with
+  adaptive clipping (privacy.adaptive_clip: C_t and its noised count on rank 0, C_{t+1} in the checkpoint);
 - rule, one of each kind: the default (seafl: stateless), or one with a server state (ca2fl: its cache of each
   device's latest update, algo/memory.py's state, in every checkpoint);
 - churn: a device profile with availability windows and dropouts; wandb: offline; loop: plain or lightning;
@@ -52,7 +53,7 @@ FACTORS = {
     "codec": ["none", "int8_ef"],
     "rule": ["default", "stateful"],
     "server_opt": ["none", "adam"],
-    "privacy": [False, True],
+    "privacy": [False, True, "adaptive"],
     "churn": [False, True],
     "wandb": [False, True],
     "loop": ["plain", "lightning"],
@@ -80,6 +81,8 @@ REFUSED = {
     # no sensitivity is derived for a defense (docs/robustness.md, "Defenses")
     (("privacy", True), ("defense", "krum")): "algorithm.defense.name",
 }
+REFUSED.update({tuple((k, "adaptive" if k == "privacy" else v) for k, v in pair): key  # adaptive clipping is DP
+                for pair, key in list(REFUSED.items()) if ("privacy", True) in pair})
 
 
 def forbidden(row: dict) -> bool:
@@ -112,6 +115,8 @@ def overrides(row: dict, where) -> list[str]:
         args += ["algorithm.server_opt.name=adam", "algorithm.server_opt.lr=0.01"]
     if row["privacy"]:
         args += ["privacy.enabled=true", "privacy.noise_multiplier=0.8", *DP_KEY]  # one key: the same noise
+    if row["privacy"] == "adaptive":  # σ_b = 2 > z: z_Δ = (0.8⁻² − 2⁻²)^(−½); η_C = 1, so C_t moves
+        args += ["privacy.adaptive_clip.enabled=true", "privacy.adaptive_clip.count_std=2", "privacy.adaptive_clip.lr=1"]
     if row["churn"]:
         args += [*CHURN[len(SMALL):], f"devices.profile={where / 'devices.csv'}"]
     if row["wandb"]:
@@ -220,7 +225,7 @@ def refused_row(pair) -> dict:
     raise AssertionError(f"no row holds {pair} alone")
 
 
-@pytest.mark.parametrize("pair", sorted(REFUSED), ids=[f"{a[1]}-{b[1]}" for a, b in sorted(REFUSED)])
+@pytest.mark.parametrize("pair", sorted(REFUSED, key=str), ids=[f"{a[1]}-{b[1]}" for a, b in sorted(REFUSED, key=str)])
 def test_each_refused_pair_is_one_line_naming_its_key(pair, where, tmp_path, capsys, monkeypatch):
     row = refused_row(pair)
     assert in_process(where, overrides(row, where), tmp_path / "run", monkeypatch) == 2, row

@@ -28,11 +28,19 @@ def aggregates(run):
     return [e for e in map(json.loads, (run / "events.jsonl").read_text().splitlines()) if e["event"] == "aggregate"]
 
 
-def test_the_bound_moves_to_the_target_quantile_by_the_papers_update(tmp_path):
-    args = [*SMALL, *ADAPTIVE, "privacy.diagnostics=true", "run.max_aggregations=14"]
-    out = reference(tmp_path / "r", args)
+RUN = [*SMALL, *ADAPTIVE, "privacy.diagnostics=true", "run.max_aggregations=10", *EVERY_2]
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    """The run both tests below read: C_t's series, and the bytes a killed run must resume to."""
+    return reference(tmp_path_factory.mktemp("adaptive") / "ref", RUN)
+
+
+def test_the_bound_moves_to_the_target_quantile_by_the_papers_update(uninterrupted):
+    out, args = uninterrupted, RUN
     aggs = aggregates(out)
-    assert len(aggs) == 14 and summary(out)["status"] == "completed"
+    assert len(aggs) == 10 and summary(out)["status"] == "completed"
     bounds = [e["privacy"]["clipping_bound"] for e in aggs]
     fractions = [e["privacy"]["unclipped_fraction"] for e in aggs]
     clipped = [e["privacy"]["clipped"] for e in aggs]
@@ -68,9 +76,8 @@ def test_without_diagnostics_the_events_hold_c_t_and_no_count(tmp_path, capsys):
     assert f"C {C0:g} adaptive (γ {GAMMA:g}, η_C {ETA:g}, σ_b {SIGMA_B:g}; update noise z_Δ" in line
 
 
-def test_a_killed_run_resumes_to_the_same_bytes_with_its_bound(tmp_path):
-    args = [*SMALL, *ADAPTIVE, *EVERY_2]
-    ref = reference(tmp_path / "ref", args)
+def test_a_killed_run_resumes_to_the_same_bytes_with_its_bound(uninterrupted, tmp_path):
+    ref, args = uninterrupted, RUN
     out = tmp_path / "run"
     stopped = cli(*run_args(args, out), fault="during_aggregate:3")
     assert stopped.returncode != 0 and checkpoint_versions(out) == [2]

@@ -207,7 +207,8 @@ def test_the_section_is_off_by_default_and_left_out_of_config_yaml_until_used():
 
 def mechanism_run(rule, *extra, bound=None, seed_state=None):
     """One aggregation of a 3-update buffer (devices 1, 2, 1) by privacy/mechanism.py under ``rule``; the adaptive
-    mechanism's C_t set to ``bound`` (as a resume would from its checkpoint). The event and the new model."""
+    mechanism's C_t set to ``bound`` (as a resume would from its checkpoint; the C of the aggregation before, 99).
+    The event, the new model and the mechanism."""
     from types import SimpleNamespace
     from seafl_dist.algo.types import BufferedUpdate, FlatParts
     from seafl_dist.privacy import Mechanism
@@ -220,7 +221,7 @@ def mechanism_run(rule, *extra, bound=None, seed_state=None):
     dim = 50
     mech = Mechanism(cfg, FlatParts.all_params(dim), SimpleNamespace(names=("w",), shapes=((dim,),)), say=False)
     if bound is not None:
-        mech.load({"inclusions": {}, "clipped": 0, "zeroed": 0, "adaptive_clip": {"bound": bound, "used": bound}})
+        mech.load({"inclusions": {}, "clipped": 0, "zeroed": 0, "adaptive_clip": {"bound": bound, "used": 99.0}})
     g = torch.Generator().manual_seed(5)
     models = {v: torch.randn(dim, generator=g) for v in (8, 9, 10)}
     ups = [BufferedUpdate(device=d, job=i, flat=models[b] + s * torch.randn(dim, generator=g), n_samples=n,
