@@ -79,6 +79,7 @@ def test_the_malicious_devices_are_the_named_streams_draw():
     assert malicious_devices(cfg.threats, 10, 5) == malicious_devices(cfg.threats, 10, 5)  # a pure function
     assert len(malicious_devices(cfg_of("threats.malicious=0.25").threats, 10, 0)) == 3  # ⌊2.5 + 0.5⌋
     assert len(malicious_devices(cfg_of("threats.malicious=0.24").threats, 10, 0)) == 2  # ⌊2.4 + 0.5⌋
+    assert len(malicious_devices(cfg_of("threats.malicious=0.05").threats, 10, 0)) == 1  # ⌊0.5 + 0.5⌋: the least
     named = cfg_of("threats.malicious_devices=[7,2]", "threats.attack=scale").threats
     assert malicious_devices(named, 10, 0) == (2, 7)
 
@@ -273,7 +274,13 @@ def test_the_backdoor_triggers_a_share_of_each_malicious_shard():
     assert not hit & set(range(17, 40))
     triggered = (out.images[:, :, -2:, -2:] == 255).flatten(1).all(1) & (out.labels == 2)
     assert int(triggered[:10].sum()) == 5 and int(triggered[10:17].sum()) == 4 and not triggered[17:].any()
-    assert torch.equal(out.images[:, :, :-2, :], data.images[:, :, :-2, :])  # only the corner square changes
+    outside = torch.ones(8, 8, dtype=torch.bool)
+    outside[-2:, -2:] = False
+    assert torch.equal(out.images[:, :, outside], data.images[:, :, outside])  # only the corner square changes
+    for device, shard in ((0, shards[0]), (1, shards[1])):  # the rows: the stream ("backdoor", device)'s draw
+        pick = np.random.default_rng(stream_key(0, "backdoor", device)).choice(len(shard), size=math.ceil(
+            0.5 * len(shard)), replace=False)
+        assert sorted(shard[pick].tolist()) == sorted(i for i in hit if shard[0] <= i <= shard[-1])
     test = triggered_test(data, cfg)
     assert len(test) == 30 and bool((test.labels == 2).all())  # the 10 images of label 2 are left out
     assert bool((test.images[:, :, -2:, -2:] == 255).all())
