@@ -76,10 +76,9 @@ REFUSED = {
     (("partition", "by_key"), ("privacy", True)): "data.name",
     # ca2fl's cache puts every past contributor into every later aggregation: no sensitivity (docs/privacy.md)
     (("rule", "stateful"), ("privacy", True)): "algorithm.name",
-    # scaffold: no sensitivity derived for c; Δc travels exact; its correction is hooked in seafl's own loop
+    # scaffold: no sensitivity derived for c; Δc travels exact
     (("rule", "worker_state"), ("privacy", True)): "privacy.enabled",
     (("codec", "int8_ef"), ("rule", "worker_state")): "compression.codec",
-    (("rule", "worker_state"), ("loop", "lightning")): "train.loop",
 }
 
 
