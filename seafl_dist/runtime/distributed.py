@@ -255,8 +255,8 @@ def run_distributed(cfg, out_dir, *, rank: int, world_size: int, local_rank: int
     hb_limit = max(3.0, min(30.0, cfg.runtime.timeout_s / 2))
     progress = StepCounter() if rank > 0 else None
     beat = Heartbeat(store, rank, progress=progress)
-    numel = exp.initial_flat().numel() + controls.extra_bytes(cfg, FlatLayout.of(exp.new_model())) // 4  # SCAFFOLD:
-    # a JOB carries w_v and c_v, a RESULT y and Δc_k (runtime/controls.py)
+    numel = exp.initial_flat().numel()  # SCAFFOLD: a JOB carries w_v and c_v, a RESULT y and Δc_k (runtime/controls.py)
+    numel += controls.extra_bytes(cfg, FlatLayout.of(exp.new_model())) // 4 if controls.active(cfg) else 0
     if controls.active(cfg) and cfg.runtime.placement != "device":
         raise ConfigError(f"config key 'runtime.placement' has value {cfg.runtime.placement!r}; allowed: device with "
                           f"algorithm.name=scaffold under torchrun (a device's control variate c_i lives on the one "

@@ -157,7 +157,7 @@ class Experiment:
             churn = population_settings(
                 profile=self.profile, dropout=cfg.devices.dropout, num_devices=self.num_devices,
                 data_seed=cfg.data_seed, n_samples=self.n_samples, epochs=cfg.train.epochs,
-                model_bytes=model_bytes + controls.extra_bytes(cfg, FlatLayout.of(self.new_model())),  # SCAFFOLD: c
+                model_bytes=model_bytes + (sizes["bytes"] - model_bytes if controls.active(cfg) else 0),  # SCAFFOLD: c
                 upload_bytes=sizes.get("bytes"), availability_scale=cfg.devices.availability_scale,
                 compute_scale=cfg.clock.compute_scale, download_s=cfg.clock.download_s,
                 idle=None if cfg.clock.idle.distribution == "none" else speed)

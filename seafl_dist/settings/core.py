@@ -149,9 +149,6 @@ def _check_scaffold(cfg: "Config") -> None:
         _fail("train.momentum", t.momentum, f"0 {why}plain SGD only; momentum's steps are not)")
     if t.weight_decay != 0:
         _fail("train.weight_decay", t.weight_decay, f"0 {why}plain SGD only; weight decay adds a term c_i never saw)")
-    if t.loop != "plain":
-        _fail("train.loop", t.loop, "plain with algorithm.name=scaffold (the control variates' correction runs in "
-              "seafl's own loop; a lightning.Trainer's is not hooked)")
     if cfg.compression.codec != "none":
         _fail("compression.codec", cfg.compression.codec, "none with algorithm.name=scaffold (a codec on Δc is "
               "deferred: the upload carries Δw and Δc exact)")

@@ -8,9 +8,10 @@
     ...clip, optimizer.step()...
 
 The correction is added after the backward pass (and FedProx's term) and before gradient clipping, on the plain loop
-(train/loop.py); a scaffold job always trains in its own loop (runtime/executor.py ``loop_blocker``), and the
-lightning loop is refused. ``steps`` counts the optimiser steps it was added to: K of option II's
-c_i⁺ = c_i − c + (x − y)/(K·η_l) (runtime/controls.py computes it), the steps actually trained.
+(train/loop.py) and on a lightning.Trainer (train/lightning_loop.py: the job's callback, ``on_before_optimizer_step``);
+a scaffold job always trains in its own loop (runtime/executor.py ``loop_blocker``), never fused or captured.
+``steps`` counts the optimiser steps it was added to: K of option II's c_i⁺ = c_i − c + (x − y)/(K·η_l)
+(runtime/controls.py computes it), the steps actually trained.
 
 Option II assumes plain SGD at a constant η_l: :func:`check_plain_sgd` refuses, in one line, the optimiser of a
 module that configures its own (momentum, weight decay, another class, another lr, a scheduler) before any step.

@@ -29,6 +29,7 @@ import torch
 from seafl_dist.models.contract import lightning_base, overridden
 from seafl_dist.train.optim_config import NO_OPTIMIZER, ModuleContractError
 from seafl_dist.train.logged_values import is_metric, local_metrics
+from seafl_dist.train.controls import check_plain_sgd
 from seafl_dist.train.proximal import Proximal
 from seafl_dist.train.standin import Recorder
 
@@ -69,9 +70,10 @@ def manual_prox(prox_mu: float) -> str:
             f"proximal term; train.prox_mu is {prox_mu:g}: set train.prox_mu: 0 or use automatic optimization")
 
 
-def _callback(on_step, recorder, prox_mu: float = 0.0):
+def _callback(on_step, recorder, prox_mu: float = 0.0, control=None):
     """A Callback that counts steps for the worker's liveness, shows the recorder the current batch and
-    adds the proximal term (``prox_mu`` > 0) to the gradients before clipping."""
+    adds the proximal term (``prox_mu`` > 0) and SCAFFOLD's correction (``control``, train/controls.py) to the
+    gradients before clipping."""
     import lightning as L
 
     class _JobCallback(L.Callback):
@@ -83,10 +85,19 @@ def _callback(on_step, recorder, prox_mu: float = 0.0):
             if prox_mu and not pl_module.automatic_optimization:
                 raise ModuleContractError(manual_prox(prox_mu))
             self.prox = Proximal.of(pl_module, prox_mu)  # w_base: the job's start, as configure_model left it
+            if control is not None:  # SCAFFOLD: plain SGD at train.lr, automatic optimization, or one line
+                if not pl_module.automatic_optimization:
+                    raise ModuleContractError("algorithm.name=scaffold adds c − c_i to every step's gradients, but the "
+                                              "module sets automatic_optimization = False (manual optimization); use "
+                                              "automatic optimization or another algorithm.name")
+                check_plain_sgd(trainer.optimizers[0], trainer.lr_scheduler_configs, control.lr)
+                control.bind(pl_module)
 
         def on_before_optimizer_step(self, trainer, pl_module, optimizer):
             if self.prox is not None:
                 self.prox.add()
+            if control is not None:
+                control.add()
 
         def on_train_epoch_start(self, trainer, pl_module):
             if recorder is not None:
@@ -107,9 +118,10 @@ def _callback(on_step, recorder, prox_mu: float = 0.0):
 
 
 def fit_lightning(module, batches, *, epochs: int, device: torch.device, precision: str = "32",
-                  clip: tuple = (None, None), on_step=None, logged: dict | None = None, prox_mu: float = 0.0) -> None:
+                  clip: tuple = (None, None), on_step=None, logged: dict | None = None, prox_mu: float = 0.0,
+                  control=None) -> None:
     """Train ``module`` on ``batches`` for ``epochs`` with a fresh ``lightning.Trainer`` (module doc);
-    ``prox_mu``: ``train.prox_mu`` (0: no proximal term)."""
+    ``prox_mu``: ``train.prox_mu`` (0: no proximal term); ``control``: SCAFFOLD's correction (train/controls.py)."""
     import lightning as L
     if lightning_base(module) is None:
         raise ModuleContractError(f"train.loop: lightning trains LightningModules; this is a "
@@ -132,7 +144,7 @@ def fit_lightning(module, batches, *, epochs: int, device: torch.device, precisi
             precision="bf16-mixed" if precision == "bf16" and cuda else "32-true", logger=False,
             enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
             num_sanity_val_steps=0, limit_val_batches=0, gradient_clip_val=clip[0], gradient_clip_algorithm=clip[1],
-            callbacks=[_callback(on_step, recorder, prox_mu)], plugins=[_one_process()],
+            callbacks=[_callback(on_step, recorder, prox_mu, control)], plugins=[_one_process()],
             default_root_dir=NOWHERE)  # never made: a job writes nothing, and resumes no "hpc" checkpoint
         try:
             trainer.fit(module, train_dataloaders=batches)

@@ -130,8 +130,8 @@ def train_job(module, start: torch.Tensor, data, indices: torch.Tensor, *, epoch
     reduced over the job. ``prox_mu``: ``train.prox_mu``, FedProx's proximal term mu (w - start) added to
     every step's gradients before clipping (train/proximal.py; 0: today's step). ``steps``: a step-counted job
     (FedCompass's), which stops after that many steps, its last of ``epochs`` epochs cut short (train/plan.py;
-    None: ``epochs`` whole epochs). ``control``: SCAFFOLD's correction c − c_i (train/controls.py; the plain loop
-    only), which counts the steps trained. ``on_step()``, if given, is
+    None: ``epochs`` whole epochs). ``control``: SCAFFOLD's correction c − c_i (train/controls.py), which counts the
+    steps trained. ``on_step()``, if given, is
     called after every optimiser step (a worker counts its progress)."""
     device = torch.device(device)
     fmt = memory_format(module, device)
@@ -144,7 +144,7 @@ def train_job(module, start: torch.Tensor, data, indices: torch.Tensor, *, epoch
         if loop == "lightning":
             from seafl_dist.train.lightning_loop import fit_lightning
             fit_lightning(module, batches, epochs=epochs, device=device, precision=precision, clip=clip,
-                          on_step=on_step, logged=logged, prox_mu=prox_mu)
+                          on_step=on_step, logged=logged, prox_mu=prox_mu, control=control)
         else:
             fit_job(module, batches, epochs=epochs, device=device, precision=precision, clip=clip,
                     autocast=partial(_autocast, device, precision), on_step=on_step, logged=logged, prox_mu=prox_mu,

@@ -9,8 +9,9 @@ Factors (tests/pairwise.py covers every pair of their levels in some row):
   evaluation every 2 aggregations;
 - codec: none, or int8 with error feedback; server_opt: none or Adam; privacy: off, on (noise 0.8), or on with
   adaptive clipping (privacy.adaptive_clip: C_t and its noised count on rank 0, C_{t+1} in the checkpoint);
-- rule, one of each kind: the default (seafl: stateless), or one with a server state (ca2fl: its cache of each
-  device's latest update, algo/memory.py's state, in every checkpoint);
+- rule, one of each kind: the default (seafl: stateless), one with a server state (ca2fl: its cache of each
+  device's latest update, algo/memory.py's state, in every checkpoint), or one with worker state (scaffold: each
+  device's control variate c_k on the worker that trains it, the server's c in the rule's state);
 - churn: a device profile with availability windows and dropouts; wandb: offline; loop: plain or lightning;
 - W: 1 (one process) or 3 (torchrun); resume: rank 0 killed during aggregation 4 and restarted by torchrun.
 - prox_mu: FedProx's proximal term off (0) or `train.prox_mu=0.01` (issue 66), on every loop and W.
@@ -40,7 +41,7 @@ from pairwise import pairwise
 from resuming import summary
 from seafl_dist.cli import main as seafl_main
 from seafl_dist.data import clear_cache
-from small_runs import DP_KEY, QUICKSTART, SMALL
+from small_runs import DP_KEY, QUICKSTART, SCAFFOLD, SMALL
 from soak_cases import EVERY, SAME, TESTS
 from wandb_runs import offline_env
 
@@ -51,7 +52,7 @@ FACTORS = {
     "partition": ["iid", "dirichlet", "natural", "by_key"],
     "holdout": ["none", "split", "writers"],
     "codec": ["none", "int8_ef"],
-    "rule": ["default", "stateful"],
+    "rule": ["default", "stateful", "worker_state"],
     "server_opt": ["none", "adam"],
     "privacy": [False, True, "adaptive"],
     "churn": [False, True],
@@ -80,6 +81,9 @@ REFUSED = {
     (("rule", "stateful"), ("privacy", True)): "algorithm.name",
     # no sensitivity is derived for a defense (docs/robustness.md, "Defenses")
     (("privacy", True), ("defense", "krum")): "algorithm.defense.name",
+    # scaffold: no sensitivity derived for c; Δc travels exact
+    (("rule", "worker_state"), ("privacy", True)): "privacy.enabled",
+    (("codec", "int8_ef"), ("rule", "worker_state")): "compression.codec",
 }
 REFUSED.update({tuple((k, "adaptive" if k == "privacy" else v) for k, v in pair): key  # adaptive clipping is DP
                 for pair, key in list(REFUSED.items()) if ("privacy", True) in pair})
@@ -111,6 +115,8 @@ def overrides(row: dict, where) -> list[str]:
         args += ["compression.codec=int8", "compression.error_feedback=true", "runtime.placement=device"]
     if row["rule"] == "stateful":
         args += ["algorithm.name=ca2fl"]
+    if row["rule"] == "worker_state":  # the DataModule's bag_of_words has its own SGD at lr 0.5: train.lr says so
+        args += [*SCAFFOLD, "runtime.placement=device", *(["train.lr=0.5"] if row["data"] == "datamodule" else [])]
     if row["server_opt"] == "adam":
         args += ["algorithm.server_opt.name=adam", "algorithm.server_opt.lr=0.01"]
     if row["privacy"]:
@@ -213,10 +219,10 @@ def test_each_row_completes_and_matches_its_uninterrupted_run(i, where, launched
 
 
 def refused_row(pair) -> dict:
-    """The first row (defaults but for data, partition, holdout, privacy, rule and defense) that holds ``pair`` and whose
-    refused pairs all name ``pair``'s key."""
+    """The first row (defaults but for data, partition, holdout, privacy, rule, codec, loop and defense) that holds
+    ``pair`` and whose refused pairs all name ``pair``'s key."""
     base = {name: levels[0] for name, levels in FACTORS.items()}
-    varied = ("data", "partition", "holdout", "privacy", "rule", "defense")
+    varied = ("data", "partition", "holdout", "privacy", "rule", "codec", "loop", "defense")
     for levels in product(*(FACTORS[k] for k in varied)):
         row = {**base, **dict(zip(varied, levels))}
         fired = {REFUSED[p] for p in REFUSED if all(row[k] == v for k, v in p)}

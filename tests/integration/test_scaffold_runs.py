@@ -76,3 +76,20 @@ def test_a_run_killed_during_aggregation_3_resumes_with_c_and_every_c_k_of_aggre
     c_k = held["controls"]["c"]
     assert sorted(c_k) == sorted(seen[2][2]) and all(torch.equal(c_k[d], seen[2][2][d]) for d in c_k)
     resumed_from_2(ref, ARGS, out)
+
+
+def test_with_a_device_profile_the_download_of_w_and_c_and_the_upload_take_twice_fedbuffs(tmp_path):
+    """A device profile prices both ways over the device's bandwidths (docs/devices.md): LeNet-5's c doubles the
+    download as Δc doubles the upload. The first jobs (time 0, drawn before anything trains) are the same devices in
+    both runs, so their start events' times compare one to one."""
+    from device_runs import churn_overrides, write_profile
+    profile = write_profile(tmp_path / "devices.csv")
+    starts = {}
+    for name, extra in (("scaffold", SCAFFOLD), ("fedbuff", ["algorithm.name=fedbuff", "train.momentum=0"])):
+        out = reference(tmp_path / name, churn_overrides(profile, *extra, "run.max_aggregations=1"))
+        events = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
+        starts[name] = [e for e in events if e["event"] == "start" and e["time"] == 0]
+    assert [e["device"] for e in starts["scaffold"]] == [e["device"] for e in starts["fedbuff"]] != []
+    assert any(f["download_s"] > 0 for f in starts["fedbuff"])  # (the laptop's download is free: inf bytes/s)
+    for s, f in zip(starts["scaffold"], starts["fedbuff"]):
+        assert s["download_s"] == pytest.approx(2 * f["download_s"]) and s["upload_s"] == pytest.approx(2 * f["upload_s"])
