@@ -268,6 +268,23 @@ def test_a_buffer_the_value_check_shrank_below_krums_least_is_dropped_whole_with
     assert sum(not d["rejected"] for d in result.info) == 1
 
 
+@SETTINGS
+@given(buffers(n_min=5, n_max=9))
+def test_krum_screens_only_what_the_update_guard_kept(buf):
+    """An update the guard rejects (norm > 2 × the buffer's median) keeps the guard's reason and is no candidate of
+    Krum's: the scores are those of the others alone."""
+    w_t, bases, updates, parts = buf
+    huge = BufferedUpdate(device=99, job=99, n_samples=1, base_version=T, epochs=1, flat=w_t + 1000.0)
+    cfg = config("algorithm.name=fedbuff", "algorithm.defense.name=multikrum", "algorithm.defense.f=1",
+                 "algorithm.update_norm_factor=2", k=5)
+    result = run(cfg, w_t, bases, [huge, *updates], parts)
+    assert result.info[0]["reason"].startswith("update norm ")
+    left = [i for i, d in enumerate(result.info[1:]) if not d["rejected"] or not d["reason"].startswith("update")]
+    vec = deltas_of(bases, [updates[i] for i in left])
+    kept = {left[j] for j in oracle_multi_krum(vec, 1, len(left) - 1, range(w_t.numel()))} if len(left) >= 5 else set()
+    assert {i for i, d in enumerate(result.info[1:]) if not d["rejected"]} == kept
+
+
 # ---- estimators ------------------------------------------------------------------------------------------------
 
 @SETTINGS
