@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from seafl_dist.algo import BufferedUpdate, FlatParts, aggregate, memory_of
 from seafl_dist.defenses import DEFENSES
 from seafl_dist.defenses import geometry
-from seafl_dist.defenses.estimators import NETWORK_MAX, sorted_columns
+from seafl_dist.defenses.estimators import NETWORK_MAX, nearest_window, sorted_columns
 from seafl_dist.defenses.geometry import Deltas, pairwise_sq_distances
 from seafl_dist.settings import ConfigError, config_from_dict, dump_config
 from seafl_dist.settings.defense import ESTIMATORS, FILTERS
@@ -194,6 +194,21 @@ def test_the_columns_are_sorted_as_a_sort_sorts_them_on_either_side_of_the_netwo
     got = sorted_columns(x)
     assert torch.equal(got, torch.tensor([sorted(col) for col in x.T.tolist()], dtype=torch.float64).T)
     assert got is not x
+
+
+@SETTINGS
+@given(st.integers(1, 30), st.data())
+def test_the_window_nearest_the_median_holds_the_values_a_sort_by_distance_picks(n, data):
+    """Bulyan's coordinate phase: the window grown from the median equals the first of the values sorted by
+    (distance to the median, position), as a multiset (equal values may trade places)."""
+    size = data.draw(st.integers(1, n))
+    cols = data.draw(st.lists(st.lists(st.integers(-4, 4), min_size=n, max_size=n), min_size=1, max_size=6))
+    x = torch.tensor([sorted(c) for c in cols], dtype=torch.float64).T
+    got = x.gather(0, nearest_window(x, size))
+    for j, col in enumerate(cols):
+        col, med = sorted(col), statistics.median(col)
+        want = sorted(col[i] for i in sorted(range(n), key=lambda i: (abs(col[i] - med), i))[:size])
+        assert sorted(got[:, j].tolist()) == want
 
 
 # ---- filters ---------------------------------------------------------------------------------------------------
