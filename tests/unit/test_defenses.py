@@ -15,6 +15,8 @@ means to rounding. Oracles:
 """
 import math
 import statistics
+import subprocess
+import sys
 from fractions import Fraction
 
 import pytest
@@ -167,6 +169,13 @@ def test_off_leaves_config_yaml_and_the_rules_memory_as_they_were():
     assert "defense:\n    name: median" in dump_config(on)
     assert not memory_of(config("algorithm.name=fedbuff").algorithm).stateful
     assert memory_of(config("algorithm.name=fedbuff", "algorithm.defense.name=centered_clipping").algorithm).stateful
+
+
+def test_the_room_imports_first_in_a_fresh_interpreter():
+    """defenses/ imports algo/ and algo/dispatch.py imports defenses/: either may be the first import."""
+    code = "import seafl_dist.defenses.stage, seafl_dist.defenses; from seafl_dist.algo import aggregate"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
 
 
 # ---- pairwise distances ----------------------------------------------------------------------------------------
