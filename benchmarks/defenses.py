@@ -1,7 +1,8 @@
 """What each defense (algorithm.defense) costs the server, side by side (issue 65, item 4): one aggregation's time
 as a ratio to FedBuff's, at K = 10 and K = 50, on LeNet-5's and ResNet-18's flat vectors.
 
-    python benchmarks/defenses.py [--repeats 7] [--sizes lenet5 resnet18] [--k 10 50] [--threads 1]
+    python benchmarks/defenses.py [--repeats 7] [--sizes lenet5 resnet18] [--k 10 50] [--threads 1] \
+        [--defenses krum median ...]
 
 Per size and K it builds one buffer of K updates of random deltas (1e-3 · N(0, 1)) from staggered bases (update j
 from version t − j), and times algo/dispatch.py's ``aggregate`` on it as the server calls it (with the server's
@@ -67,6 +68,8 @@ def main(argv=None) -> int:
     p.add_argument("--sizes", nargs="+", default=list(SIZES), choices=list(SIZES))
     p.add_argument("--k", nargs="+", type=int, default=[10, 50], help="K, the buffer's updates")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--defenses", nargs="+", default=list(DEFENSES)[1:], choices=list(DEFENSES)[1:],
+                   help="the defenses to time (FedBuff, the baseline, always runs)")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     print(f"CPU: {platform.processor() or platform.machine()}, torch {torch.__version__}, {args.threads} thread(s), "
@@ -82,14 +85,14 @@ def main(argv=None) -> int:
                               flat=models[t - j] + 1e-3 * torch.randn(d, generator=gen)) for j in range(k)]
         configs = {name: config_from_dict({}, ["algorithm.name=fedbuff", f"algorithm.buffer_size={k}",
                                                 f"devices.concurrency={max(k, 20)}", *overrides])
-                   for name, overrides in DEFENSES.items()}
+                   for name, overrides in DEFENSES.items() if name == "fedbuff" or name in args.defenses}
         for name, seconds in timed(configs, models, ups, t, args.repeats).items():
             results[name, size, k] = seconds
             print(f"  {size} K={k} {name}: {seconds * 1e3:.1f} ms", flush=True)
         del models, ups
     head = " | ".join(f"{size} ({SIZES[size]:,}), K = {k}" for size, k in columns)
     print(f"\n| defense | {head} |\n|---|{'---|' * len(columns)}")
-    for name in DEFENSES:
+    for name in [n for n in DEFENSES if n == "fedbuff" or n in args.defenses]:
         cells = []
         for size, k in columns:
             s, base = results[name, size, k], results["fedbuff", size, k]

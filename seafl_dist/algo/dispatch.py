@@ -10,7 +10,7 @@ import torch
 
 from ..settings import AlgorithmConfig, ConfigError
 from ..settings.plugins import is_import_path, plugin_error, resolve
-from ..defenses import estimator_rule, rejections as defense_rejections
+from .. import defenses  # its names are read at call time: defenses/ imports algo/ too (either may come first)
 from .common import BaseModels, staleness_of
 from .asyncsgd import asyncsgd
 from .ca2fl import ca2fl
@@ -66,7 +66,7 @@ def aggregate(cfg: AlgorithmConfig, version: int, global_flat: torch.Tensor,
     norms = update_norms(global_flat, updates, bases, parts)
     refused = rejections(factor, norms, history)
     if defended:  # a filter's drops, among what the guard kept (seafl_dist/defenses/)
-        refused.update(defense_rejections(defense, updates, bases, global_flat, parts, refused, norms))
+        refused.update(defenses.rejections(defense, updates, bases, global_flat, parts, refused, norms))
     kept = [u for i, u in enumerate(updates) if i not in refused]
     result = _rule(cfg, version, global_flat, kept, bases, parts, memory) if kept or memory.stateful else \
         AggregationResult(global_flat.clone(), [])
@@ -89,7 +89,7 @@ def _merged(kept_info: list[dict], refused: dict[int, str], staleness: list[int]
 def memory_of(cfg: AlgorithmConfig) -> RuleMemory:
     """The server's holder (:class:`~.memory.RuleMemory`) of the state of the rule ``cfg.rule`` names, built in or by
     import path: stateful when the rule declares ``state``. Here, not in memory.py, which the rules import."""
-    return RuleMemory(cfg.rule, is_stateful(estimator_rule(cfg) or rule_of(cfg)))
+    return RuleMemory(cfg.rule, is_stateful(defenses.estimator_rule(cfg) or rule_of(cfg)))
 
 
 def rule_of(cfg: AlgorithmConfig) -> Callable:
@@ -107,7 +107,7 @@ def _rule(cfg: AlgorithmConfig, version: int, global_flat: torch.Tensor, updates
           ) -> AggregationResult:
     """The rule ``cfg.rule`` names, built in or by import path (its result checked), on ``updates``; a stateful
     one with ``memory``'s state."""
-    rule = estimator_rule(cfg) or rule_of(cfg)  # an estimator replaces FedBuff's mean (seafl_dist/defenses/)
+    rule = defenses.estimator_rule(cfg) or rule_of(cfg)  # an estimator replaces FedBuff's mean (seafl_dist/defenses/)
     if is_import_path(cfg.rule):
         extra = {"parts": parts} if "parts" in inspect.signature(rule).parameters else {}  # optional, as for the built-ins
         own = getattr(cfg, "params", None) or {}  # algorithm.params: the rule's own keyword arguments

@@ -53,6 +53,27 @@ def median_of(x: torch.Tensor) -> torch.Tensor:
     return (x[(n - 1) // 2].to(torch.float64) + x[n // 2].to(torch.float64)) / 2.0
 
 
+def nearest_window(x: torch.Tensor, size: int) -> torch.Tensor:
+    """The rows (``size`` × columns, as indices into ``x``, sorted along dim 0) of each column's ``size`` values
+    closest to its median, ties in distance to the smaller value. In a sorted column the distances to the median
+    fall then rise, so these values are a window of consecutive rows: grown from the closest row (the first, on a
+    tie) one row at a time towards the nearer neighbour (the lower one on a tie), ``size`` − 1 steps of elementwise
+    operations instead of a sort by distance. (Where a tie leaves a choice between equal values, either gives the
+    same mean.)"""
+    n = x.shape[0]
+    dist = (x - median_of(x)).abs()
+    lo = dist.argmin(dim=0, keepdim=True)  # the first row of the least distance
+    hi = lo + 1  # the window is rows [lo, hi)
+    inf = torch.full_like(lo, 0, dtype=dist.dtype).fill_(float("inf"))
+    for _ in range(size - 1):
+        left = torch.where(lo > 0, dist.gather(0, (lo - 1).clamp(min=0)), inf)
+        right = torch.where(hi < n, dist.gather(0, hi.clamp(max=n - 1)), inf)
+        take_left = left <= right
+        lo = lo - take_left.to(lo.dtype)
+        hi = hi + (~take_left).to(hi.dtype)
+    return lo + torch.arange(size, device=x.device)[:, None]
+
+
 @torch.no_grad()
 def coordinatewise(deltas: Deltas, name: str, beta: float = 0.0, f: int = 0) -> torch.Tensor:
     """The median, the trimmed mean or Bulyan's coordinate phase of the rows, over every entry (float64, length d)."""
@@ -67,8 +88,7 @@ def coordinatewise(deltas: Deltas, name: str, beta: float = 0.0, f: int = 0) -> 
             out[lo:hi] = x[b:n - b].to(torch.float64).mean(dim=0)
         elif name == "bulyan":
             x = x.to(torch.float64)
-            near = (x - median_of(x)).abs().sort(dim=0, stable=True).indices[:n - 2 * f]
-            out[lo:hi] = x.gather(0, near).mean(dim=0)
+            out[lo:hi] = x.gather(0, nearest_window(x, n - 2 * f)).mean(dim=0)
         else:
             raise ValueError(f"unknown coordinate-wise estimator {name!r}")
     return out

@@ -15,6 +15,8 @@ means to rounding. Oracles:
 """
 import math
 import statistics
+import subprocess
+import sys
 from fractions import Fraction
 
 import pytest
@@ -24,7 +26,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from seafl_dist.algo import BufferedUpdate, FlatParts, aggregate, memory_of
 from seafl_dist.defenses import DEFENSES
 from seafl_dist.defenses import geometry
-from seafl_dist.defenses.estimators import NETWORK_MAX, sorted_columns
+from seafl_dist.defenses.estimators import NETWORK_MAX, nearest_window, sorted_columns
 from seafl_dist.defenses.geometry import Deltas, pairwise_sq_distances
 from seafl_dist.settings import ConfigError, config_from_dict, dump_config
 from seafl_dist.settings.defense import ESTIMATORS, FILTERS
@@ -169,6 +171,13 @@ def test_off_leaves_config_yaml_and_the_rules_memory_as_they_were():
     assert memory_of(config("algorithm.name=fedbuff", "algorithm.defense.name=centered_clipping").algorithm).stateful
 
 
+def test_the_room_imports_first_in_a_fresh_interpreter():
+    """defenses/ imports algo/ and algo/dispatch.py imports defenses/: either may be the first import."""
+    code = "import seafl_dist.defenses.stage, seafl_dist.defenses; from seafl_dist.algo import aggregate"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+
+
 # ---- pairwise distances ----------------------------------------------------------------------------------------
 
 @SETTINGS
@@ -194,6 +203,21 @@ def test_the_columns_are_sorted_as_a_sort_sorts_them_on_either_side_of_the_netwo
     got = sorted_columns(x)
     assert torch.equal(got, torch.tensor([sorted(col) for col in x.T.tolist()], dtype=torch.float64).T)
     assert got is not x
+
+
+@SETTINGS
+@given(st.integers(1, 30), st.data())
+def test_the_window_nearest_the_median_holds_the_values_a_sort_by_distance_picks(n, data):
+    """Bulyan's coordinate phase: the window grown from the median equals the first of the values sorted by
+    (distance to the median, position), as a multiset (equal values may trade places)."""
+    size = data.draw(st.integers(1, n))
+    cols = data.draw(st.lists(st.lists(st.integers(-4, 4), min_size=n, max_size=n), min_size=1, max_size=6))
+    x = torch.tensor([sorted(c) for c in cols], dtype=torch.float64).T
+    got = x.gather(0, nearest_window(x, size))
+    for j, col in enumerate(cols):
+        col, med = sorted(col), statistics.median(col)
+        want = sorted(col[i] for i in sorted(range(n), key=lambda i: (abs(col[i] - med), i))[:size])
+        assert sorted(got[:, j].tolist()) == want
 
 
 # ---- filters ---------------------------------------------------------------------------------------------------
@@ -266,6 +290,23 @@ def test_a_buffer_the_value_check_shrank_below_krums_least_is_dropped_whole_with
     assert torch.equal(result.new_global, w_t)
     result = run(cfg, w_t, {T: w_t}, updates[1:] + [updates[-1]], None)  # 5 finite: at the edge, screened
     assert sum(not d["rejected"] for d in result.info) == 1
+
+
+@SETTINGS
+@given(buffers(n_min=5, n_max=9))
+def test_krum_screens_only_what_the_update_guard_kept(buf):
+    """An update the guard rejects (norm > 2 × the buffer's median) keeps the guard's reason and is no candidate of
+    Krum's: the scores are those of the others alone."""
+    w_t, bases, updates, parts = buf
+    huge = BufferedUpdate(device=99, job=99, n_samples=1, base_version=T, epochs=1, flat=w_t + 1000.0)
+    cfg = config("algorithm.name=fedbuff", "algorithm.defense.name=multikrum", "algorithm.defense.f=1",
+                 "algorithm.update_norm_factor=2", k=5)
+    result = run(cfg, w_t, bases, [huge, *updates], parts)
+    assert result.info[0]["reason"].startswith("update norm ")
+    left = [i for i, d in enumerate(result.info[1:]) if not d["rejected"] or not d["reason"].startswith("update")]
+    vec = deltas_of(bases, [updates[i] for i in left])
+    kept = {left[j] for j in oracle_multi_krum(vec, 1, len(left) - 1, range(w_t.numel()))} if len(left) >= 5 else set()
+    assert {i for i, d in enumerate(result.info[1:]) if not d["rejected"]} == kept
 
 
 # ---- estimators ------------------------------------------------------------------------------------------------
