@@ -89,18 +89,29 @@ def extract(sweep_dir: str | Path, out: str | Path, commit: str | None = None) -
     """Copy each finished run of ``sweep_dir`` into ``out`` as its small files and its ``trace.json``; write
     ``out``'s ``sweep.json`` (the sweep's, with the extracted runs only) and ``leaderboard.json``. A run not
     completed (interrupted, failed, still running) is left out; ``leaderboard.json`` counts the runs kept
-    beside the sweep's. Returns the run dirs written."""
+    beside the sweep's. An extract already in ``out`` at the same commit keeps its runs that ``sweep_dir`` does not
+    hold finished (a sweep continued on another machine, or in another sweep dir, adds to its extract): they stay,
+    counted with their own wall times; an extract of another commit is refused, since one page's runs are one
+    commit's. Returns the run dirs written."""
     sweep_dir, out = Path(sweep_dir), Path(out)
     meta_path = sweep_dir / "sweep.json"
     if not meta_path.exists():
         raise FileNotFoundError(f"'{sweep_dir}' holds no sweep.json: give a sweep dir (seafl sweep's --out)")
     meta = json.loads(meta_path.read_text())
     done = {r.dir.name: r for r in find_runs([sweep_dir]) if r.status == "completed"}
+    commit = commit or git_commit()
+    before = out / "leaderboard.json"
+    if before.exists() and (was := json.loads(before.read_text()).get("commit")) != commit:
+        raise ValueError(f"'{out}' holds an extract made at commit {was}, not {commit}: extract into an empty dir")
     out.mkdir(parents=True, exist_ok=True)
     written, wall = [], 0.0
     for entry in meta.get("runs", []):
         run = done.get(entry["name"])
         if run is None:
+            kept = out / entry["name"]
+            if before.exists() and all((kept / f).exists() for f in (*SMALL_FILES, "trace.json")):
+                wall += float(json.loads((kept / "summary.json").read_text()).get("wall_time_s") or 0.0)
+                written.append(kept)
             continue
         dest = out / entry["name"]
         dest.mkdir(exist_ok=True)
@@ -115,7 +126,7 @@ def extract(sweep_dir: str | Path, out: str | Path, commit: str | None = None) -
     (out / "sweep.json").write_text(json.dumps({**meta, "runs": [r for r in meta.get("runs", []) if r["name"] in kept]},
                                                indent=1) + "\n")
     (out / "leaderboard.json").write_text(json.dumps(
-        {"commit": commit or git_commit(), "machine_time_s": round(wall, 1), "runs": len(written),
+        {"commit": commit, "machine_time_s": round(wall, 1), "runs": len(written),
          "runs_in_sweep": len(meta.get("runs", []))}, indent=1, sort_keys=True) + "\n")
     return written
 

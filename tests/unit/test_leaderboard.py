@@ -163,6 +163,30 @@ def test_the_extract_holds_each_finished_runs_small_files_and_figures_its_server
         [(r.label, r.ttt(0.5)) for r in find_runs([sweep_dir]) if r.status == "completed"]
 
 
+def test_an_extract_keeps_the_runs_it_already_holds_at_its_commit_and_refuses_another_commits(sweep_dir, tmp_path):
+    """A sweep continued elsewhere: the extract of seafl's run alone, then of a sweep dir holding only fedbuff's,
+    holds both (each with its own wall time); the same dir extracted at another commit is refused."""
+    only_seafl, only_fedbuff = tmp_path / "a", tmp_path / "b"
+    for part, name in ((only_seafl, "seafl,seed=0"), (only_fedbuff, "fedbuff,seed=0")):
+        part.mkdir()
+        shutil.copytree(sweep_dir / name, part / name)
+        shutil.copyfile(sweep_dir / "sweep.json", part / "sweep.json")
+    out = tmp_path / "extract"
+    assert [d.name for d in leaderboard.extract(only_seafl, out, commit="0123abc")] == ["seafl,seed=0"]
+    assert [d.name for d in leaderboard.extract(only_fedbuff, out, commit="0123abc")] == ["fedbuff,seed=0",
+                                                                                          "seafl,seed=0"]
+    meta = json.loads((out / "leaderboard.json").read_text())
+    walls = [json.loads((sweep_dir / n / "summary.json").read_text())["wall_time_s"] for n in ("fedbuff,seed=0",
+                                                                                                "seafl,seed=0")]
+    assert (meta["runs"], meta["machine_time_s"]) == (2, pytest.approx(sum(walls), abs=0.1))
+    assert [r["name"] for r in json.loads((out / "sweep.json").read_text())["runs"]] == ["fedbuff,seed=0",
+                                                                                         "seafl,seed=0"]
+    with pytest.raises(ValueError, match="made at commit 0123abc, not 4567def"):
+        leaderboard.extract(only_fedbuff, out, commit="4567def")
+    fresh = tmp_path / "fresh"  # a dir without an extract keeps nothing it did not write
+    assert [d.name for d in leaderboard.extract(only_fedbuff, fresh, commit="4567def")] == ["fedbuff,seed=0"]
+
+
 def test_report_writes_the_tables_and_figure_of_an_extract_and_refuses_a_mixed_command(sweep_dir, tmp_path):
     out = tmp_path / "extract"
     assert in_process.seafl("report", sweep_dir, "--extract", out, "--commit", "0123abc").returncode == 0
