@@ -191,11 +191,17 @@ def test_the_correction_reaches_only_trainable_parameters_and_counts_its_steps()
     assert step.steps == 2
 
 
+class _OwnSGD(torch.optim.SGD):
+    """A subclass of torch.optim.SGD: its step may be anything, so option II's c_i⁺ does not hold for it."""
+
+
 @pytest.mark.parametrize("optimizer, fragment", [
     (lambda p: torch.optim.Adam(p, lr=LR), "returns Adam, not torch.optim.SGD"),
     (lambda p: torch.optim.SGD(p, lr=LR, momentum=0.9), "momentum=0.9"),
     (lambda p: torch.optim.SGD(p, lr=LR, weight_decay=0.01), "weight_decay=0.01"),
     (lambda p: torch.optim.SGD(p, lr=0.5), "lr=0.5"),
+    (lambda p: torch.optim.SGD(p, lr=0.01), "lr=0.01"),  # below train.lr too: (x − y)/(K·η_l) is wrong either way
+    (lambda p: _OwnSGD(p, lr=LR), "returns _OwnSGD, not torch.optim.SGD"),  # a subclass may step otherwise
 ])
 def test_a_modules_own_optimizer_that_is_not_plain_sgd_at_train_lr_is_refused_in_one_line(optimizer, fragment):
     model = _Linear(optimizer)
