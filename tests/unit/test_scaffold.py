@@ -191,6 +191,60 @@ def test_the_correction_reaches_only_trainable_parameters_and_counts_its_steps()
     assert step.steps == 2
 
 
+class _BN(_Linear):
+    """Linear, BatchNorm1d, Linear: a model whose state holds buffers (running statistics, a counter) beside its
+    parameters."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc, self.bn, self.out = torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4), torch.nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.out(self.bn(self.fc(x)))
+
+
+def test_a_job_on_a_model_with_batchnorm_buffers_corrects_only_its_parameters():
+    """The oracle by hand: torch SGD on the plan's 6 batches, each parameter's grad += its piece of c − c_i (split over
+    named_parameters here), the buffers moving only as BatchNorm moves them; the upload is every state entry of y
+    followed by (x − y)/(K η_l) − c over the 34 parameter entries only."""
+    data, idx = _Data(), torch.arange(12)
+    torch.manual_seed(4)
+    model = _BN()
+    torch.manual_seed(4)
+    ref = _BN()
+    layout = FlatLayout.of(model)
+    x = torch.cat([t.detach().reshape(-1).float() for t in model.state_dict().values()])
+    is_param = torch.cat([torch.full((t.numel(),), n in dict(model.named_parameters()))
+                          for n, t in model.state_dict().items()])
+    assert x.numel() == 43 and int(is_param.sum()) == 34  # 9 buffer entries: running mean, var (4 each), a counter
+    g = torch.Generator().manual_seed(6)
+    c, c_i = torch.randn(34, generator=g), torch.randn(34, generator=g)
+    state = ErrorFeedback()
+    state.controls[0] = c_i
+    state.started(1, 0)
+    got = JobControls(SimpleNamespace(cfg=scaffold_config(train={"lr": LR})), layout, state).train(
+        _job(model, data, idx), SimpleNamespace(job=1, device=0), torch.cat([x, c]))
+
+    pieces, at = [], 0
+    for p in ref.parameters():
+        pieces.append((c - c_i)[at:at + p.numel()].reshape(p.shape))
+        at += p.numel()
+    opt = torch.optim.SGD(ref.parameters(), lr=LR)
+    ref.train()
+    batches = [b for _, b, _ in StepPlan(idx, epochs=2, batch_size=4, seed=11).batches()]
+    for b in batches:
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(ref(data.x[b]), data.y[b]).backward()
+        for p, piece in zip(ref.parameters(), pieces):
+            p.grad += piece
+        opt.step()
+    y = torch.cat([t.detach().reshape(-1).float() for t in ref.state_dict().values()])
+    assert len(batches) == 6 and got.numel() == 43 + 34
+    torch.testing.assert_close(got[:43], y, rtol=0, atol=1e-5)
+    assert float(got[32]) == 6.0  # entry 32, bn.num_batches_tracked: 6 steps, moved by BatchNorm only
+    torch.testing.assert_close(got[43:], (x - y)[is_param] / (6 * LR) - c, rtol=0, atol=1e-4)
+
+
 class _OwnSGD(torch.optim.SGD):
     """A subclass of torch.optim.SGD: its step may be anything, so option II's c_i⁺ does not hold for it."""
 
