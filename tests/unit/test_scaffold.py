@@ -325,6 +325,77 @@ def test_a_resume_loads_only_the_devices_a_worker_holds_and_a_fresh_device_reads
     assert state.control_of(9) is None  # the checkpoint said: job 9 started from c_0 = 0
 
 
+class _Outbox:
+    """Where a worker's SAVED answers go (rank 0's inbox under torchrun): kept here to be read."""
+
+    def __init__(self):
+        self.sent = []
+
+    def send(self, rank, header):
+        self.sent.append((rank, header))
+
+
+def test_a_workers_taken_keeps_a_rejected_jobs_control_delta_out_of_c_k_and_adds_an_accepted_ones(tmp_path):
+    """runtime/residuals.py WorkerResiduals, in one process: TAKEN with epochs 0 (rejected) leaves c_k as it was, with
+    epochs 1 (accepted) c_k += Δc_k."""
+    from seafl_dist.runtime.residuals import WorkerResiduals
+    worker = WorkerResiduals(ErrorFeedback(), tmp_path, 1, _Outbox(), controls=True)
+    worker.started(0, 2)
+    worker.feedback.trained(0, torch.tensor([1.0, 2.0]))
+    worker.taken(0, accepted=False)
+    assert 2 not in worker.feedback.controls  # c_2 is still zero
+    worker.started(1, 2)
+    worker.feedback.trained(1, torch.tensor([1.0, 2.0]))
+    worker.taken(1, accepted=False)
+    worker.started(2, 2)
+    worker.feedback.trained(2, torch.tensor([0.5, -1.0]))
+    worker.taken(2, accepted=True)
+    assert torch.equal(worker.feedback.controls[2], torch.tensor([0.5, -1.0]))
+    worker.started(3, 2)
+    worker.feedback.trained(3, torch.tensor([4.0, 4.0]))
+    worker.taken(3, accepted=False)
+    assert torch.equal(worker.feedback.controls[2], torch.tensor([0.5, -1.0]))
+
+
+def test_a_resumed_worker_reads_the_controls_of_its_own_devices_from_every_workers_file(tmp_path):
+    """Two workers' SAVE files (rank 0: devices 0, 2; rank 1: devices 1, 3), named by a rank-0 checkpoint that holds no
+    controls inline (torchrun): device_state(path, devices) is each of those devices' own c_k, and the c_k the jobs
+    not yet taken started from ("seen", keyed by job), as each worker wrote them."""
+    from seafl_dist.runtime.checkpoint import private_place
+    from seafl_dist.runtime.residuals import WorkerResiduals, device_state
+    c = {d: torch.full((2,), float(10 * (d + 1))) for d in range(4)}
+    workers = {}
+    for rank, devices in ((0, (0, 2)), (1, (1, 3))):
+        feedback = ErrorFeedback()
+        feedback.load_controls({"c": {d: c[d] for d in devices}, "seen": {}})
+        worker = workers[rank] = WorkerResiduals(feedback, tmp_path, rank, _Outbox(), controls=True)
+        first = devices[0]
+        worker.started(100 + first, first)  # job 100+d trained and taken (accepted) while job 200+d, started before it
+        worker.started(200 + first, first)  # was taken, still trains from the c_k it found
+        feedback.trained(100 + first, torch.ones(2))
+        worker.taken(100 + first, accepted=True)
+        worker.save(3)
+    names = {}
+    for rank, worker in workers.items():
+        (to, header), = worker.outbox.sent
+        names[f"residuals-00000003-rank{rank}.pt"] = header.job
+    ckpt = private_place(tmp_path) / "checkpoint-00000003.pt"
+    torch.save({"version": 3, "residuals": names}, ckpt)
+
+    want = {0: c[0] + 1, 1: c[1] + 1, 2: c[2], 3: c[3]}
+    for devices in ([1, 3], [0, 2], [2], None):
+        got = device_state(ckpt, devices)["controls"]
+        assert sorted(got["c"]) == sorted(devices or range(4)), devices
+        for d in got["c"]:
+            assert torch.equal(got["c"][d], want[d]), (devices, d)
+        assert sorted(got["seen"]) == [200, 201]
+        assert torch.equal(got["seen"][200], c[0]) and torch.equal(got["seen"][201], c[1])
+    resumed = ErrorFeedback()  # what runtime/worker.py does with it: load_controls without devices
+    resumed.load_controls(device_state(ckpt, [1, 3])["controls"])
+    resumed.started(201, 1)
+    assert sorted(resumed.controls) == [1, 3] and torch.equal(resumed.control_of(201), c[1])
+
+
 # ---- the config's refusals ------------------------------------------------------------------------
 
 @pytest.mark.parametrize("sections, key, value", [
