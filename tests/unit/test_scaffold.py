@@ -316,6 +316,30 @@ def test_a_job_trains_from_c_i_as_it_found_it_and_a_checkpoint_keeps_that_for_a_
     assert torch.equal(state.controls[1], torch.tensor([2.0])) and state.controls_state()["seen"] == {}
 
 
+def test_a_job_trains_with_the_c_i_its_start_read_when_c_i_moved_since():
+    """Churn at the trainer: job 5 of device 1 started at c_1 = a, then job 4's Δc was taken (c_1 = a + Δc); job 5's
+    step is corrected by c − a, not by c − c_1 now. The correction the job's run gets is read here."""
+    layout = FlatLayout.of(_Linear())
+    a, dc, c = torch.arange(8.0), torch.full((8,), 100.0), torch.linspace(-1.0, 1.0, 8)
+    state = ErrorFeedback()
+    state.controls[1] = a
+    state.started(4, 1)
+    state.trained(4, dc)
+    state.started(5, 1)
+    state.taken(4)
+    assert torch.equal(state.controls[1], a + dc)
+    seen = []
+
+    def run(spec, w, step):
+        seen.append(step.correction.clone())
+        return w.clone()
+
+    x = torch.zeros(8)
+    JobControls(SimpleNamespace(cfg=scaffold_config()), layout, state).train(run, SimpleNamespace(job=5, device=1),
+                                                                              torch.cat([x, c]))
+    torch.testing.assert_close(seen[0], c - a, rtol=0, atol=0)
+
+
 def test_a_resume_loads_only_the_devices_a_worker_holds_and_a_fresh_device_reads_zero():
     state = ErrorFeedback()
     state.load_controls({"c": {0: torch.ones(2), 1: torch.ones(2), 2: torch.ones(2)}, "seen": {9: torch.zeros(0)}},
