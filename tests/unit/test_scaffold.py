@@ -165,6 +165,41 @@ def test_a_job_takes_corrected_sgd_steps_and_uploads_option_IIs_control_delta():
     assert state.controls[3] is c_i  # not kept before the server takes the job
 
 
+class _Skips(_Linear):
+    """Its training_step returns None (skip the step, as Lightning allows) on the second batch of every epoch."""
+
+    def training_step(self, batch, batch_idx):
+        return None if batch_idx == 1 else super().training_step(batch, batch_idx)
+
+
+def test_a_step_whose_training_step_returns_none_moves_nothing_and_is_not_counted_in_K():
+    """Option II's K is the local steps taken: a skipped step (no loss, no gradient) adds no correction and does not
+    move y, so c_i⁺ = c_i − c + (x − y)/(K η_l) with K = 4 of the plan's 6 batches (2 epochs of 3, batch 1 skipped),
+    against the hand loop of the paper's line 10 over the 4 steps taken."""
+    data, idx = _Data(), torch.arange(12)
+    model = _Skips()
+    layout = FlatLayout.of(model)
+    g = torch.Generator().manual_seed(1)
+    x = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    c, c_i = torch.randn(8, generator=g), torch.randn(8, generator=g)
+    state = ErrorFeedback()
+    state.controls[3] = c_i
+    state.started(7, 3)
+    got = JobControls(SimpleNamespace(cfg=scaffold_config(train={"lr": LR})), layout, state).train(
+        _job(model, data, idx), SimpleNamespace(job=7, device=3), torch.cat([x, c]))
+
+    y = x.clone().double()
+    taken = [b for i, b, _ in StepPlan(idx, epochs=2, batch_size=4, seed=11).batches() if i != 1]
+    for b in taken:
+        w = y.clone().requires_grad_(True)
+        logits = data.x[b].double() @ w[:6].reshape(2, 3).T + w[6:]
+        grad, = torch.autograd.grad(torch.nn.functional.cross_entropy(logits, data.y[b]), w)
+        y = y - LR * (grad - c_i.double() + c.double())
+    assert len(taken) == 4
+    torch.testing.assert_close(got[:8].double(), y, rtol=0, atol=1e-5)
+    torch.testing.assert_close(got[8:].double(), (x.double() - y) / (4 * LR) - c.double(), rtol=0, atol=1e-4)
+
+
 def test_a_job_that_trains_no_step_sends_a_zero_control_delta():
     layout = FlatLayout.of(_Linear())
     state = ErrorFeedback()
