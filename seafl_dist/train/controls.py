@@ -4,14 +4,15 @@
 
     step = ControlStep(c - c_i, layout)   # flat over the model's entries (0 outside the trainable parameters)
     ...loss.backward()...; prox.add()     # (train/proximal.py, if any)
-    step.add()                            # each trainable parameter's grad += (c − c_i); step.steps += 1
+    step.add()                            # grad += (c − c_i) where a grad exists; step.steps += 1 if one did
     ...clip, optimizer.step()...
 
 The correction is added after the backward pass (and FedProx's term) and before gradient clipping, on the plain loop
 (train/loop.py) and on a lightning.Trainer (train/lightning_loop.py: the job's callback, ``on_before_optimizer_step``);
 a scaffold job always trains in its own loop (runtime/executor.py ``loop_blocker``), never fused or captured.
 ``steps`` counts the optimiser steps it was added to: K of option II's c_i⁺ = c_i − c + (x − y)/(K·η_l)
-(runtime/controls.py computes it), the steps actually trained.
+(runtime/controls.py computes it), the steps actually trained (a step whose ``training_step`` returned None leaves
+every gradient None, moves nothing and is not counted).
 
 Option II assumes plain SGD at a constant η_l: :func:`check_plain_sgd` refuses, in one line, the optimiser of a
 module that configures its own (momentum, weight decay, another class, another lr, a scheduler) before any step.
@@ -41,11 +42,12 @@ class ControlStep:
 
     @torch.no_grad()
     def add(self) -> None:
-        """g += c − c_i on every trainable parameter that has a gradient; one more step counted."""
+        """g += c − c_i on every trainable parameter that has a gradient; one more step counted if any has one (a
+        step whose ``training_step`` returned None has none: the optimiser does not move y, so it is no step of K)."""
         grads = [(p.grad, c) for p, c in self.pairs if p.grad is not None]
         if grads:
             torch._foreach_add_([g for g, _ in grads], [c for _, c in grads])
-        self.steps += 1
+            self.steps += 1
 
 
 def check_plain_sgd(optimizer, schedulers, lr: float) -> None:

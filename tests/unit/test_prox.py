@@ -183,3 +183,59 @@ def test_the_runtime_hands_train_prox_mu_to_every_path(one_thread, path):
             assert rel(flat - start, want - start) <= 1e-4, spec.job
         else:
             assert torch.equal(flat, want), spec.job
+
+
+class _Rows:
+    def __init__(self):
+        g = torch.Generator().manual_seed(0)
+        self.x, self.y = torch.randn(12, 3, generator=g), torch.randint(0, 2, (12,), generator=g)
+
+    def batch(self, idx, augment=False, draws=None, device=None):
+        return self.x[idx], self.y[idx]
+
+    augment_draws = None
+
+
+class _Unused(torch.nn.Module):
+    """A linear layer and a trainable parameter the loss never uses: its grad stays None on every step."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(3, 2)
+        self.spare = torch.nn.Parameter(torch.full((2,), 3.0))
+
+    def forward(self, x):
+        return self.fc(x)
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return torch.nn.functional.cross_entropy(self(x), y)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=LR)
+
+
+def test_a_parameter_without_a_gradient_gets_no_term_and_the_others_get_theirs():
+    """The plain loop at mu > 0 on a module with an unused parameter: against torch SGD by hand, mu (w - w_base) added
+    to the gradient of each parameter that has one; the unused one is neither handed None nor moved."""
+    from seafl_dist.train import StepPlan, load_flat
+    data, idx = _Rows(), torch.arange(12)
+    torch.manual_seed(8)
+    start = flatten(_Unused())
+    got = train_job(_Unused(), start, data, idx, epochs=2, batch_size=4, seed=2, prox_mu=MU)
+
+    ref = _Unused()
+    load_flat(ref, start)
+    base = [p.detach().clone() for p in ref.parameters()]
+    opt = torch.optim.SGD(ref.parameters(), lr=LR)
+    for _, rows, _ in StepPlan(idx, 2, 4, 2).batches():
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(ref(data.x[rows]), data.y[rows]).backward()
+        with torch.no_grad():
+            for p, w0 in zip(ref.parameters(), base):
+                if p.grad is not None:
+                    p.grad += MU * (p - w0)
+        opt.step()
+    assert ref.spare.grad is None and torch.equal(ref.spare.detach(), torch.full((2,), 3.0))
+    torch.testing.assert_close(got, flatten(ref), rtol=0, atol=1e-6)
+    assert not torch.equal(got, start)

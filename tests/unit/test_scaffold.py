@@ -165,6 +165,41 @@ def test_a_job_takes_corrected_sgd_steps_and_uploads_option_IIs_control_delta():
     assert state.controls[3] is c_i  # not kept before the server takes the job
 
 
+class _Skips(_Linear):
+    """Its training_step returns None (skip the step, as Lightning allows) on the second batch of every epoch."""
+
+    def training_step(self, batch, batch_idx):
+        return None if batch_idx == 1 else super().training_step(batch, batch_idx)
+
+
+def test_a_step_whose_training_step_returns_none_moves_nothing_and_is_not_counted_in_K():
+    """Option II's K is the local steps taken: a skipped step (no loss, no gradient) adds no correction and does not
+    move y, so c_i⁺ = c_i − c + (x − y)/(K η_l) with K = 4 of the plan's 6 batches (2 epochs of 3, batch 1 skipped),
+    against the hand loop of the paper's line 10 over the 4 steps taken."""
+    data, idx = _Data(), torch.arange(12)
+    model = _Skips()
+    layout = FlatLayout.of(model)
+    g = torch.Generator().manual_seed(1)
+    x = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    c, c_i = torch.randn(8, generator=g), torch.randn(8, generator=g)
+    state = ErrorFeedback()
+    state.controls[3] = c_i
+    state.started(7, 3)
+    got = JobControls(SimpleNamespace(cfg=scaffold_config(train={"lr": LR})), layout, state).train(
+        _job(model, data, idx), SimpleNamespace(job=7, device=3), torch.cat([x, c]))
+
+    y = x.clone().double()
+    taken = [b for i, b, _ in StepPlan(idx, epochs=2, batch_size=4, seed=11).batches() if i != 1]
+    for b in taken:
+        w = y.clone().requires_grad_(True)
+        logits = data.x[b].double() @ w[:6].reshape(2, 3).T + w[6:]
+        grad, = torch.autograd.grad(torch.nn.functional.cross_entropy(logits, data.y[b]), w)
+        y = y - LR * (grad - c_i.double() + c.double())
+    assert len(taken) == 4
+    torch.testing.assert_close(got[:8].double(), y, rtol=0, atol=1e-5)
+    torch.testing.assert_close(got[8:].double(), (x.double() - y) / (4 * LR) - c.double(), rtol=0, atol=1e-4)
+
+
 def test_a_job_that_trains_no_step_sends_a_zero_control_delta():
     layout = FlatLayout.of(_Linear())
     state = ErrorFeedback()
@@ -191,11 +226,71 @@ def test_the_correction_reaches_only_trainable_parameters_and_counts_its_steps()
     assert step.steps == 2
 
 
+class _BN(_Linear):
+    """Linear, BatchNorm1d, Linear: a model whose state holds buffers (running statistics, a counter) beside its
+    parameters."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc, self.bn, self.out = torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4), torch.nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.out(self.bn(self.fc(x)))
+
+
+def test_a_job_on_a_model_with_batchnorm_buffers_corrects_only_its_parameters():
+    """The oracle by hand: torch SGD on the plan's 6 batches, each parameter's grad += its piece of c − c_i (split over
+    named_parameters here), the buffers moving only as BatchNorm moves them; the upload is every state entry of y
+    followed by (x − y)/(K η_l) − c over the 34 parameter entries only."""
+    data, idx = _Data(), torch.arange(12)
+    torch.manual_seed(4)
+    model = _BN()
+    torch.manual_seed(4)
+    ref = _BN()
+    layout = FlatLayout.of(model)
+    x = torch.cat([t.detach().reshape(-1).float() for t in model.state_dict().values()])
+    is_param = torch.cat([torch.full((t.numel(),), n in dict(model.named_parameters()))
+                          for n, t in model.state_dict().items()])
+    assert x.numel() == 43 and int(is_param.sum()) == 34  # 9 buffer entries: running mean, var (4 each), a counter
+    g = torch.Generator().manual_seed(6)
+    c, c_i = torch.randn(34, generator=g), torch.randn(34, generator=g)
+    state = ErrorFeedback()
+    state.controls[0] = c_i
+    state.started(1, 0)
+    got = JobControls(SimpleNamespace(cfg=scaffold_config(train={"lr": LR})), layout, state).train(
+        _job(model, data, idx), SimpleNamespace(job=1, device=0), torch.cat([x, c]))
+
+    pieces, at = [], 0
+    for p in ref.parameters():
+        pieces.append((c - c_i)[at:at + p.numel()].reshape(p.shape))
+        at += p.numel()
+    opt = torch.optim.SGD(ref.parameters(), lr=LR)
+    ref.train()
+    batches = [b for _, b, _ in StepPlan(idx, epochs=2, batch_size=4, seed=11).batches()]
+    for b in batches:
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(ref(data.x[b]), data.y[b]).backward()
+        for p, piece in zip(ref.parameters(), pieces):
+            p.grad += piece
+        opt.step()
+    y = torch.cat([t.detach().reshape(-1).float() for t in ref.state_dict().values()])
+    assert len(batches) == 6 and got.numel() == 43 + 34
+    torch.testing.assert_close(got[:43], y, rtol=0, atol=1e-5)
+    assert float(got[32]) == 6.0  # entry 32, bn.num_batches_tracked: 6 steps, moved by BatchNorm only
+    torch.testing.assert_close(got[43:], (x - y)[is_param] / (6 * LR) - c, rtol=0, atol=1e-4)
+
+
+class _OwnSGD(torch.optim.SGD):
+    """A subclass of torch.optim.SGD: its step may be anything, so option II's c_i⁺ does not hold for it."""
+
+
 @pytest.mark.parametrize("optimizer, fragment", [
     (lambda p: torch.optim.Adam(p, lr=LR), "returns Adam, not torch.optim.SGD"),
     (lambda p: torch.optim.SGD(p, lr=LR, momentum=0.9), "momentum=0.9"),
     (lambda p: torch.optim.SGD(p, lr=LR, weight_decay=0.01), "weight_decay=0.01"),
     (lambda p: torch.optim.SGD(p, lr=0.5), "lr=0.5"),
+    (lambda p: torch.optim.SGD(p, lr=0.01), "lr=0.01"),  # below train.lr too: (x − y)/(K·η_l) is wrong either way
+    (lambda p: _OwnSGD(p, lr=LR), "returns _OwnSGD, not torch.optim.SGD"),  # a subclass may step otherwise
 ])
 def test_a_modules_own_optimizer_that_is_not_plain_sgd_at_train_lr_is_refused_in_one_line(optimizer, fragment):
     model = _Linear(optimizer)
@@ -256,6 +351,30 @@ def test_a_job_trains_from_c_i_as_it_found_it_and_a_checkpoint_keeps_that_for_a_
     assert torch.equal(state.controls[1], torch.tensor([2.0])) and state.controls_state()["seen"] == {}
 
 
+def test_a_job_trains_with_the_c_i_its_start_read_when_c_i_moved_since():
+    """Churn at the trainer: job 5 of device 1 started at c_1 = a, then job 4's Δc was taken (c_1 = a + Δc); job 5's
+    step is corrected by c − a, not by c − c_1 now. The correction the job's run gets is read here."""
+    layout = FlatLayout.of(_Linear())
+    a, dc, c = torch.arange(8.0), torch.full((8,), 100.0), torch.linspace(-1.0, 1.0, 8)
+    state = ErrorFeedback()
+    state.controls[1] = a
+    state.started(4, 1)
+    state.trained(4, dc)
+    state.started(5, 1)
+    state.taken(4)
+    assert torch.equal(state.controls[1], a + dc)
+    seen = []
+
+    def run(spec, w, step):
+        seen.append(step.correction.clone())
+        return w.clone()
+
+    x = torch.zeros(8)
+    JobControls(SimpleNamespace(cfg=scaffold_config()), layout, state).train(run, SimpleNamespace(job=5, device=1),
+                                                                              torch.cat([x, c]))
+    torch.testing.assert_close(seen[0], c - a, rtol=0, atol=0)
+
+
 def test_a_resume_loads_only_the_devices_a_worker_holds_and_a_fresh_device_reads_zero():
     state = ErrorFeedback()
     state.load_controls({"c": {0: torch.ones(2), 1: torch.ones(2), 2: torch.ones(2)}, "seen": {9: torch.zeros(0)}},
@@ -263,6 +382,77 @@ def test_a_resume_loads_only_the_devices_a_worker_holds_and_a_fresh_device_reads
     assert sorted(state.controls) == [1]
     state.started(9, 0)
     assert state.control_of(9) is None  # the checkpoint said: job 9 started from c_0 = 0
+
+
+class _Outbox:
+    """Where a worker's SAVED answers go (rank 0's inbox under torchrun): kept here to be read."""
+
+    def __init__(self):
+        self.sent = []
+
+    def send(self, rank, header):
+        self.sent.append((rank, header))
+
+
+def test_a_workers_taken_keeps_a_rejected_jobs_control_delta_out_of_c_k_and_adds_an_accepted_ones(tmp_path):
+    """runtime/residuals.py WorkerResiduals, in one process: TAKEN with epochs 0 (rejected) leaves c_k as it was, with
+    epochs 1 (accepted) c_k += Δc_k."""
+    from seafl_dist.runtime.residuals import WorkerResiduals
+    worker = WorkerResiduals(ErrorFeedback(), tmp_path, 1, _Outbox(), controls=True)
+    worker.started(0, 2)
+    worker.feedback.trained(0, torch.tensor([1.0, 2.0]))
+    worker.taken(0, accepted=False)
+    assert 2 not in worker.feedback.controls  # c_2 is still zero
+    worker.started(1, 2)
+    worker.feedback.trained(1, torch.tensor([1.0, 2.0]))
+    worker.taken(1, accepted=False)
+    worker.started(2, 2)
+    worker.feedback.trained(2, torch.tensor([0.5, -1.0]))
+    worker.taken(2, accepted=True)
+    assert torch.equal(worker.feedback.controls[2], torch.tensor([0.5, -1.0]))
+    worker.started(3, 2)
+    worker.feedback.trained(3, torch.tensor([4.0, 4.0]))
+    worker.taken(3, accepted=False)
+    assert torch.equal(worker.feedback.controls[2], torch.tensor([0.5, -1.0]))
+
+
+def test_a_resumed_worker_reads_the_controls_of_its_own_devices_from_every_workers_file(tmp_path):
+    """Two workers' SAVE files (rank 0: devices 0, 2; rank 1: devices 1, 3), named by a rank-0 checkpoint that holds no
+    controls inline (torchrun): device_state(path, devices) is each of those devices' own c_k, and the c_k the jobs
+    not yet taken started from ("seen", keyed by job), as each worker wrote them."""
+    from seafl_dist.runtime.checkpoint import private_place
+    from seafl_dist.runtime.residuals import WorkerResiduals, device_state
+    c = {d: torch.full((2,), float(10 * (d + 1))) for d in range(4)}
+    workers = {}
+    for rank, devices in ((0, (0, 2)), (1, (1, 3))):
+        feedback = ErrorFeedback()
+        feedback.load_controls({"c": {d: c[d] for d in devices}, "seen": {}})
+        worker = workers[rank] = WorkerResiduals(feedback, tmp_path, rank, _Outbox(), controls=True)
+        first = devices[0]
+        worker.started(100 + first, first)  # job 100+d trained and taken (accepted) while job 200+d, started before it
+        worker.started(200 + first, first)  # was taken, still trains from the c_k it found
+        feedback.trained(100 + first, torch.ones(2))
+        worker.taken(100 + first, accepted=True)
+        worker.save(3)
+    names = {}
+    for rank, worker in workers.items():
+        (to, header), = worker.outbox.sent
+        names[f"residuals-00000003-rank{rank}.pt"] = header.job
+    ckpt = private_place(tmp_path) / "checkpoint-00000003.pt"
+    torch.save({"version": 3, "residuals": names}, ckpt)
+
+    want = {0: c[0] + 1, 1: c[1] + 1, 2: c[2], 3: c[3]}
+    for devices in ([1, 3], [0, 2], [2], None):
+        got = device_state(ckpt, devices)["controls"]
+        assert sorted(got["c"]) == sorted(devices or range(4)), devices
+        for d in got["c"]:
+            assert torch.equal(got["c"][d], want[d]), (devices, d)
+        assert sorted(got["seen"]) == [200, 201]
+        assert torch.equal(got["seen"][200], c[0]) and torch.equal(got["seen"][201], c[1])
+    resumed = ErrorFeedback()  # what runtime/worker.py does with it: load_controls without devices
+    resumed.load_controls(device_state(ckpt, [1, 3])["controls"])
+    resumed.started(201, 1)
+    assert sorted(resumed.controls) == [1, 3] and torch.equal(resumed.control_of(201), c[1])
 
 
 # ---- the config's refusals ------------------------------------------------------------------------
