@@ -16,6 +16,8 @@ Factors (tests/pairwise.py covers every pair of their levels in some row):
 - W: 1 (one process) or 3 (torchrun); resume: rank 0 killed during aggregation 4 and restarted by torchrun.
 - prox_mu: FedProx's proximal term off (0) or `train.prox_mu=0.01` (issue 66), on every loop and W.
 - defense: none, or Krum (`algorithm.defense.name=krum`, f = 0, K = 3: a filter, so with either rule; issue 65).
+- attack: none, or a third of the devices malicious flipping their deltas' sign (`threats.attack=sign_flip`, made on
+  the worker that trains the job, from its own stream; issue 65).
 
 Every row must complete, and where it runs under torchrun (W = 3, or W = 1 with a kill) end with the bytes of
 the same config run uninterrupted in this process. The pairs that may not meet are each run once and must be
@@ -62,6 +64,7 @@ FACTORS = {
     "resume": [False, True],
     "prox_mu": [0.0, 0.01],
     "defense": ["none", "krum"],
+    "attack": ["none", "sign_flip"],
 }
 
 # (pair, the key the one-line refusal names): docs/configuration.md's notes of these keys say why
@@ -81,6 +84,8 @@ REFUSED = {
     (("rule", "stateful"), ("privacy", True)): "algorithm.name",
     # no sensitivity is derived for a defense (docs/robustness.md, "Defenses")
     (("privacy", True), ("defense", "krum")): "algorithm.defense.name",
+    # DP's guarantee is about an honest device's records; malicious devices are outside it (docs/robustness.md)
+    (("privacy", True), ("attack", "sign_flip")): "privacy.enabled",
     # scaffold: no sensitivity derived for c; Δc travels exact
     (("rule", "worker_state"), ("privacy", True)): "privacy.enabled",
     (("codec", "int8_ef"), ("rule", "worker_state")): "compression.codec",
@@ -122,7 +127,8 @@ def overrides(row: dict, where) -> list[str]:
     if row["privacy"]:
         args += ["privacy.enabled=true", "privacy.noise_multiplier=0.8", *DP_KEY]  # one key: the same noise
     if row["privacy"] == "adaptive":  # σ_b = 2 > z: z_Δ = (0.8⁻² − 2⁻²)^(−½); η_C = 1, so C_t moves
-        args += ["privacy.adaptive_clip.enabled=true", "privacy.adaptive_clip.count_std=2", "privacy.adaptive_clip.lr=1"]
+        args += ["privacy.adaptive_clip.enabled=true", "privacy.adaptive_clip.count_std=2",
+                 "privacy.adaptive_clip.lr=1"]
     if row["churn"]:
         args += [*CHURN[len(SMALL):], f"devices.profile={where / 'devices.csv'}"]
     if row["wandb"]:
@@ -134,6 +140,8 @@ def overrides(row: dict, where) -> list[str]:
     if row["defense"] == "krum":  # Krum needs K ≥ 2f + 3 = 3 in flight (LEAF's five writers: three of them)
         args += ["algorithm.defense.name=krum", "algorithm.defense.f=0", "algorithm.buffer_size=3",
                  f"devices.concurrency={3 if row['data'] == 'leaf' else 4}"]
+    if row["attack"] == "sign_flip":
+        args += ["threats.malicious=0.34", "threats.attack=sign_flip"]
     return args
 
 
@@ -219,10 +227,10 @@ def test_each_row_completes_and_matches_its_uninterrupted_run(i, where, launched
 
 
 def refused_row(pair) -> dict:
-    """The first row (defaults but for data, partition, holdout, privacy, rule, codec, loop and defense) that holds
+    """The first row (defaults but for data, partition, holdout, privacy, rule, codec, loop, defense, attack) that holds
     ``pair`` and whose refused pairs all name ``pair``'s key."""
     base = {name: levels[0] for name, levels in FACTORS.items()}
-    varied = ("data", "partition", "holdout", "privacy", "rule", "codec", "loop", "defense")
+    varied = ("data", "partition", "holdout", "privacy", "rule", "codec", "loop", "defense", "attack")
     for levels in product(*(FACTORS[k] for k in varied)):
         row = {**base, **dict(zip(varied, levels))}
         fired = {REFUSED[p] for p in REFUSED if all(row[k] == v for k, v in p)}
