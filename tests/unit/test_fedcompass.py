@@ -8,6 +8,7 @@ from seafl_dist.algo import BufferedUpdate, aggregate
 from seafl_dist.settings import ConfigError, config_from_dict
 from seafl_dist.train import StepPlan
 from seafl_dist.train.local import train_job
+from tiny_data import Rows
 
 COMPASS = {"algorithm": {"name": "fedcompass"}, "devices": {"num": 4, "concurrency": 4}}
 
@@ -75,17 +76,7 @@ def test_a_step_counted_plan_is_the_first_q_steps_of_the_whole_epochs_plan():
     assert all(a[0] == b[0] and torch.equal(a[1], b[1]) for a, b in zip(got, whole[:7]))
 
 
-class _Data:
-    """A linear problem: x in R^3, y in {0, 1}."""
-
-    def __init__(self):
-        g = torch.Generator().manual_seed(0)
-        self.x, self.y = torch.randn(12, 3, generator=g), torch.randint(0, 2, (12,), generator=g)
-
-    def batch(self, idx, augment=False, draws=None, device=None):
-        return self.x[idx], self.y[idx]
-
-    augment_draws = None
+_Data = Rows  # tests/tiny_data.py
 
 
 class _Linear(torch.nn.Module):

@@ -26,6 +26,7 @@ from seafl_dist.train.probe import check_module, probe_batches
 from small_runs import QUICKSTART, SMALL
 from test_fused_step import EPOCHS, SmallBN, rel
 from test_fused_step import setup as fused_setup
+from tiny_data import Rows
 
 MU = 0.5  # large enough that the term moves a few steps' result far beyond rounding
 LR, MOMENTUM = 0.05, 0.9
@@ -185,15 +186,7 @@ def test_the_runtime_hands_train_prox_mu_to_every_path(one_thread, path):
             assert torch.equal(flat, want), spec.job
 
 
-class _Rows:
-    def __init__(self):
-        g = torch.Generator().manual_seed(0)
-        self.x, self.y = torch.randn(12, 3, generator=g), torch.randint(0, 2, (12,), generator=g)
-
-    def batch(self, idx, augment=False, draws=None, device=None):
-        return self.x[idx], self.y[idx]
-
-    augment_draws = None
+_Rows = Rows  # tests/tiny_data.py
 
 
 class _Unused(torch.nn.Module):

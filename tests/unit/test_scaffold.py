@@ -17,6 +17,7 @@ from seafl_dist.train import FlatLayout, StepPlan
 from seafl_dist.train.controls import ControlStep, check_plain_sgd
 from seafl_dist.train.local import train_job
 from seafl_dist.train.optim_config import ModuleContractError
+from tiny_data import Rows
 
 BASE = {"algorithm": {"name": "scaffold", "buffer_size": 2}, "devices": {"num": 4, "concurrency": 4}}
 LR = 0.1
@@ -102,15 +103,7 @@ def test_the_download_carries_c_of_the_jobs_version_and_prunes_the_versions_the_
 
 # ---- the local step ------------------------------------------------------------------------------
 
-class _Data:
-    def __init__(self):
-        g = torch.Generator().manual_seed(0)
-        self.x, self.y = torch.randn(12, 3, generator=g), torch.randint(0, 2, (12,), generator=g)
-
-    def batch(self, idx, augment=False, draws=None, device=None):
-        return self.x[idx], self.y[idx]
-
-    augment_draws = None
+_Data = Rows  # tests/tiny_data.py
 
 
 class _Linear(torch.nn.Module):
