@@ -236,6 +236,10 @@ def run_distributed(cfg, out_dir, *, rank: int, world_size: int, local_rank: int
                     resume=None, hook=NO_FAULT) -> dict | None:
     """This rank's part of a run whose process group is up (runtime/launch.py forms it): rank 0
     serves and returns the summary, a worker trains and returns None; errors are raised."""
+    if controls.active(cfg) and cfg.runtime.placement != "device":  # before anything starts, on every rank
+        raise ConfigError(f"config key 'runtime.placement' has value {cfg.runtime.placement!r}; allowed: device with "
+                          f"algorithm.name=scaffold under torchrun (a device's control variate c_i lives on the one "
+                          f"worker that trains its jobs)")
     if cfg.runtime.threads:
         torch.set_num_threads(cfg.runtime.threads)
     device = pick_device(cfg.runtime.device, local_rank)
@@ -257,10 +261,6 @@ def run_distributed(cfg, out_dir, *, rank: int, world_size: int, local_rank: int
     beat = Heartbeat(store, rank, progress=progress)
     numel = exp.initial_flat().numel()  # SCAFFOLD: a JOB carries w_v and c_v, a RESULT y and Δc_k (runtime/controls.py)
     numel += controls.extra_bytes(cfg, FlatLayout.of(exp.new_model())) // 4 if controls.active(cfg) else 0
-    if controls.active(cfg) and cfg.runtime.placement != "device":
-        raise ConfigError(f"config key 'runtime.placement' has value {cfg.runtime.placement!r}; allowed: device with "
-                          f"algorithm.name=scaffold under torchrun (a device's control variate c_i lives on the one "
-                          f"worker that trains its jobs)")
     placement = Placement(cfg.runtime.placement, world_size, exp.n_samples, cfg.train.batch_size)
     upload = UpdateCodec(cfg.compression, FlatLayout.of(exp.new_model())).wire  # what a RESULT carries (codecs/)
     ends = open_ends(rank, world_size, numel, links, upload)

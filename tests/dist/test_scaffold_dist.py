@@ -3,14 +3,17 @@
 W = 3, rank 0 SIGKILLed during aggregation 3 (checkpoints every 2, no restart): checkpoint 2 names each worker's
 file, whose ``controls`` part holds the c_k of that worker's devices only (device k on worker 1 + k mod 2) and,
 device for device, the c_k a one-process run checkpoints at 2; the dir then resumes under W = 3 to the
-uninterrupted one-process run's bytes. Under torchrun another placement is refused in one line.
+uninterrupted one-process run's bytes. Under torchrun another placement is refused in one line, by every rank
+before anything starts.
 """
 import pytest
 import torch
 
 from launching import run_torchrun
 from resuming import assert_same_run, checkpoint_path, checkpoint_versions, killed_during_3, reference
+from seafl_dist.runtime.distributed import run_distributed
 from seafl_dist.runtime.rundir import private_dir
+from seafl_dist.settings import ConfigError, config_from_dict
 from small_runs import SCAFFOLD, SMALL
 
 pytestmark = pytest.mark.dist
@@ -44,10 +47,12 @@ def test_a_killed_three_rank_run_keeps_each_workers_c_k_and_resumes_to_the_same_
     assert_same_run(ref, out)
 
 
-def test_another_placement_under_torchrun_is_refused_in_one_line(tmp_path):
-    proc = run_torchrun(2, *SMALL, *SCAFFOLD, "--out", tmp_path / "run", cwd=tmp_path)
-    assert proc.returncode != 0
+def test_another_placement_under_torchrun_is_refused_in_one_line_before_anything_starts(tmp_path):
+    """Every rank's run_distributed refuses it first: no process group is touched (store=None), nothing is written."""
+    cfg = config_from_dict({}, [*SMALL, *SCAFFOLD])
+    with pytest.raises(ConfigError) as err:
+        run_distributed(cfg, tmp_path / "run", rank=0, world_size=2, local_rank=0, store=None, pg_timeout_s=1.0)
     line = ("config key 'runtime.placement' has value 'balanced'; allowed: device with algorithm.name=scaffold "
             "under torchrun")
-    assert line in proc.stderr, proc.stderr[-3000:]
-    assert not (tmp_path / "run" / "events.jsonl").exists()
+    assert str(err.value).startswith(line) and "\n" not in str(err.value)
+    assert not (tmp_path / "run").exists()
