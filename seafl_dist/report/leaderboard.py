@@ -8,8 +8,8 @@ It owns two things:
 - **The extract** (:func:`extract`): of each finished run of a sweep dir, its ``config.yaml``, ``summary.json``
   and ``metrics.csv`` as they are, and ``trace.json``: the figures of its trace (``events.jsonl``, too large to
   commit) that say why an arm leads (:func:`trace_figures`). Beside them the sweep's ``sweep.json`` (so the
-  extract reads as the sweep: its labels, targets, baseline) and ``leaderboard.json``: the commit that made the
-  runs and the machine time of the sweep (the sum of its runs' wall times). ``seafl report`` reads an extract as
+  extract reads as the sweep: its labels, targets, baseline) and ``leaderboard.json``: the commit that made each
+  run and the machine time of the sweep (the sum of its runs' wall times). ``seafl report`` reads an extract as
   it reads the sweep dir.
 - **The tables** (:func:`rows`, :func:`markdown`): per arm, each seed's time to each target, the mean ± sample
   sd over the seeds that reached it and how many did, the best accuracy, the rank and the seeds won; and the
@@ -89,10 +89,10 @@ def extract(sweep_dir: str | Path, out: str | Path, commit: str | None = None) -
     """Copy each finished run of ``sweep_dir`` into ``out`` as its small files and its ``trace.json``; write
     ``out``'s ``sweep.json`` (the sweep's, with the extracted runs only) and ``leaderboard.json``. A run not
     completed (interrupted, failed, still running) is left out; ``leaderboard.json`` counts the runs kept
-    beside the sweep's. An extract already in ``out`` at the same commit keeps its runs that ``sweep_dir`` does not
-    hold finished (a sweep continued on another machine, or in another sweep dir, adds to its extract): they stay,
-    counted with their own wall times; an extract of another commit is refused, since one page's runs are one
-    commit's. Returns the run dirs written."""
+    beside the sweep's. An extract already in ``out`` keeps its runs that ``sweep_dir`` does not hold finished (a
+    sweep continued on another machine, in another sweep dir, or at a later commit for arms added since): they stay,
+    each with its own wall time and the commit that made it (``leaderboard.json``'s ``run_commits``; a run extracted
+    again takes the new commit). Returns the run dirs written."""
     sweep_dir, out = Path(sweep_dir), Path(out)
     meta_path = sweep_dir / "sweep.json"
     if not meta_path.exists():
@@ -100,18 +100,17 @@ def extract(sweep_dir: str | Path, out: str | Path, commit: str | None = None) -
     meta = json.loads(meta_path.read_text())
     done = {r.dir.name: r for r in find_runs([sweep_dir]) if r.status == "completed"}
     commit = commit or git_commit()
-    before = out / "leaderboard.json"
-    if before.exists() and (was := json.loads(before.read_text()).get("commit")) != commit:
-        raise ValueError(f"'{out}' holds an extract made at commit {was}, not {commit}: extract into an empty dir")
+    before = run_commits(out)
     out.mkdir(parents=True, exist_ok=True)
-    written, wall = [], 0.0
+    written, wall, commits = [], 0.0, {}
     for entry in meta.get("runs", []):
         run = done.get(entry["name"])
         if run is None:
             kept = out / entry["name"]
-            if before.exists() and all((kept / f).exists() for f in (*SMALL_FILES, "trace.json")):
+            if entry["name"] in before and all((kept / f).exists() for f in (*SMALL_FILES, "trace.json")):
                 wall += float(json.loads((kept / "summary.json").read_text()).get("wall_time_s") or 0.0)
                 written.append(kept)
+                commits[entry["name"]] = before[entry["name"]]
             continue
         dest = out / entry["name"]
         dest.mkdir(exist_ok=True)
@@ -122,13 +121,34 @@ def extract(sweep_dir: str | Path, out: str | Path, commit: str | None = None) -
         (dest / "trace.json").write_text(json.dumps(trace, indent=1, sort_keys=True) + "\n")
         wall += float(run.summary.get("wall_time_s") or 0.0)
         written.append(dest)
+        commits[entry["name"]] = commit
     kept = {d.name for d in written}
     (out / "sweep.json").write_text(json.dumps({**meta, "runs": [r for r in meta.get("runs", []) if r["name"] in kept]},
                                                indent=1) + "\n")
     (out / "leaderboard.json").write_text(json.dumps(
-        {"commit": commit, "machine_time_s": round(wall, 1), "runs": len(written),
+        {"run_commits": commits, "machine_time_s": round(wall, 1), "runs": len(written),
          "runs_in_sweep": len(meta.get("runs", []))}, indent=1, sort_keys=True) + "\n")
     return written
+
+
+def run_commits(extract_dir: str | Path) -> dict[str, str]:
+    """Each run of an extract and the commit that made it ({} where ``extract_dir`` holds no extract)."""
+    path = Path(extract_dir) / "leaderboard.json"
+    return dict(json.loads(path.read_text())["run_commits"]) if path.exists() else {}
+
+
+def _commits_line(run_commits: dict[str, str]) -> str:
+    """"commit `a`" for one commit; "commits `a` (n runs: their arms) and `b` (...)" in order of first appearance."""
+    by: dict[str, list[str]] = {}
+    for name, commit in run_commits.items():
+        by.setdefault(commit, []).append(name)
+    if len(by) == 1:
+        return f"commit `{next(iter(by))}`"
+    parts = []
+    for commit, names in by.items():
+        arms = list(dict.fromkeys(n.rsplit(",seed=", 1)[0] for n in names))
+        parts.append(f"`{commit}` ({len(names)} run{'' if len(names) == 1 else 's'}: {', '.join(arms)})")
+    return "commits " + ", ".join(parts[:-1]) + " and " + parts[-1]
 
 
 def _median(values: list[float]) -> float:
@@ -228,9 +248,9 @@ def markdown(arms: list[dict], targets: list[float], machine: dict | None = None
                               str(next(a["rank"] for a in arms if a["label"] == label))]
                              for m, label in chosen(arms).items()]))
     if machine:
-        parts.append(f"Runs: {machine['runs']} of the sweep's {machine['runs_in_sweep']}, made at commit "
-                     f"`{machine['commit']}`; machine time {machine['machine_time_s']:.0f} s (the runs' wall "
-                     f"times summed).")
+        parts.append(f"Runs: {machine['runs']} of the sweep's {machine['runs_in_sweep']}, made at "
+                     f"{_commits_line(machine['run_commits'])}; machine time {machine['machine_time_s']:.0f} s (the "
+                     f"runs' wall times summed).")
     return "\n\n".join(parts) + "\n"
 
 

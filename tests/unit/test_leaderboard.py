@@ -97,12 +97,14 @@ def test_the_tables_say_each_seed_the_mean_over_those_that_reached_and_how_many(
     runs = [run("x", 0, (10, 100), 0.95, tmp_path, trace), run("x", 1, (20, None), 0.88, tmp_path, trace),
             run("x", 2, (30, 140), 0.97, tmp_path, trace)]
     text = leaderboard.markdown(leaderboard.rows(runs, [0.5, 0.9]), [0.5, 0.9],
-                                {"commit": "abc1234", "machine_time_s": 30.0, "runs": 3, "runs_in_sweep": 4})
+                                {"run_commits": {"a,seed=0": "abc1234", "a,seed=1": "abc1234", "b,seed=0": "def5678"},
+                                 "machine_time_s": 30.0, "runs": 3, "runs_in_sweep": 4})
     arms, traces, machine = text.strip().split("\n\n")
     assert arms.splitlines()[2] == ("| 1 | x | 10 · 20 · 30 | 20 ± 10 (3/3) | 100 · never · 140 | 120 ± 28 (2/3) | "
                                     "0.9333 ± 0.0473 | 2/3 |")
     assert traces.splitlines()[2] == "| x | 4.2 | 1.50 | 1.25 | 12.5% | 30 |"
-    assert "3 of the sweep's 4" in machine and "`abc1234`" in machine and "30 s" in machine
+    assert "3 of the sweep's 4" in machine and "30 s" in machine
+    assert "made at commits `abc1234` (2 runs: a) and `def5678` (1 run: b);" in machine, machine
 
 
 def test_a_tuning_sweep_chooses_each_methods_first_trial_in_rank_order(tmp_path):
@@ -155,7 +157,7 @@ def test_the_extract_holds_each_finished_runs_small_files_and_figures_its_server
     assert json.loads((out / "fedbuff,seed=0" / "trace.json").read_text())["waiting_share"] == 0.0
     assert json.loads((out / "seafl,seed=0" / "trace.json").read_text())["waiting_share"] > 0.0
     meta = json.loads((out / "leaderboard.json").read_text())
-    assert meta == {"commit": "0123abc", "runs": 2, "runs_in_sweep": 3, "machine_time_s": pytest.approx(
+    assert meta == {"run_commits": {"fedbuff,seed=0": "0123abc", "seafl,seed=0": "0123abc"}, "runs": 2, "runs_in_sweep": 3, "machine_time_s": pytest.approx(
         sum(json.loads((d / "summary.json").read_text())["wall_time_s"] for d in written), abs=0.1)}
     assert [r["name"] for r in json.loads((out / "sweep.json").read_text())["runs"]] == [d.name for d in written]
     # the extract reads as the sweep did: the same runs, labels and times
@@ -163,9 +165,10 @@ def test_the_extract_holds_each_finished_runs_small_files_and_figures_its_server
         [(r.label, r.ttt(0.5)) for r in find_runs([sweep_dir]) if r.status == "completed"]
 
 
-def test_an_extract_keeps_the_runs_it_already_holds_at_its_commit_and_refuses_another_commits(sweep_dir, tmp_path):
+def test_an_extract_keeps_the_runs_it_already_holds_each_with_the_commit_that_made_it(sweep_dir, tmp_path):
     """A sweep continued elsewhere: the extract of seafl's run alone, then of a sweep dir holding only fedbuff's,
-    holds both (each with its own wall time); the same dir extracted at another commit is refused."""
+    holds both (each with its own wall time); an arm added at a later commit keeps the earlier runs' commits, and a
+    run extracted again takes the new one."""
     only_seafl, only_fedbuff = tmp_path / "a", tmp_path / "b"
     for part, name in ((only_seafl, "seafl,seed=0"), (only_fedbuff, "fedbuff,seed=0")):
         part.mkdir()
@@ -173,17 +176,24 @@ def test_an_extract_keeps_the_runs_it_already_holds_at_its_commit_and_refuses_an
         shutil.copyfile(sweep_dir / "sweep.json", part / "sweep.json")
     out = tmp_path / "extract"
     assert [d.name for d in leaderboard.extract(only_seafl, out, commit="0123abc")] == ["seafl,seed=0"]
-    assert [d.name for d in leaderboard.extract(only_fedbuff, out, commit="0123abc")] == ["fedbuff,seed=0",
+    assert [d.name for d in leaderboard.extract(only_fedbuff, out, commit="4567def")] == ["fedbuff,seed=0",
                                                                                           "seafl,seed=0"]
     meta = json.loads((out / "leaderboard.json").read_text())
     walls = [json.loads((sweep_dir / n / "summary.json").read_text())["wall_time_s"] for n in ("fedbuff,seed=0",
                                                                                                 "seafl,seed=0")]
     assert (meta["runs"], meta["machine_time_s"]) == (2, pytest.approx(sum(walls), abs=0.1))
+    assert meta["run_commits"] == {"fedbuff,seed=0": "4567def", "seafl,seed=0": "0123abc"}
     assert [r["name"] for r in json.loads((out / "sweep.json").read_text())["runs"]] == ["fedbuff,seed=0",
                                                                                          "seafl,seed=0"]
-    with pytest.raises(ValueError, match="made at commit 0123abc, not 4567def"):
-        leaderboard.extract(only_fedbuff, out, commit="4567def")
+    line = leaderboard.markdown(leaderboard.rows(find_runs([out]), [0.5]), [0.5], meta).splitlines()[-1]
+    assert "made at commits `4567def` (1 run: fedbuff) and `0123abc` (1 run: seafl);" in line, line
+    leaderboard.extract(only_seafl, out, commit="89abcde")  # seafl rerun at a later commit
+    assert leaderboard.run_commits(out) == {"fedbuff,seed=0": "4567def", "seafl,seed=0": "89abcde"}
     fresh = tmp_path / "fresh"  # a dir without an extract keeps nothing it did not write
+    assert [d.name for d in leaderboard.extract(only_fedbuff, fresh, commit="4567def")] == ["fedbuff,seed=0"]
+    (fresh / "seafl,seed=0").mkdir()  # files of a run the extract never recorded are not taken for one
+    for f in (*leaderboard.SMALL_FILES, "trace.json"):
+        shutil.copyfile(out / "seafl,seed=0" / f, fresh / "seafl,seed=0" / f)
     assert [d.name for d in leaderboard.extract(only_fedbuff, fresh, commit="4567def")] == ["fedbuff,seed=0"]
 
 
