@@ -11,7 +11,8 @@ and prints the median CPU time per optimiser step and its ratio to the plain ste
 Modes (opacus/grad_sample/utils.py): ``hooks`` and ``functorch`` are what ``train_job`` runs (GradSampleHooks on the
 job's own module). ``ew`` (torch's expanded weights, GradSampleModuleExpandedWeights) needs the model's forward
 called through Opacus's wrapper, which a LightningModule's own ``training_step`` does not do: it is timed here in a
-hand-written loop of the same steps (wrapper forward, cross-entropy, DPOptimizer step) so its cost is on the table,
+hand-written loop of the same steps (wrapper forward, cross-entropy, DPOptimizer step; NCHW, since torch's
+expanded-weights convolution fails on channels-last gradients: "view size is not compatible") so its cost is on the table,
 and is not a ``train.dp_sgd.grad_sample_mode``. ``ghost`` (fast gradient clipping) needs a second backward through
 Opacus's own loss wrapper: not timed. CPU seconds of this process, not wall time.
 """
@@ -45,6 +46,7 @@ def ew_job(net, start, data, idx) -> torch.Tensor:
     """The same job's steps with Opacus's expanded-weights module: the wrapper's forward, its DPOptimizer."""
     from opacus.grad_sample.gsm_exp_weights import GradSampleModuleExpandedWeights
     from opacus.optimizers import DPOptimizer
+    net.to(memory_format=torch.contiguous_format)  # torch's expanded-weights conv fails on channels-last grads
     load_flat(net, start)
     net.train()
     for m in net.modules():
@@ -56,7 +58,7 @@ def ew_job(net, start, data, idx) -> torch.Tensor:
     for _, rows, _ in StepPlan(idx, 1, BATCH, 0, poisson=True).batches():
         x, y = data.batch(rows)
         opt.zero_grad()
-        torch.nn.functional.cross_entropy(gsm(x.contiguous(memory_format=torch.channels_last)), y).backward()
+        torch.nn.functional.cross_entropy(gsm(x.contiguous()), y).backward()
         opt.step()
     for m in net.modules():
         if hasattr(m, "inplace"):

@@ -23,6 +23,8 @@
 - **FEMNIST's writers as devices**, each worker holding only its writers' rows (``runtime.placement=device``);
 - **a Hugging Face dataset split by Flower's Dirichlet partitioner** (issue 54 D): every rank opens the saved
   dataset and asks Flower for the same partitions;
+- **record-level DP-SGD** (``train.dp_sgd``, issue 67): each job's Poisson batches and Opacus's noise come from the
+  job's own named streams, so whichever worker trains it draws the same;
 - **``runtime.batch_jobs``** (fused jobs): within fp32 rounding of G = 1, as in one process
   (tests/dist/test_batch_jobs.py).
 
@@ -112,6 +114,8 @@ class Setup:
                         "run.max_aggregations=3", "logging.progress=none", "runtime.threads=1",
                         "runtime.placement=device"],
             "batch-jobs": [*BATCHED, "runtime.batch_jobs=3"],
+            # record-level DP-SGD (issue 67 item 1): Poisson batches and noise from each job's own streams
+            "dp-sgd": [*SMALL, "train.dp_sgd.enabled=true", "train.dp_sgd.noise_multiplier=0.5"],
         }
         if HF:
             from hf_datasets import image_dataset
@@ -258,6 +262,12 @@ def test_a_hugging_face_dataset_split_by_flower(setup, on_ranks, tmp_path, monke
     ref, got = in_process(setup, "hf-flower", tmp_path, monkeypatch), on_ranks["hf-flower"]
     same_files(ref, got, "events.jsonl", "metrics.csv", "model.pt", "partition.json")
     assert json.loads((got / "partition.json").read_text())["method"] == "flwr:DirichletPartitioner"
+
+
+def test_dp_sgd_on_the_workers(setup, on_ranks, tmp_path, monkeypatch):
+    ref, got = in_process(setup, "dp-sgd", tmp_path, monkeypatch), on_ranks["dp-sgd"]
+    same_files(ref, got, "config.yaml", "events.jsonl", "metrics.csv", "model.pt")
+    assert same_summary(ref, got)["dp_sgd"]["sampling"] == "poisson"
 
 
 def test_batched_jobs(setup, on_ranks, tmp_path, monkeypatch):
