@@ -132,7 +132,8 @@ def train_job(module, start: torch.Tensor, data, indices: torch.Tensor, *, epoch
     (FedCompass's), which stops after that many steps, its last of ``epochs`` epochs cut short (train/plan.py;
     None: ``epochs`` whole epochs). ``control``: SCAFFOLD's correction c − c_i (train/controls.py), which counts the
     steps trained. ``dp_sgd``: the ``train.dp_sgd`` section when enabled (None: off), with ``dp_seed`` the job's
-    noise stream: Poisson batches and Opacus's DP step (train/dp_sgd.py). ``on_step()``, if given, is
+    noise stream: Poisson batches and Opacus's DP step (train/dp_sgd.py); ``logged`` then gets nothing (the module's
+    logged values are not noised, so they never leave the device). ``on_step()``, if given, is
     called after every optimiser step (a worker counts its progress)."""
     device = torch.device(device)
     fmt = memory_format(module, device)
@@ -145,6 +146,7 @@ def train_job(module, start: torch.Tensor, data, indices: torch.Tensor, *, epoch
     if dp_sgd is not None:
         from seafl_dist.train.dp_sgd import JobDP
         dp = JobDP(dp_sgd, seed=dp_seed, device=device, expected_batch_size=min(batch_size, len(indices)))
+        logged = None  # what the module logs is computed from its records without noise: it stays on the device
     with job_random_state(torch_seed, device):
         if loop == "lightning":
             from seafl_dist.train.lightning_loop import fit_lightning

@@ -220,3 +220,14 @@ def test_the_fused_and_graphed_paths_say_in_one_line_why_a_dp_job_trains_alone()
     why = loop_blocker(config().train)
     assert why.startswith("train.dp_sgd.enabled is true") and "\n" not in why
     assert loop_blocker(config_from_dict({}).train) is None
+
+
+def test_what_a_module_logs_stays_on_the_device():
+    """Its logged values are computed from the records without noise: under DP-SGD the job hands none back."""
+    for loop in ("plain", "lightning"):
+        m, logged = tiny_lightning(), {}
+        train_job(m, flatten(m), Rows(), torch.arange(12), epochs=1, batch_size=4, seed=3, loop=loop, logged=logged,
+                  dp_sgd=dp(), dp_seed=1)
+        assert logged == {}, loop
+        train_job(m, flatten(m), Rows(), torch.arange(12), epochs=1, batch_size=4, seed=3, loop=loop, logged=logged)
+        assert "train_loss" in logged  # without DP-SGD the same module's job hands it back
