@@ -24,7 +24,8 @@
 - **a Hugging Face dataset split by Flower's Dirichlet partitioner** (issue 54 D): every rank opens the saved
   dataset and asks Flower for the same partitions;
 - **record-level DP-SGD** (``train.dp_sgd``, issue 67): each job's Poisson batches and Opacus's noise come from the
-  job's own named streams, so whichever worker trains it draws the same;
+  job's own named streams, so whichever worker trains it draws the same; ResNet-18's BatchNorm becomes GroupNorm on
+  every rank (``train.dp_sgd.fix_modules``), and rank 0's summary names the layers;
 - **``runtime.batch_jobs``** (fused jobs): within fp32 rounding of G = 1, as in one process
   (tests/dist/test_batch_jobs.py).
 
@@ -115,7 +116,9 @@ class Setup:
                         "runtime.placement=device"],
             "batch-jobs": [*BATCHED, "runtime.batch_jobs=3"],
             # record-level DP-SGD (issue 67 item 1): Poisson batches and noise from each job's own streams
-            "dp-sgd": [*SMALL, "train.dp_sgd.enabled=true", "train.dp_sgd.noise_multiplier=0.5"],
+            # ResNet-18's BatchNorm replaced by GroupNorm on every rank (train.dp_sgd.fix_modules), said in the summary
+            "dp-sgd": [*SMALL, "train.dp_sgd.enabled=true", "train.dp_sgd.noise_multiplier=0.5", "model.name=resnet18",
+                       "model.width=0.125", "train.dp_sgd.fix_modules=true", "run.max_aggregations=2"],
         }
         if HF:
             from hf_datasets import image_dataset
@@ -267,7 +270,7 @@ def test_a_hugging_face_dataset_split_by_flower(setup, on_ranks, tmp_path, monke
 def test_dp_sgd_on_the_workers(setup, on_ranks, tmp_path, monkeypatch):
     ref, got = in_process(setup, "dp-sgd", tmp_path, monkeypatch), on_ranks["dp-sgd"]
     same_files(ref, got, "config.yaml", "events.jsonl", "metrics.csv", "model.pt")
-    assert same_summary(ref, got)["dp_sgd"]["sampling"] == "poisson"
+    assert same_summary(ref, got)["dp_sgd"]["replaced"][0].startswith("stem.1: BatchNorm2d -> GroupNorm(")
 
 
 def test_batched_jobs(setup, on_ranks, tmp_path, monkeypatch):
