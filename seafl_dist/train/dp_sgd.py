@@ -85,9 +85,16 @@ def blocker(model) -> str | None:
     return None
 
 
+def fixable(model) -> bool:
+    """Whether Opacus's ``ModuleValidator`` has a fix for some layer of ``model`` (BatchNorm, LSTM, ...)."""
+    from opacus.utils.module_utils import trainable_modules
+    from opacus.validators import ModuleValidator
+    return any(type(sub) in ModuleValidator.FIXERS for _, sub in trainable_modules(model))
+
+
 def fix_model(model) -> list[str]:
     """Replace, in place, each layer of ``model`` that Opacus's ``ModuleValidator.fix`` would replace (BatchNorm by
-    GroupNorm(gcd(32, C), C)): its fixers, without its clone (which pickles the whole module). Returns
+    GroupNorm(gcd(32, C), C), LSTM by its DPLSTM): its fixers, without its clone (which pickles the whole module). Returns
     ``"name: Old -> New"`` for each layer replaced, in the model's order."""
     from opacus.utils.module_utils import get_submodule, trainable_modules
     from opacus.validators import ModuleValidator
