@@ -92,6 +92,7 @@ def _callback(on_step, recorder, prox_mu: float = 0.0, control=None, dp=None):
                     raise ModuleContractError("train.dp_sgd clips and noises the steps of automatic optimization, but "
                                               "the module sets automatic_optimization = False (manual optimization); "
                                               "use automatic optimization or train.dp_sgd.enabled: false")
+                dp.attach(pl_module)  # on the layers configure_model left
                 trainer.strategy.optimizers = [dp.wrap(trainer.optimizers[0],
                                                        after=self.prox.add if self.prox is not None else None)]
                 self.prox = None
@@ -157,8 +158,6 @@ def fit_lightning(module, batches, *, epochs: int, device: torch.device, precisi
             callbacks=[_callback(on_step, recorder, prox_mu, control, dp)], plugins=[_one_process()],
             default_root_dir=NOWHERE)  # never made: a job writes nothing, and resumes no "hpc" checkpoint
         try:
-            if dp is not None:
-                dp.attach(module)
             trainer.fit(module, train_dataloaders=batches)
         finally:
             if dp is not None:

@@ -200,8 +200,6 @@ def fit_job(module, batches, *, epochs: int, device, precision: str = "32", clip
         module.trainer, module.log, module.log_dict = job.trainer, job.recorder.log, job.recorder.log_dict
         local_metrics(module)
     try:
-        if dp is not None:
-            dp.attach(module)
         _fit(job, batches, epochs, on_step)
     finally:
         if dp is not None:
@@ -224,7 +222,8 @@ def _fit(job: _Job, batches, epochs: int, on_step) -> None:
     else:
         optimizer, schedulers = parse_optimizers(conf, own_scheduler_step="lr_scheduler_step" in job.hooks)
     job.prox = Proximal.of(m, job.prox_mu)  # w_base: the weights the job starts from, as configure_model left them
-    if job.dp is not None:  # DP-SGD: the module's optimizer inside Opacus's; the proximal term after the noise
+    if job.dp is not None:  # DP-SGD: hooks on the layers configure_model left, the module's optimizer inside Opacus's
+        job.dp.attach(m)  # (and the proximal term after the noise)
         optimizer = job.dp.wrap(optimizer, after=job.prox.add if job.prox is not None else None)
         job.prox = None
     if trainer is not None:

@@ -231,3 +231,4 @@ def test_what_a_module_logs_stays_on_the_device():
         assert logged == {}, loop
         train_job(m, flatten(m), Rows(), torch.arange(12), epochs=1, batch_size=4, seed=3, loop=loop, logged=logged)
         assert "train_loss" in logged  # without DP-SGD the same module's job hands it back
+
