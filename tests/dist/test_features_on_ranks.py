@@ -118,7 +118,7 @@ class Setup:
             # record-level DP-SGD (issue 67 item 1): Poisson batches and noise from each job's own streams
             # ResNet-18's BatchNorm replaced by GroupNorm on every rank (train.dp_sgd.fix_modules), said in the summary
             "dp-sgd": [*SMALL, "train.dp_sgd.enabled=true", "train.dp_sgd.noise_multiplier=0.5", "model.name=resnet18",
-                       "model.width=0.125", "train.dp_sgd.fix_modules=true", "run.max_aggregations=2"],
+                       "model.width=0.125", "train.dp_sgd.fix_modules=true", "run.max_aggregations=1"],
         }
         if HF:
             from hf_datasets import image_dataset
@@ -267,10 +267,13 @@ def test_a_hugging_face_dataset_split_by_flower(setup, on_ranks, tmp_path, monke
     assert json.loads((got / "partition.json").read_text())["method"] == "flwr:DirichletPartitioner"
 
 
-def test_dp_sgd_on_the_workers(setup, on_ranks, tmp_path, monkeypatch):
+def test_dp_sgd_on_the_workers(setup, on_ranks, tmp_path, monkeypatch, capsys):
     ref, got = in_process(setup, "dp-sgd", tmp_path, monkeypatch), on_ranks["dp-sgd"]
     same_files(ref, got, "config.yaml", "events.jsonl", "metrics.csv", "model.pt")
-    assert same_summary(ref, got)["dp_sgd"]["replaced"][0].startswith("stem.1: BatchNorm2d -> GroupNorm(")
+    replaced = same_summary(ref, got)["dp_sgd"]["replaced"]
+    assert replaced[0].startswith("stem.1: BatchNorm2d -> GroupNorm(") and len(replaced) == 20  # stem + 8 x 2 + 3
+    line = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("seafl: train.dp_sgd.fix_modules")]
+    assert len(line) == 1 and "replaced 20 layers" in line[0] and replaced[-1] in line[0]  # the run's first lines
 
 
 def test_batched_jobs(setup, on_ranks, tmp_path, monkeypatch):
