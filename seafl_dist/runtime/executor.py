@@ -57,6 +57,14 @@ def job_seeds(cfg, spec: JobSpec) -> dict:
             "torch_seed": stream_seed(cfg.run.seed, "torch", spec.device, spec.job)}
 
 
+def dp_sgd_of(cfg, spec: JobSpec) -> dict:
+    """``train.dp_sgd``'s arguments of a job: the section and the job's named noise stream ``dp_sgd`` (keyed as its
+    other streams, so its noise is the same on any rank, after a resume); {} when off."""
+    if not cfg.train.dp_sgd.enabled:
+        return {}
+    return {"dp_sgd": cfg.train.dp_sgd, "dp_seed": stream_seed(cfg.run.seed, "dp_sgd", spec.device, spec.job)}
+
+
 def compress_seed(cfg, spec: JobSpec) -> int:
     """The job's named stream for its codec's randomness (QSGD's stochastic rounding)."""
     return stream_seed(cfg.run.seed, "compress", spec.device, spec.job)
@@ -74,7 +82,7 @@ def run_job(exp, model, spec: JobSpec, start: torch.Tensor, on_step=None, result
                      device=exp.device, precision=cfg.runtime.precision, on_step=on_step,
                      result_device=exp.device if result_on_device else "cpu", loop=t.loop,
                      clip=(t.grad_clip_val, t.grad_clip_algorithm), logged=logged, prox_mu=t.prox_mu,
-                     steps=spec.steps or None, control=control)
+                     steps=spec.steps or None, control=control, **dp_sgd_of(cfg, spec))
 
 
 def run_graphed(exp, slots, specs: list[JobSpec], starts: list[torch.Tensor], on_step=None) -> list[torch.Tensor]:
@@ -105,6 +113,8 @@ def loop_blocker(train, algorithm=None) -> str | None:
         return "algorithm.name is scaffold (the control variates' correction runs in a job's own loop)"
     if train.loop == "lightning":
         return "train.loop is lightning (each job is one lightning.Trainer.fit)"
+    if train.dp_sgd.enabled:
+        return "train.dp_sgd.enabled is true (Poisson batches vary in size, which neither can take)"
     if train.grad_clip_val is not None:
         return f"train.grad_clip_val is {train.grad_clip_val:g} (clipping runs in a job's own loop)"
     return None

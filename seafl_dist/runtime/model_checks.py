@@ -117,3 +117,26 @@ def unused_optimizer_keys(cfg: Config, model) -> str | None:
         return None
     return (f"{', '.join(set_here)} {'is' if len(set_here) == 1 else 'are'} not used: model.name={cfg.model.name} "
             f"brings its own configure_optimizers, whose optimizer and settings apply")
+
+
+def check_dp_model(cfg: Config, exp) -> list[str]:
+    """Under ``train.dp_sgd``: Opacus installed and a model it can train, each refused in one line (the model's by
+    the layer, train/dp_sgd.py ``blocker``); with ``fix_modules`` the layers its fix replaced, said once (rank 0) on
+    stderr and returned for summary.json."""
+    from seafl_dist.train.dp_sgd import blocker, fix_line, fix_model, fixable, require_opacus
+    require_opacus()
+    with torch.random.fork_rng(devices=[]):  # building it must not move torch's global generator
+        d, m = exp.train, cfg.model
+        raw = built(cfg, lambda: build_model(m.name, d.num_classes, d.in_channels, width=m.width,
+                                             image_size=d.image_size, optim=cfg.train, lightning=False,
+                                             params=m.params))
+    replaced = fix_model(raw) if cfg.train.dp_sgd.fix_modules else []
+    why = blocker(raw.train())
+    if why is not None:
+        fix = ("; set train.dp_sgd.fix_modules: true (Opacus's ModuleValidator.fix: BatchNorm becomes GroupNorm)"
+               if fixable(raw) else "; use a model whose layers Opacus can train")
+        raise ConfigError(f"config key 'model.name' has value {cfg.model.name!r} under train.dp_sgd.enabled=true: "
+                          f"{why}{fix}")
+    if replaced and os.environ.get("RANK", "0") == "0":
+        print(fix_line(replaced), file=sys.stderr)
+    return replaced

@@ -15,7 +15,8 @@ from seafl_dist.settings import Config, ConfigError
 from seafl_dist.settings.data import WITH_WRITERS
 from seafl_dist.runtime import controls, determinism
 from seafl_dist.runtime.device_eval import gather, held_out_split
-from seafl_dist.runtime.model_checks import built, check_inputs, check_model_size, say_unused_optimizer_keys
+from seafl_dist.runtime.model_checks import (built, check_dp_model, check_inputs, check_model_size,
+                                            say_unused_optimizer_keys)
 from seafl_dist.data import clear_cache, load_dataset, partition
 from seafl_dist.data.custom import custom_partition
 from seafl_dist.data.holdout import test_set_refusal, validation_data
@@ -61,6 +62,7 @@ class Experiment:
     eval_names: list | None = None  # a module evaluated by its own test_step: what it logs (prepare() probes it)
     held_out: object | None = None  # rank 0, run.device_eval_every set: the chosen devices' held-out rows (HeldOut)
     _threats: Threats | None = None  # made at first use (threats/)
+    dp_fixes: list | None = None  # train.dp_sgd.fix_modules: the layers Opacus's fix replaced (train/dp_sgd.py)
 
     @property
     def n_samples(self) -> list[int]:
@@ -81,10 +83,16 @@ class Experiment:
     def new_model(self, lightning: bool = False):
         """A fresh model for this dataset (weights are overwritten from a flat vector): the plain
         nn.Module form of a built-in model, so no rank pays for importing Lightning (see models/base.py);
-        ``lightning``: its LightningModule twin (same state_dict), what ``train.loop: lightning`` trains."""
+        ``lightning``: its LightningModule twin (same state_dict), what ``train.loop: lightning`` trains. Under
+        ``train.dp_sgd.fix_modules`` the layers Opacus cannot train are replaced as its ModuleValidator proposes
+        (train/dp_sgd.py ``fix_model``), in every model of the run."""
         d, m = self.train, self.cfg.model
-        return build_model(m.name, d.num_classes, d.in_channels, width=m.width, image_size=d.image_size,
-                           optim=self.cfg.train, lightning=lightning, params=m.params)
+        model = build_model(m.name, d.num_classes, d.in_channels, width=m.width, image_size=d.image_size,
+                            optim=self.cfg.train, lightning=lightning, params=m.params)
+        if self.cfg.train.dp_sgd.enabled and self.cfg.train.dp_sgd.fix_modules:
+            from seafl_dist.train.dp_sgd import fix_model
+            fix_model(model)
+        return model
 
     def flat_parts(self) -> FlatParts:
         """Which flat entries are trainable parameters, float statistics and integer counters."""
@@ -130,7 +138,7 @@ class Experiment:
             shards[d] = np.searchsorted(rows, idx).astype(np.int64)
         return Experiment(cfg=self.cfg, train=sub, test=self.test, shards=shards, device=self.device,
                           _n_samples=self.n_samples, writers=self.writers, profile=self.profile,
-                          eval_names=self.eval_names, held_out=self.held_out)
+                          eval_names=self.eval_names, held_out=self.held_out, dp_fixes=self.dp_fixes)
 
     def upload_sizes(self) -> dict:
         """``{"bytes": an upload's bytes, "model_bytes": the float32 model's}`` with ``compression.codec`` (a
@@ -258,6 +266,8 @@ def prepare(cfg: Config, *, local_rank: int = 0, need_test: bool = True, fetch=N
                      held_out=gather(cfg, train, test, held, writers) if need_test else None)
     if cfg.runtime.deterministic:  # first: an op without a deterministic implementation fails any forward
         determinism.check_model(exp)
+    if cfg.train.dp_sgd.enabled:  # Opacus installed, and a model it can train (or fixed), before any probe
+        exp.dp_fixes = check_dp_model(cfg, exp)
     if is_import_path(cfg.model.name):  # a user's model: checked before any job trains
         with torch.random.fork_rng(devices=[]):  # building it must not move torch's global generator
             rows = test.take(np.arange(min(EVAL_PROBE_ROWS, len(test)))) if test is not None else None
@@ -311,7 +321,8 @@ def check_user_model(cfg: Config, model, data, num_classes: int, device, eval_da
         check_logits(cfg.model.name, model, pair[0][:2], num_classes)
     t = cfg.train
     why = check_module(model, batches, loop=t.loop, clip=(t.grad_clip_val, t.grad_clip_algorithm), device=device,
-                       precision=cfg.runtime.precision, prox_mu=t.prox_mu)
+                       precision=cfg.runtime.precision, prox_mu=t.prox_mu,
+                       dp_sgd=t.dp_sgd if t.dp_sgd.enabled else None)
     names = None
     if why is None and own_step:
         logged, why = probe_evaluation(model, eval_data if eval_data is not None else data, device=device,

@@ -17,6 +17,7 @@ from seafl_dist.report import write_json
 from seafl_dist.report.sinks import FINISHED, RunFileError
 from seafl_dist.runtime import checkpoint, residuals, rundir
 from seafl_dist.runtime.summary import build_summary
+from seafl_dist.train.dp_sgd import summary as dp_sgd_summary
 from seafl_dist.settings import ConfigError, dump_config
 from seafl_dist.train import load_flat
 
@@ -137,7 +138,8 @@ class Snapshots:
                                 churn=self.churn, profile_sha256=self.profile_sha256, stalled=self.stalled,
                                 diverged_at=self.watch.diverged_at()), **self.devices.summary(), **self.memory.summary(),
                 **self.privacy.summary(),  # under DP: ε, δ, z, C, the largest m (privacy/mechanism.py)
-                **self.exp.threats.summary(self.rows)}  # the malicious devices and the attack (threats/)
+                **self.exp.threats.summary(self.rows),  # the malicious devices and the attack (threats/)
+                **dp_sgd_summary(self.cfg.train.dp_sgd, self.exp.dp_fixes)}  # DP-SGD's constants (train/dp_sgd.py)
 
     def _save_model(self, flat: torch.Tensor) -> None:
         """model.pt: the LightningModule's state_dict (load it into build_model(...) of the same config)."""

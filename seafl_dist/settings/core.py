@@ -25,7 +25,7 @@ from seafl_dist.settings.files import find_config, is_sweep_file
 from seafl_dist.settings.execution import LoggingConfig, RuntimeConfig, WandbConfig  # noqa: F401  (re-exported)
 from seafl_dist.settings.sections import (  # noqa: F401  (re-exported: the public config API, see __all__)
     ALGORITHMS, SIMILARITY_MODES, SIMILARITY_OVER, AlgorithmConfig, ClockConfig, ConfigError, DataConfig, DevicesConfig,
-    IdleConfig, ModelConfig, RunConfig, TrainConfig,
+    IdleConfig, ModelConfig, RunConfig, TrainConfig, DPSGDConfig, check_dp_sgd,
 )
 from seafl_dist.settings.sections import MODEL_NAMES, TOKEN_DATASETS, TOKEN_MODELS, WITH_WRITERS, WITHOUT_WRITERS
 from seafl_dist.settings.errors import _fail  # this module's own checks word their errors the same way
@@ -85,6 +85,7 @@ class Config:
         _check_device_eval(self)
         self.privacy.check_with(self.algorithm, self.run)
         check_defense(self.algorithm, self.privacy.enabled)  # K resolved above (settings/defense.py)
+        check_dp_sgd(self)  # train.dp_sgd against the algorithm and clipping (settings/dp_sgd.py)
         self.threats.check_with(self)
         _check_data_under_dp(self)
         _check_inputs(self.model.name, self.data.name)
@@ -414,7 +415,7 @@ OMITTED_SECTIONS_AT_DEFAULT = {("algorithm", "server_opt"): ServerOptConfig, ("a
                                ("algorithm", "ca2fl"): Ca2flConfig, ("algorithm", "port"): PortConfig,
                                ("algorithm", "fedstaleweight"): FedStaleWeightConfig,
                                ("algorithm", "fedcompass"): FedCompassConfig,
-                               ("algorithm", "defense"): DefenseConfig,
+                               ("algorithm", "defense"): DefenseConfig, ("train", "dp_sgd"): DPSGDConfig,
                                ("compression",): CompressionConfig, ("privacy",): PrivacyConfig,
                                ("privacy", "adaptive_clip"): AdaptiveClipConfig, ("threats",): ThreatsConfig}
 

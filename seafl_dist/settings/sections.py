@@ -23,6 +23,7 @@ from seafl_dist.settings.plugins import check_params, is_import_path, refuse_par
 from seafl_dist.settings.asyncsgd import AsyncSGDConfig
 from seafl_dist.settings.ca2fl import Ca2flConfig
 from seafl_dist.settings.defense import DefenseConfig
+from seafl_dist.settings.dp_sgd import DPSGDConfig, check_dp_sgd  # noqa: F401  (check_dp_sgd re-exported)
 from seafl_dist.settings.fedcompass import FedCompassConfig
 from seafl_dist.settings.fedstaleweight import FedStaleWeightConfig
 from seafl_dist.settings.port import PortConfig
@@ -218,6 +219,7 @@ class TrainConfig:
                               "fused step, CUDA-graph slots). A LightningModule of manual optimization is refused "
                               "with μ > 0. `algorithm.name=fedbuff train.prox_mu=0.01` is FedProx on FedBuff's "
                               "buffer (docs/algorithms.md, \"FedProx\").")
+    dp_sgd: DPSGDConfig = section(DPSGDConfig, "record-level DP-SGD on the devices, with Opacus (docs/privacy.md)")
 
     def __post_init__(self) -> None:
         check_fields(self, "train")

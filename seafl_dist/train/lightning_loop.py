@@ -14,7 +14,9 @@ recorded as the plain loop records it (train/standin.py), beside Lightning's own
 ``train.prox_mu`` > 0 the job's callback adds the proximal term (train/proximal.py) in
 ``on_before_optimizer_step``, which Lightning calls after the closure's backward and before clipping
 and before the module's own hook, where the plain loop adds it; manual optimization (no such hook
-between a backward and a step of the module's own) is refused in one line.
+between a backward and a step of the module's own) is refused in one line. Under ``train.dp_sgd`` the callback
+puts the Trainer's optimizer inside Opacus's DPOptimizer at ``on_fit_start`` (train/dp_sgd.py), whose step clips,
+noises and then adds the proximal term; manual optimization is refused there too.
 """
 from __future__ import annotations
 
@@ -70,7 +72,7 @@ def manual_prox(prox_mu: float) -> str:
             f"proximal term; train.prox_mu is {prox_mu:g}: set train.prox_mu: 0 or use automatic optimization")
 
 
-def _callback(on_step, recorder, prox_mu: float = 0.0, control=None):
+def _callback(on_step, recorder, prox_mu: float = 0.0, control=None, dp=None):
     """A Callback that counts steps for the worker's liveness, shows the recorder the current batch and
     adds the proximal term (``prox_mu`` > 0) and SCAFFOLD's correction (``control``, train/controls.py) to the
     gradients before clipping."""
@@ -85,6 +87,15 @@ def _callback(on_step, recorder, prox_mu: float = 0.0, control=None):
             if prox_mu and not pl_module.automatic_optimization:
                 raise ModuleContractError(manual_prox(prox_mu))
             self.prox = Proximal.of(pl_module, prox_mu)  # w_base: the job's start, as configure_model left it
+            if dp is not None:  # DP-SGD: Opacus's optimizer around the module's; the proximal term after its noise
+                if not pl_module.automatic_optimization:
+                    raise ModuleContractError("train.dp_sgd clips and noises the steps of automatic optimization, but "
+                                              "the module sets automatic_optimization = False (manual optimization); "
+                                              "use automatic optimization or train.dp_sgd.enabled: false")
+                dp.attach(pl_module)  # on the layers configure_model left
+                trainer.strategy.optimizers = [dp.wrap(trainer.optimizers[0],
+                                                       after=self.prox.add if self.prox is not None else None)]
+                self.prox = None
             if control is not None:  # SCAFFOLD: plain SGD at train.lr, automatic optimization, or one line
                 if not pl_module.automatic_optimization:
                     raise ModuleContractError("algorithm.name=scaffold adds c − c_i to every step's gradients, but the "
@@ -119,7 +130,7 @@ def _callback(on_step, recorder, prox_mu: float = 0.0, control=None):
 
 def fit_lightning(module, batches, *, epochs: int, device: torch.device, precision: str = "32",
                   clip: tuple = (None, None), on_step=None, logged: dict | None = None, prox_mu: float = 0.0,
-                  control=None) -> None:
+                  control=None, dp=None) -> None:
     """Train ``module`` on ``batches`` for ``epochs`` with a fresh ``lightning.Trainer`` (module doc);
     ``prox_mu``: ``train.prox_mu`` (0: no proximal term); ``control``: SCAFFOLD's correction (train/controls.py)."""
     import lightning as L
@@ -144,11 +155,13 @@ def fit_lightning(module, batches, *, epochs: int, device: torch.device, precisi
             precision="bf16-mixed" if precision == "bf16" and cuda else "32-true", logger=False,
             enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
             num_sanity_val_steps=0, limit_val_batches=0, gradient_clip_val=clip[0], gradient_clip_algorithm=clip[1],
-            callbacks=[_callback(on_step, recorder, prox_mu, control)], plugins=[_one_process()],
+            callbacks=[_callback(on_step, recorder, prox_mu, control, dp)], plugins=[_one_process()],
             default_root_dir=NOWHERE)  # never made: a job writes nothing, and resumes no "hpc" checkpoint
         try:
             trainer.fit(module, train_dataloaders=batches)
         finally:
+            if dp is not None:
+                dp.detach()
             module.trainer = None
             if recorder is not None:
                 del module.log

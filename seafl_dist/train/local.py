@@ -118,7 +118,7 @@ def train_job(module, start: torch.Tensor, data, indices: torch.Tensor, *, epoch
               seed: int, torch_seed: int | None = None, augment: bool = False, device: torch.device | str = "cpu",
               precision: str = "32", on_step=None, result_device: torch.device | str = "cpu", loop: str = "plain",
               clip: tuple = (None, None), logged: dict | None = None, prox_mu: float = 0.0,
-              steps: int | None = None, control=None) -> torch.Tensor:
+              steps: int | None = None, control=None, dp_sgd=None, dp_seed: int | None = None) -> torch.Tensor:
     """Train ``module`` from flat ``start`` on ``data[indices]``; return the trained flat vector
     (on ``result_device``: the CPU by default). ``start`` may live anywhere; it is moved to
     ``device`` in one copy. ``seed`` draws the data order, ``torch_seed`` seeds the random layers
@@ -131,24 +131,31 @@ def train_job(module, start: torch.Tensor, data, indices: torch.Tensor, *, epoch
     every step's gradients before clipping (train/proximal.py; 0: today's step). ``steps``: a step-counted job
     (FedCompass's), which stops after that many steps, its last of ``epochs`` epochs cut short (train/plan.py;
     None: ``epochs`` whole epochs). ``control``: SCAFFOLD's correction c − c_i (train/controls.py), which counts the
-    steps trained. ``on_step()``, if given, is
+    steps trained. ``dp_sgd``: the ``train.dp_sgd`` section when enabled (None: off), with ``dp_seed`` the job's
+    noise stream: Poisson batches and Opacus's DP step (train/dp_sgd.py); ``logged`` then gets nothing (the module's
+    logged values are not noised, so they never leave the device). ``on_step()``, if given, is
     called after every optimiser step (a worker counts its progress)."""
     device = torch.device(device)
     fmt = memory_format(module, device)
     module.to(device, memory_format=fmt)
     load_flat(module, start.to(device))
     module.train()
-    batches = EpochBatches(StepPlan(indices, epochs, batch_size, seed, augment, steps), data, augment=augment,
-                           device=device, fmt=fmt)
+    plan = StepPlan(indices, epochs, batch_size, seed, augment, steps, poisson=dp_sgd is not None)
+    batches = EpochBatches(plan, data, augment=augment, device=device, fmt=fmt)
+    dp = None
+    if dp_sgd is not None:
+        from seafl_dist.train.dp_sgd import JobDP
+        dp = JobDP(dp_sgd, seed=dp_seed, device=device, expected_batch_size=min(batch_size, len(indices)))
+        logged = None  # what the module logs is computed from its records without noise: it stays on the device
     with job_random_state(torch_seed, device):
         if loop == "lightning":
             from seafl_dist.train.lightning_loop import fit_lightning
             fit_lightning(module, batches, epochs=epochs, device=device, precision=precision, clip=clip,
-                          on_step=on_step, logged=logged, prox_mu=prox_mu, control=control)
+                          on_step=on_step, logged=logged, prox_mu=prox_mu, control=control, dp=dp)
         else:
             fit_job(module, batches, epochs=epochs, device=device, precision=precision, clip=clip,
                     autocast=partial(_autocast, device, precision), on_step=on_step, logged=logged, prox_mu=prox_mu,
-                    control=control)
+                    control=control, dp=dp)
     return flatten(module, result_device)
 
 

@@ -13,7 +13,9 @@ Lightning 2.x automatic optimization, step for step (``loops/fit_loop.py``,
                            -> backward -> on_after_backward, then on_before_optimizer_step -> clipping
                  (train.prox_mu > 0: mu (w - w_base) added to the gradients after the closure, before
                  on_before_optimizer_step and clipping; train/proximal.py; then SCAFFOLD's c − c_i,
-                 train/controls.py)
+                 train/controls.py; under train.dp_sgd the optimizer is Opacus's DPOptimizer around the module's
+                 own, which clips each sample's gradient and adds the noise in its step, the proximal term after it:
+                 train/dp_sgd.py)
                  -> "step" schedulers -> (last batch) "epoch" schedulers -> on_train_batch_end
                  -> "step" plateau schedulers
       on_train_epoch_end -> "epoch" plateau schedulers
@@ -84,8 +86,8 @@ class _Job:
     """The state one job's hooks share: the module, its overridden hooks, the stand-in and the recorder."""
 
     def __init__(self, module, *, epochs: int, steps_per_epoch: int, clip: tuple, device, precision: str, autocast,
-                 prox_mu: float = 0.0, control=None):
-        self.module, self.hooks, self.autocast, self.control = module, overridden(module), autocast, control
+                 prox_mu: float = 0.0, control=None, dp=None):
+        self.module, self.hooks, self.autocast, self.control, self.dp = module, overridden(module), autocast, control, dp
         self.clip_val, self.clip_algorithm = clip
         self.prox_mu, self.prox = prox_mu, None  # the proximal term: made once the weights are the job's start
         self.recorder = self.trainer = None
@@ -183,22 +185,25 @@ class _Job:
 
 def fit_job(module, batches, *, epochs: int, device, precision: str = "32", clip: tuple = (None, None),
             autocast=nullcontext, on_step=None, logged: dict | None = None, prox_mu: float = 0.0,
-            control=None) -> None:
+            control=None, dp=None) -> None:
     """Train ``module`` (on its device, weights loaded, in train mode) for ``epochs`` passes over
     ``batches`` (iterating it gives the next epoch's batches; ``len`` is the batches per epoch), as
     Lightning does (module doc). ``clip``: (``train.grad_clip_val``, ``train.grad_clip_algorithm``);
     ``autocast()``: the training step's precision context. ``on_step()`` after each optimizer step;
     ``logged`` gets each name the module logged, reduced over the job (see train/standin.py);
     ``prox_mu``: ``train.prox_mu``, the proximal term's mu (0: none; train/proximal.py). ``control``: SCAFFOLD's
-    correction of this job (a train/controls.py ControlStep; None: none), whose ``steps`` then counts K."""
+    correction of this job (a train/controls.py ControlStep; None: none), whose ``steps`` then counts K. ``dp``:
+    the job's DP-SGD (a train/dp_sgd.py JobDP; None: none), attached to the module for the job."""
     job = _Job(module, epochs=epochs, steps_per_epoch=len(batches), clip=clip, device=device, precision=precision,
-               autocast=autocast, prox_mu=prox_mu, control=control)
+               autocast=autocast, prox_mu=prox_mu, control=control, dp=dp)
     if job.trainer is not None:
         module.trainer, module.log, module.log_dict = job.trainer, job.recorder.log, job.recorder.log_dict
         local_metrics(module)
     try:
         _fit(job, batches, epochs, on_step)
     finally:
+        if dp is not None:
+            dp.detach()
         if job.trainer is not None:
             module.trainer = None
             del module.log, module.log_dict
@@ -216,10 +221,15 @@ def _fit(job: _Job, batches, epochs: int, on_step) -> None:
         optimizer, schedulers = conf, []
     else:
         optimizer, schedulers = parse_optimizers(conf, own_scheduler_step="lr_scheduler_step" in job.hooks)
+    job.prox = Proximal.of(m, job.prox_mu)  # w_base: the weights the job starts from, as configure_model left them
+    if job.dp is not None:  # DP-SGD: hooks on the layers configure_model left, the module's optimizer inside Opacus's
+        job.dp.attach(m)  # (and the proximal term after the noise)
+        optimizer = job.dp.wrap(optimizer, after=job.prox.add if job.prox is not None else None)
+        job.prox = None
+    if trainer is not None:
         trainer.strategy._lightning_optimizers.append(optimizer)
         trainer._set(optimizers=[optimizer], lr_scheduler_configs=schedulers)
     metrics = rec.callback_metrics if rec is not None else {}
-    job.prox = Proximal.of(m, job.prox_mu)  # w_base: the weights the job starts from, as configure_model left them
     if job.control is not None:  # plain SGD at train.lr, or one line (train/controls.py)
         check_plain_sgd(optimizer, schedulers, job.control.lr)
         job.control.bind(m)

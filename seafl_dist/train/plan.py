@@ -14,6 +14,12 @@ epoch, then each batch's augmentation draws (if any), batch after batch, in that
 A step-counted job (FedCompass's, ``max_steps`` Q): the plan stops after Q steps, so its last epoch is cut short
 (it has ⌈Q / steps of an epoch⌉ epochs); each epoch still starts with its own permutation.
 
+Poisson batches (``poisson=True``, ``train.dp_sgd``; train/dp_sgd.py): a step's batch holds each sample of the
+shard independently with probability q = min(1, batch_size / n), one uniform draw per sample from the same
+generator (no permutation), then that batch's augmentation draws; an epoch has as many steps as the plain plan's
+(so the clock, the worker's cost and a step-counted job count the same steps), and a batch may be empty (a step of
+noise only). Its size varies, so it is never fused or captured.
+
 Trailing-batch rule: with batch_size > 1, a trailing mini-batch of a single sample is skipped when
 the shard has more than one sample (batch norm cannot train on one sample). batch_size = 1 trains
 sample by sample; the config refuses it for the batch-norm models (ResNet-18, VGG-16).
@@ -49,6 +55,7 @@ class StepPlan:
     seed: int  # the job's data-order stream: permutations and augmentation draws
     augment: bool = False
     max_steps: int | None = None  # a step-counted job: stop after this many steps (None: every epoch whole)
+    poisson: bool = False  # Poisson batches of expected size batch_size (DP-SGD), in place of a permutation's
     bounds: list = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -59,6 +66,11 @@ class StepPlan:
         """Optimiser steps of the whole job."""
         whole = self.epochs * len(self.bounds)
         return whole if self.max_steps is None else min(whole, self.max_steps)
+
+    @property
+    def rate(self) -> float:
+        """q: the probability that a Poisson batch holds a given sample, min(1, batch_size / n)."""
+        return min(1.0, self.batch_size / max(len(self.indices), 1))
 
     def size(self, step: int) -> int:
         """The batch size of step ``step`` (counted from 0 over all epochs)."""
@@ -71,6 +83,14 @@ class StepPlan:
         gen = torch.Generator().manual_seed(self.seed)
         n, left = len(self.indices), self.steps
         for _epoch in range(self.epochs):
+            if self.poisson:  # each sample in with probability q, one draw each, every step
+                for i in range(len(self.bounds)):
+                    if left == 0:
+                        return
+                    left -= 1
+                    idx = self.indices[torch.rand(n, generator=gen) < self.rate]
+                    yield i, idx, (draw(len(idx), gen) if self.augment else None)
+                continue
             order = self.indices[torch.randperm(n, generator=gen)]
             for i, (lo, hi) in enumerate(self.bounds):
                 if left == 0:

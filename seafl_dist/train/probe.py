@@ -46,16 +46,21 @@ def probe_batches(data, device=None) -> list:
 
 
 def check_module(module, batches: list, *, loop: str, clip: tuple, device, precision: str = "32",
-                 prox_mu: float = 0.0) -> str | None:
+                 prox_mu: float = 0.0, dp_sgd=None) -> str | None:
     """Why ``module`` cannot train as the run would train it on ``batches`` (on ``device``; one line), or None.
     ``prox_mu`` (``train.prox_mu``): the probe job trains with it, so a module of manual optimization is refused
-    as the job's Trainer refuses it (train/lightning_loop.py)."""
+    as the job's Trainer refuses it (train/lightning_loop.py); ``dp_sgd`` (``train.dp_sgd`` when enabled): the probe
+    job trains under Opacus's DP step too (train/dp_sgd.py), so what it cannot do is said before the run."""
     why = refusal(module, loop)
     if why is not None:
         return why
     device = torch.device(device)
     batches = _Batches(batches)
     half = _rows(batches.batches[0])
+    dp = None
+    if dp_sgd is not None:
+        from seafl_dist.train.dp_sgd import JobDP
+        dp = JobDP(dp_sgd, seed=0, device=device, expected_batch_size=max(half, 1))
     try:
         with warnings.catch_warnings(), job_random_state(0, device):
             warnings.simplefilter("ignore")  # the run itself shows the module's warnings
@@ -63,9 +68,10 @@ def check_module(module, batches: list, *, loop: str, clip: tuple, device, preci
             if loop == "lightning":
                 from seafl_dist.train.lightning_loop import fit_lightning
                 fit_lightning(module, batches, epochs=1, device=device, precision=precision, clip=clip,
-                              prox_mu=prox_mu)
+                              prox_mu=prox_mu, dp=dp)
             else:
-                fit_job(module, batches, epochs=1, device=device, precision=precision, clip=clip, prox_mu=prox_mu)
+                fit_job(module, batches, epochs=1, device=device, precision=precision, clip=clip, prox_mu=prox_mu,
+                        dp=dp)
     except ModuleContractError as err:
         return str(err)
     except Exception as err:  # noqa: BLE001 -- the module's own error, said in one line

@@ -18,6 +18,8 @@ Factors (tests/pairwise.py covers every pair of their levels in some row):
 - defense: none, or Krum (`algorithm.defense.name=krum`, f = 0, K = 3: a filter, so with either rule; issue 65).
 - attack: none, or a third of the devices malicious flipping their deltas' sign (`threats.attack=sign_flip`, made on
   the worker that trains the job, from its own stream; issue 65).
+- dp_sgd: record-level DP-SGD off or on (`train.dp_sgd.enabled=true`, σ = 0.5, Opacus; issue 67): Poisson batches and
+  noise from each job's own streams, so a retrained job after a kill draws them again.
 
 Every row must complete, and where it runs under torchrun (W = 3, or W = 1 with a kill) end with the bytes of
 the same config run uninterrupted in this process. The pairs that may not meet are each run once and must be
@@ -65,6 +67,7 @@ FACTORS = {
     "prox_mu": [0.0, 0.01],
     "defense": ["none", "krum"],
     "attack": ["none", "sign_flip"],
+    "dp_sgd": [False, True],
 }
 
 # (pair, the key the one-line refusal names): docs/configuration.md's notes of these keys say why
@@ -89,6 +92,8 @@ REFUSED = {
     # scaffold: no sensitivity derived for c; Δc travels exact
     (("rule", "worker_state"), ("privacy", True)): "privacy.enabled",
     (("codec", "int8_ef"), ("rule", "worker_state")): "compression.codec",
+    # option II's c_i⁺ reads plain SGD steps; DP-SGD's steps are noised after c − c_i would be added (settings/dp_sgd.py)
+    (("rule", "worker_state"), ("dp_sgd", True)): "train.dp_sgd.enabled",
 }
 REFUSED.update({tuple((k, "adaptive" if k == "privacy" else v) for k, v in pair): key  # adaptive clipping is DP
                 for pair, key in list(REFUSED.items()) if ("privacy", True) in pair})
@@ -142,6 +147,8 @@ def overrides(row: dict, where) -> list[str]:
                  f"devices.concurrency={3 if row['data'] == 'leaf' else 4}"]
     if row["attack"] == "sign_flip":
         args += ["threats.malicious=0.34", "threats.attack=sign_flip"]
+    if row["dp_sgd"]:
+        args += ["train.dp_sgd.enabled=true", "train.dp_sgd.noise_multiplier=0.5"]
     return args
 
 
@@ -227,10 +234,10 @@ def test_each_row_completes_and_matches_its_uninterrupted_run(i, where, launched
 
 
 def refused_row(pair) -> dict:
-    """The first row (defaults but for data, partition, holdout, privacy, rule, codec, loop, defense, attack) that holds
+    """The first row (defaults but for data, partition, holdout, privacy, rule, codec, loop, defense, attack, dp_sgd) that holds
     ``pair`` and whose refused pairs all name ``pair``'s key."""
     base = {name: levels[0] for name, levels in FACTORS.items()}
-    varied = ("data", "partition", "holdout", "privacy", "rule", "codec", "loop", "defense", "attack")
+    varied = ("data", "partition", "holdout", "privacy", "rule", "codec", "loop", "defense", "attack", "dp_sgd")
     for levels in product(*(FACTORS[k] for k in varied)):
         row = {**base, **dict(zip(varied, levels))}
         fired = {REFUSED[p] for p in REFUSED if all(row[k] == v for k, v in p)}

@@ -23,6 +23,9 @@
 - **FEMNIST's writers as devices**, each worker holding only its writers' rows (``runtime.placement=device``);
 - **a Hugging Face dataset split by Flower's Dirichlet partitioner** (issue 54 D): every rank opens the saved
   dataset and asks Flower for the same partitions;
+- **record-level DP-SGD** (``train.dp_sgd``, issue 67): each job's Poisson batches and Opacus's noise come from the
+  job's own named streams, so whichever worker trains it draws the same; ResNet-18's BatchNorm becomes GroupNorm on
+  every rank (``train.dp_sgd.fix_modules``), and rank 0's summary names the layers;
 - **``runtime.batch_jobs``** (fused jobs): within fp32 rounding of G = 1, as in one process
   (tests/dist/test_batch_jobs.py).
 
@@ -112,6 +115,10 @@ class Setup:
                         "run.max_aggregations=3", "logging.progress=none", "runtime.threads=1",
                         "runtime.placement=device"],
             "batch-jobs": [*BATCHED, "runtime.batch_jobs=3"],
+            # record-level DP-SGD (issue 67 item 1): Poisson batches and noise from each job's own streams
+            # ResNet-18's BatchNorm replaced by GroupNorm on every rank (train.dp_sgd.fix_modules), said in the summary
+            "dp-sgd": [*SMALL, "train.dp_sgd.enabled=true", "train.dp_sgd.noise_multiplier=0.5", "model.name=resnet18",
+                       "model.width=0.125", "train.dp_sgd.fix_modules=true", "run.max_aggregations=1"],
         }
         if HF:
             from hf_datasets import image_dataset
@@ -258,6 +265,15 @@ def test_a_hugging_face_dataset_split_by_flower(setup, on_ranks, tmp_path, monke
     ref, got = in_process(setup, "hf-flower", tmp_path, monkeypatch), on_ranks["hf-flower"]
     same_files(ref, got, "events.jsonl", "metrics.csv", "model.pt", "partition.json")
     assert json.loads((got / "partition.json").read_text())["method"] == "flwr:DirichletPartitioner"
+
+
+def test_dp_sgd_on_the_workers(setup, on_ranks, tmp_path, monkeypatch, capsys):
+    ref, got = in_process(setup, "dp-sgd", tmp_path, monkeypatch), on_ranks["dp-sgd"]
+    same_files(ref, got, "config.yaml", "events.jsonl", "metrics.csv", "model.pt")
+    replaced = same_summary(ref, got)["dp_sgd"]["replaced"]
+    assert replaced[0].startswith("stem.1: BatchNorm2d -> GroupNorm(") and len(replaced) == 20  # stem + 8 x 2 + 3
+    line = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("seafl: train.dp_sgd.fix_modules")]
+    assert len(line) == 1 and "replaced 20 layers" in line[0] and replaced[-1] in line[0]  # the run's first lines
 
 
 def test_batched_jobs(setup, on_ranks, tmp_path, monkeypatch):

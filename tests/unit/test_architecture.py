@@ -15,7 +15,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "seafl_dist"
 PAGE = ROOT / "docs" / "architecture.md"
-LIBRARIES = ("torch.distributed", "lightning", "wandb")
+LIBRARIES = ("torch.distributed", "lightning", "wandb", "opacus")
 
 
 def layer_of(path: Path) -> str:

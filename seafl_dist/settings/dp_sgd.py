@@ -1,0 +1,65 @@
+"""The ``train.dp_sgd`` section: record-level DP-SGD on the devices (seafl_dist/train/dp_sgd.py carries it out with
+Opacus; docs/privacy.md, "Record-level DP-SGD", says what it protects).
+
+``enabled: false``, the default, is no DP-SGD at all: nothing imports Opacus, and every byte of a run is what it was
+before the section existed (the section is left out of config.yaml at its defaults). What relates the section to the
+rest of the config (the algorithm, gradient clipping) is checked by :func:`check_dp_sgd`; what only the built model
+can say (a layer Opacus cannot hold) is checked when the run is prepared (runtime/setup.py).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from seafl_dist.settings.domains import check_fields
+from seafl_dist.settings.errors import _fail
+from seafl_dist.settings.keys import key
+
+# Opacus's per-sample gradient modes that train a job's own module in place (opacus/grad_sample/utils.py
+# get_hooks_class): hand-written per-layer samplers, or functorch's vmap for every layer. "ew" (expanded weights) and
+# "ghost" (fast gradient clipping) need the module wrapped or a second backward: benchmarks/dp_sgd_cost.py measures
+# them, the loops do not run them (docs/privacy.md).
+GRAD_SAMPLE_MODES = ("hooks", "functorch")
+
+
+@dataclass(kw_only=True)
+class DPSGDConfig:
+    """Per-sample clipping and Gaussian noise in every local step, on Poisson-sampled batches (Opacus)."""
+
+    enabled: bool = key(False, "train every job with DP-SGD: each sample's gradient clipped to `clip`, Gaussian noise "
+                        "σ·`clip` added to their sum, on Poisson-sampled batches of expected size `train.batch_size`",
+                        note="Needs Opacus (`pip install \".[dp]\"`). Each step draws every sample of the device's "
+                             "shard with probability q = B/n_k from the job's own data-order stream, as many steps an "
+                             "epoch as the plain loop takes; the noise comes from the job's named stream "
+                             "\"dp_sgd\" (docs/privacy.md, \"Record-level DP-SGD\"). Refused with "
+                             "`algorithm.name: scaffold` and `train.grad_clip_val`; a job trains in its own loop "
+                             "(not fused, not captured as CUDA graphs). Left out of config.yaml (the whole section) "
+                             "at its defaults.")
+    clip: float = key(1.0, "C_local: each sample's gradient is clipped to this L2 norm (over every trainable "
+                      "parameter)", "(0, inf)")
+    noise_multiplier: float = key(1.0, "σ: the noise added to the sum of clipped gradients is N(0, (σ·C_local)² I), "
+                                  "before it is divided by B", "[0, inf)")
+    grad_sample_mode: str = key("hooks", "how Opacus computes per-sample gradients: `hooks` (its per-layer "
+                                "samplers; functorch for layers it has none for) or `functorch` (vmap for every "
+                                "layer)", GRAD_SAMPLE_MODES)
+    fix_modules: bool = key(False, "replace the layers Opacus cannot train as Opacus's `ModuleValidator.fix` "
+                            "proposes (BatchNorm becomes GroupNorm) in every model of the run; `false`: such a model "
+                            "is refused, naming the layer",
+                            note="The fixed model is the run's model everywhere (w_0, the server's, model.pt); the run's "
+                                 "first lines and summary.json's `dp_sgd.replaced` name each layer replaced.")
+
+    def __post_init__(self) -> None:
+        check_fields(self, "train.dp_sgd")
+
+
+def check_dp_sgd(cfg) -> None:
+    """DP-SGD against the rest of the config: each refusal one line naming the key, its value and the fix."""
+    dp, t = cfg.train.dp_sgd, cfg.train
+    if not dp.enabled:
+        return
+    if cfg.algorithm.name == "scaffold":
+        _fail("train.dp_sgd.enabled", True, "false with algorithm.name=scaffold (option II's c_i⁺ reads the plain "
+              "SGD steps' gradients, which DP-SGD replaces by noised ones after c − c_i would be added); use another "
+              "algorithm.name")
+    if t.grad_clip_val is not None:
+        _fail("train.grad_clip_val", t.grad_clip_val, "null with train.dp_sgd.enabled=true (DP-SGD clips each "
+              "sample's gradient to train.dp_sgd.clip; clipping their noised mean again would only bias it)")
