@@ -107,7 +107,7 @@ def _rule(cfg: AlgorithmConfig, version: int, global_flat: torch.Tensor, updates
           ) -> AggregationResult:
     """The rule ``cfg.rule`` names, built in or by import path (its result checked), on ``updates``; a stateful
     one with ``memory``'s state."""
-    rule = defenses.estimator_rule(cfg) or rule_of(cfg)  # an estimator replaces FedBuff's mean (seafl_dist/defenses/)
+    rule = defenses.estimator_rule(cfg, memory) or rule_of(cfg)  # an estimator replaces FedBuff's mean (seafl_dist/defenses/)
     if is_import_path(cfg.rule):
         extra = {"parts": parts} if "parts" in inspect.signature(rule).parameters else {}  # optional, as for the built-ins
         own = getattr(cfg, "params", None) or {}  # algorithm.params: the rule's own keyword arguments

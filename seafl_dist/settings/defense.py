@@ -18,11 +18,12 @@ from seafl_dist.settings.errors import _fail
 from seafl_dist.settings.keys import key
 
 FILTERS = ("krum", "multikrum")
-ESTIMATORS = ("median", "trimmed_mean", "bulyan", "centered_clipping")
+ESTIMATORS = ("median", "trimmed_mean", "bulyan", "centered_clipping", "fltrust")
 DEFENSES = ("none",) + FILTERS + ESTIMATORS
 # the rules whose w′ is w_t + η_g · mean of (scaled) deltas, whose mean an estimator replaces (fadas's rule is fedbuff)
 DELTA_RULES = ("fedbuff",)
 WITH_F = ("krum", "multikrum", "bulyan")  # the defenses that read f
+SERVER_HELD = ("fltrust",)  # the defenses that read the server-held slice of the training set (server_samples)
 # the fewest updates each defense takes, as a function of f: Krum's n > 2f + 2 (Blanchard et al. 2017), Bulyan's
 # n ≥ 4f + 3 (El Mhamdi et al. 2018)
 LEAST = {"krum": lambda f: 2 * f + 3, "multikrum": lambda f: 2 * f + 3, "bulyan": lambda f: 4 * f + 3}
@@ -34,7 +35,7 @@ class DefenseConfig:
 
     name: str = key("none", "the defense: `none`, a filter (`krum`, `multikrum`: drop updates, then the rule "
                     "weights the rest) or an estimator (`median`, `trimmed_mean`, `bulyan`, `centered_clipping`: "
-                    "replace the mean of the deltas; fedbuff and fadas only)", DEFENSES,
+                    "replace the mean of the deltas; fedbuff and fadas only; `fltrust` with a server-held root set)", DEFENSES,
                     note="Filters and Bulyan's selection measure distances between the deltas Δ_k = w_k − w_{t_k} "
                          "over the trainable parameters, in float64, from one Gram matrix; an update a filter drops "
                          "is reported in the aggregate event as the update guard's are (weight 0, `rejected`, its "
@@ -53,6 +54,10 @@ class DefenseConfig:
                      "(0, inf)")
     iterations: int = key(1, "L: centered clipping's iterations per aggregation (the authors' default 1)",
                           "[1, inf)")
+    server_samples: int = key(0, "the server-held set FLTrust's root dataset is: this many samples of the training "
+                              "set, carved before the partition (stratified by label, from `data.seed`'s stream "
+                              "`server_data`), so disjoint from every device's shard, `data.validation` and the test "
+                              "set; 0: none (required ≥ 1 by `fltrust`, refused above 0 by the others)", "[0, inf)")
 
     def __post_init__(self) -> None:
         check_fields(self, "algorithm.defense")
@@ -71,6 +76,9 @@ def check_defense(alg, privacy_enabled: bool) -> None:
     """The defense against the rest of the config (``alg``: the algorithm section, its K resolved): each refusal
     one line naming the key, its value and the fix."""
     d = alg.defense
+    if d.name not in SERVER_HELD and d.server_samples > 0:
+        _fail("algorithm.defense.server_samples", d.server_samples, f"0 unless algorithm.defense.name is one of "
+              f"{', '.join(SERVER_HELD)} (not {d.name})")
     if not d.on:
         return
     key_ = "algorithm.defense.name"
@@ -88,6 +96,9 @@ def check_defense(alg, privacy_enabled: bool) -> None:
         _fail("algorithm.buffer_size", alg.buffer_size, f"at least {LEAST[d.name](d.f)} with "
               f"algorithm.defense.name={d.name} and f={d.f} ({'4f + 3' if d.name == 'bulyan' else '2f + 3'}), "
               f"or a smaller algorithm.defense.f")
+    if d.name in SERVER_HELD and d.server_samples < 1:
+        _fail("algorithm.defense.server_samples", d.server_samples, f"at least 1 with algorithm.defense.name={d.name} "
+              f"(its server-held set; FLTrust's paper uses 100)")
     if d.keep is not None and d.name != "multikrum":
         _fail("algorithm.defense.keep", d.keep, f"null unless algorithm.defense.name=multikrum (not {d.name})")
     if d.name == "multikrum" and d.keep is not None and d.keep > alg.buffer_size - d.f:

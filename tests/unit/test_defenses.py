@@ -29,7 +29,7 @@ from seafl_dist.defenses import geometry
 from seafl_dist.defenses.estimators import NETWORK_MAX, nearest_window, sorted_columns
 from seafl_dist.defenses.geometry import Deltas, pairwise_sq_distances
 from seafl_dist.settings import ConfigError, config_from_dict, dump_config
-from seafl_dist.settings.defense import ESTIMATORS, FILTERS
+from seafl_dist.settings.defense import ESTIMATORS, FILTERS, SERVER_HELD
 
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 T = 5  # the current version: updates start from versions T − 2 .. T
@@ -463,7 +463,8 @@ def test_an_estimator_with_a_rule_that_averages_no_deltas_is_refused(rule, name)
 @pytest.mark.parametrize("name", ESTIMATORS)
 def test_an_estimator_runs_with_fedbuff_and_fadas(name):
     for rule in ("fedbuff", "fadas"):
-        assert config(f"algorithm.name={rule}", f"algorithm.defense.name={name}", "algorithm.defense.f=0")
+        assert config(f"algorithm.name={rule}", f"algorithm.defense.name={name}", "algorithm.defense.f=0",
+                      *(["algorithm.defense.server_samples=1"] if name in SERVER_HELD else []))
 
 
 @pytest.mark.parametrize("name", FILTERS + ESTIMATORS)
