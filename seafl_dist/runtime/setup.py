@@ -141,7 +141,7 @@ class Experiment:
             shards[d] = np.searchsorted(rows, idx).astype(np.int64)
         return Experiment(cfg=self.cfg, train=sub, test=self.test, shards=shards, device=self.device,
                           _n_samples=self.n_samples, writers=self.writers, profile=self.profile,
-                          eval_names=self.eval_names, held_out=self.held_out)
+                          eval_names=self.eval_names, held_out=self.held_out, server_held=self.server_held)
 
     def upload_sizes(self) -> dict:
         """``{"bytes": an upload's bytes, "model_bytes": the float32 model's}`` with ``compression.codec`` (a

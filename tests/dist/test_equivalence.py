@@ -51,6 +51,9 @@ ROWS_OF_3 = {"placement": [*overrides("seafl2"), "runtime.placement=device"], "s
              # a defense with a state (centered clipping's centre, rule memory on rank 0; seafl_dist/defenses/)
              "defense": [*SMALL, "algorithm.name=fedbuff", "algorithm.defense.name=centered_clipping",
                          "algorithm.defense.tau=0.5"],
+             # a defense with a server-held set (FLTrust's root set; rank 0 trains g_0 on it: runtime/server_data.py)
+             "server_held": [*SMALL, "algorithm.name=fedbuff", "algorithm.defense.name=fltrust",
+                             "algorithm.defense.server_samples=100"],
              "scaffold": [*SMALL, *SCAFFOLD, "runtime.placement=device"], **THREATS}
 
 
@@ -194,6 +197,20 @@ def test_centered_clipping_on_3_ranks_matches_inprocess(inprocess, on_ranks):
     s_ref, s_got = (json.loads((d / "summary.json").read_text()) for d in (ref, got))
     s_ref.pop("wall_time_s"), s_got.pop("wall_time_s")
     assert s_got == s_ref and s_got["rule_state"]["keys"] == ["centre"]
+
+
+def test_fltrust_on_3_ranks_matches_inprocess(inprocess, on_ranks):
+    """The server-held set carved alike on every rank (the same shards) and g_0 trained on rank 0 alone: the
+    one-process run's bytes."""
+    ref = inprocess("server_held")
+    proc, got, _ = on_ranks("server_held")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for f in ("events.jsonl", "model.pt", "config.yaml", "partition.json"):
+        assert (got / f).read_bytes() == (ref / f).read_bytes(), f
+    assert_same_metrics(ref / "metrics.csv", got / "metrics.csv")
+    s_ref, s_got = (json.loads((d / "summary.json").read_text()) for d in (ref, got))
+    s_ref.pop("wall_time_s"), s_got.pop("wall_time_s")
+    assert s_got == s_ref
 
 
 @pytest.mark.parametrize("case", list(THREATS))
