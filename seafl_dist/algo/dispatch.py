@@ -66,7 +66,8 @@ def aggregate(cfg: AlgorithmConfig, version: int, global_flat: torch.Tensor,
     norms = update_norms(global_flat, updates, bases, parts)
     refused = rejections(factor, norms, history)
     if defended:  # a filter's drops, among what the guard kept (seafl_dist/defenses/)
-        refused.update(defenses.rejections(defense, updates, bases, global_flat, parts, refused, norms))
+        refused.update(defenses.rejections(defense, updates, bases, global_flat, parts, refused, norms, version,
+                                           memory))
     kept = [u for i, u in enumerate(updates) if i not in refused]
     result = _rule(cfg, version, global_flat, kept, bases, parts, memory) if kept or memory.stateful else \
         AggregationResult(global_flat.clone(), [])

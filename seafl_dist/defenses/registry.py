@@ -20,4 +20,5 @@ DEFENSES = {
     "bulyan": Defense("estimator", True, False, "El Mhamdi et al., ICML 2018"),
     "centered_clipping": Defense("estimator", False, True, "Karimireddy et al., ICML 2021"),
     "fltrust": Defense("estimator", False, False, "Cao et al., NDSS 2021"),
+    "zenopp": Defense("filter", True, True, "Xie, Koyejo and Gupta, ICML 2020"),
 }

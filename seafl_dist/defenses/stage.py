@@ -23,26 +23,49 @@ from ..algo.common import BaseModels, carry_counters, flat_parts, screen
 from ..algo.fedbuff import fedbuff_scale
 from ..algo.types import AggregationResult, BufferedUpdate, FlatParts
 from functools import partial
+from types import MappingProxyType
 
 from .estimators import centered_clipping, coordinatewise, fltrust
-from .filters import bulyan_selection, multi_krum
+from .filters import bulyan_selection, multi_krum, zeno_drops, zeno_scores
 from .geometry import Deltas, pairwise_sq_distances, params_mask
 from .registry import DEFENSES
 
 
 def rejections(defense, updates: list[BufferedUpdate], bases: BaseModels, global_flat: torch.Tensor,
-               parts: Optional[FlatParts], refused: dict[int, str], norms: list) -> dict[int, str]:
+               parts: Optional[FlatParts], refused: dict[int, str], norms: list, version: int = 0,
+               memory=None) -> dict[int, str]:
     """{position: reason} of the updates the defense's filter drops, among those neither the value check (a norm
-    of None) nor the guard (``refused``) rejected; {} for a defense without a filter."""
+    of None) nor the guard (``refused``) rejected; {} for a defense without a filter. Zeno++ reads v from
+    ``memory`` (its ``defense_state``, refreshed from ``memory.server`` when due)."""
     if not DEFENSES[defense.name].drops:
         return {}
     screened = [i for i, n in enumerate(norms) if n is not None and i not in refused]
     if not screened:
         return {}
+    if defense.name == "zenopp":
+        v = zeno_reference(defense, version, global_flat, memory)
+        scores = zeno_scores(Deltas([updates[i] for i in screened], bases, global_flat), v, params_mask(parts),
+                             defense.gamma, defense.rho)
+        return {screened[j]: why for j, why in zeno_drops(scores, defense.gamma, defense.epsilon).items()}
     dist = pairwise_sq_distances(Deltas([updates[i] for i in screened], bases, global_flat), params_mask(parts))
     drops = bulyan_selection(dist, defense.f) if defense.name == "bulyan" else \
         multi_krum(dist, defense.f, 1 if defense.name == "krum" else defense.keep, defense.name)
     return {screened[j]: why for j, why in drops.items()}
+
+
+def zeno_reference(defense, version: int, global_flat: torch.Tensor, memory) -> torch.Tensor:
+    """Zeno++'s v: the cached one while it is fewer than ``defense.refresh`` versions old, else ∇ℓ(w_t) from the
+    server-held set, cached as ``{"v": v, "version": t}`` (a new mapping: a snapshot's reference stays valid)."""
+    server = getattr(memory, "server", None)
+    if server is None:
+        raise ValueError("zenopp needs the server-held set (algorithm.defense.server_samples), which the runtime "
+                         "hands in as the rule memory's server (runtime/server_data.py)")
+    state = memory.defense_state
+    if "v" in state and version - state["version"] < defense.refresh:
+        return state["v"]
+    v = server.gradient(version, global_flat)
+    memory.defense_state = MappingProxyType({"v": v, "version": version})
+    return v
 
 
 def estimator_rule(cfg, memory=None) -> Optional[Callable]:

@@ -17,13 +17,13 @@ from seafl_dist.settings.domains import check_fields
 from seafl_dist.settings.errors import _fail
 from seafl_dist.settings.keys import key
 
-FILTERS = ("krum", "multikrum")
+FILTERS = ("krum", "multikrum", "zenopp")
 ESTIMATORS = ("median", "trimmed_mean", "bulyan", "centered_clipping", "fltrust")
 DEFENSES = ("none",) + FILTERS + ESTIMATORS
 # the rules whose w′ is w_t + η_g · mean of (scaled) deltas, whose mean an estimator replaces (fadas's rule is fedbuff)
 DELTA_RULES = ("fedbuff",)
 WITH_F = ("krum", "multikrum", "bulyan")  # the defenses that read f
-SERVER_HELD = ("fltrust",)  # the defenses that read the server-held slice of the training set (server_samples)
+SERVER_HELD = ("fltrust", "zenopp")  # the defenses that read the server-held slice of the training set (server_samples)
 # the fewest updates each defense takes, as a function of f: Krum's n > 2f + 2 (Blanchard et al. 2017), Bulyan's
 # n ≥ 4f + 3 (El Mhamdi et al. 2018)
 LEAST = {"krum": lambda f: 2 * f + 3, "multikrum": lambda f: 2 * f + 3, "bulyan": lambda f: 4 * f + 3}
@@ -33,8 +33,8 @@ LEAST = {"krum": lambda f: 2 * f + 3, "multikrum": lambda f: 2 * f + 3, "bulyan"
 class DefenseConfig:
     """Which robust-aggregation defense screens or replaces the buffer's mean, and its parameters."""
 
-    name: str = key("none", "the defense: `none`, a filter (`krum`, `multikrum`: drop updates, then the rule "
-                    "weights the rest) or an estimator (`median`, `trimmed_mean`, `bulyan`, `centered_clipping`: "
+    name: str = key("none", "the defense: `none`, a filter (`krum`, `multikrum`, `zenopp`: drop updates, then the "
+                    "rule weights the rest) or an estimator (`median`, `trimmed_mean`, `bulyan`, `centered_clipping`: "
                     "replace the mean of the deltas; fedbuff and fadas only; `fltrust` with a server-held root set)", DEFENSES,
                     note="Filters and Bulyan's selection measure distances between the deltas Δ_k = w_k − w_{t_k} "
                          "over the trainable parameters, in float64, from one Gram matrix; an update a filter drops "
@@ -57,7 +57,14 @@ class DefenseConfig:
     server_samples: int = key(0, "the server-held set FLTrust's root dataset is: this many samples of the training "
                               "set, carved before the partition (stratified by label, from `data.seed`'s stream "
                               "`server_data`), so disjoint from every device's shard, `data.validation` and the test "
-                              "set; 0: none (required ≥ 1 by `fltrust`, refused above 0 by the others)", "[0, inf)")
+                              "set; 0: none (required ≥ 1 by `fltrust` and `zenopp`, refused above 0 by the others)",
+                              "[0, inf)")
+    gamma: float = key(0.01, "γ: Zeno++'s step size in its score γ⟨v, g⟩ − ρ‖g‖² (the paper's learning rate; "
+                       "`train.lr`'s default)", "(0, inf)")
+    rho: float = key(0.001, "ρ: Zeno++'s weight of ‖g‖² in its score γ⟨v, g⟩ − ρ‖g‖²", "[0, inf)")
+    epsilon: float = key(0.1, "ε: Zeno++ accepts an update whose score is at least −γε", "[0, inf)")
+    refresh: int = key(1, "Zeno++'s lazy refresh: v, the gradient of the loss on the server-held set, is recomputed "
+                       "at w_t when it is this many versions old (1: at every aggregation)", "[1, inf)")
 
     def __post_init__(self) -> None:
         check_fields(self, "algorithm.defense")

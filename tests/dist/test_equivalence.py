@@ -54,6 +54,9 @@ ROWS_OF_3 = {"placement": [*overrides("seafl2"), "runtime.placement=device"], "s
              # a defense with a server-held set (FLTrust's root set; rank 0 trains g_0 on it: runtime/server_data.py)
              "server_held": [*SMALL, "algorithm.name=fedbuff", "algorithm.defense.name=fltrust",
                              "algorithm.defense.server_samples=100"],
+             # Zeno++'s v, computed and cached on rank 0 (a filter, under SEAFL)
+             "zeno": [*SMALL, "algorithm.name=seafl", "algorithm.defense.name=zenopp",
+                      "algorithm.defense.server_samples=100", "algorithm.defense.refresh=3"],
              "scaffold": [*SMALL, *SCAFFOLD, "runtime.placement=device"], **THREATS}
 
 
@@ -199,11 +202,12 @@ def test_centered_clipping_on_3_ranks_matches_inprocess(inprocess, on_ranks):
     assert s_got == s_ref and s_got["rule_state"]["keys"] == ["centre"]
 
 
-def test_fltrust_on_3_ranks_matches_inprocess(inprocess, on_ranks):
-    """The server-held set carved alike on every rank (the same shards) and g_0 trained on rank 0 alone: the
-    one-process run's bytes."""
-    ref = inprocess("server_held")
-    proc, got, _ = on_ranks("server_held")
+@pytest.mark.parametrize("case", ["server_held", "zeno"])
+def test_fltrust_and_zeno_on_3_ranks_match_inprocess(inprocess, on_ranks, case):
+    """The server-held set carved alike on every rank (the same shards), FLTrust's g_0 trained and Zeno++'s v
+    computed on rank 0 alone: the one-process run's bytes."""
+    ref = inprocess(case)
+    proc, got, _ = on_ranks(case)
     assert proc.returncode == 0, proc.stderr[-3000:]
     for f in ("events.jsonl", "model.pt", "config.yaml", "partition.json"):
         assert (got / f).read_bytes() == (ref / f).read_bytes(), f

@@ -34,3 +34,26 @@ def test_an_fltrust_run_killed_during_aggregation_3_resumes_to_the_same_bytes(tm
     out = tmp_path / "run"
     killed_during_3(args, out)
     resumed_from_2(ref, args, out)
+
+
+# Zeno++ under SEAFL (a filter: any rule), v refreshed every 3 versions, so the v of version 0 is still the one in use at
+# aggregation 3 (t = 2): it travels in the checkpoint of aggregation 2 (``defense_state``)
+ZENO = ["algorithm.name=seafl", "algorithm.defense.name=zenopp", "algorithm.defense.server_samples=100",
+        "algorithm.defense.refresh=3"]
+
+
+def test_a_zeno_run_names_what_it_dropped_under_seafl(tmp_path):
+    run = reference(tmp_path / "run", [*SMALL, *ZENO])
+    s = summary(run)
+    assert s["status"] == "completed" and s["aggregations"] == 6
+    dropped = [u for e in events(run, "aggregate") for u in e["updates"] if u["rejected"]]
+    assert dropped and all(u["reason"].startswith("zenopp: score ") and u["weight"] == 0.0 for u in dropped)
+
+
+def test_a_zeno_run_killed_during_aggregation_3_resumes_with_its_cached_v_to_the_same_bytes(tmp_path):
+    args = [*SMALL, *ZENO, "run.max_aggregations=4", "run.checkpoint_every=2", "run.checkpoint_every_s=null"]
+    ref = reference(tmp_path / "ref", args)
+    out = tmp_path / "run"
+    state = killed_during_3(args, out)["defense_state"]
+    assert state["version"] == 0 and state["v"].numel() == 61_706 and bool(state["v"].abs().sum() > 0)
+    resumed_from_2(ref, args, out)

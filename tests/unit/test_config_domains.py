@@ -48,7 +48,8 @@ VALUE_COMPANIONS = {("data.name", "shakespeare"): ["model.name=lstm"], ("model.n
                        for est in ("median", "trimmed_mean", "centered_clipping")},
                     ("algorithm.defense.name", "bulyan"): ["algorithm.name=fedbuff", "algorithm.buffer_size=7"],  # 4f+3
                     ("algorithm.defense.name", "fltrust"): ["algorithm.name=fedbuff",  # a mean of deltas, and
-                                                            "algorithm.defense.server_samples=10"]}  # its root set
+                                                            "algorithm.defense.server_samples=10"],  # its root set
+                    ("algorithm.defense.name", "zenopp"): ["algorithm.defense.server_samples=10"]}  # its validation set
 TINY = ["run.max_aggregations=1", "logging.progress=none"]  # were a bad value taken, the run would be short
 
 

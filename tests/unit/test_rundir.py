@@ -33,7 +33,7 @@ REFUSED = {f"{section}.{key}" for section, keys in {
                   "ca2fl.max_cache_gb", "port.b", "port.lag", "fedstaleweight.offset", "fedcompass.alpha",
                   "fedcompass.latest_time_factor", "fedcompass.q_max", "fedcompass.q_min", "fedcompass.speed_momentum",
                   "defense.name", "defense.f", "defense.keep", "defense.beta", "defense.tau", "defense.iterations",
-                  "defense.server_samples"],
+                  "defense.server_samples", "defense.gamma", "defense.rho", "defense.epsilon", "defense.refresh"],
     "devices": ["num", "concurrency", "dropout", "availability_scale"],
     "train": ["epochs", "batch_size", "lr", "momentum", "weight_decay", "loop", "grad_clip_val", "grad_clip_algorithm",
               "prox_mu"],

@@ -200,3 +200,96 @@ def test_the_server_set_is_taken_from_an_array_dataset():
     assert len(held) == 4 and len(rest) == 16
     assert set(held.images.flatten().tolist()).isdisjoint(rest.images.flatten().tolist())
     assert sorted(held.labels.tolist()) == [0, 0, 1, 1]
+
+
+# ---- Zeno++ ------------------------------------------------------------------------------------------------------
+# Oracle (Xie, Koyejo and Gupta, ICML 2020, Algorithm 1): the candidate gradient g (the server steps x − γ g) is
+# rescaled to ‖v‖, ĝ = (‖v‖/‖g‖) g, scored γ⟨v, ĝ⟩ − ρ‖ĝ‖² and accepted iff the score ≥ −γε. An update here is a
+# move Δ = w_k − w_{t_k}, the step −γ g of the paper: g = −Δ up to its scale, which the rescaling removes.
+
+class GivenGradient:
+    """A server whose gradient at (version, w_t) is a given vector, recording the versions it was asked at."""
+
+    def __init__(self, v):
+        self.v, self.asked = v, []
+
+    def gradient(self, version, global_flat):
+        self.asked.append(version)
+        return self.v.clone()
+
+
+def oracle_zeno(deltas, v, idx, gamma, rho, eps):
+    """Positions Zeno++ accepts."""
+    def dot(a, b):
+        return sum(a[i] * b[i] for i in idx)
+    v_norm, kept = math.sqrt(dot(v, v)), set()
+    for k, x in enumerate(deltas):
+        r = math.sqrt(dot(x, x))
+        g = [0.0] * len(x) if r == 0 else [-(v_norm / r) * e for e in x]
+        if gamma * dot(v, g) - rho * dot(g, g) >= -gamma * eps:
+            kept.add(k)
+    return kept
+
+
+@SETTINGS
+@given(buffers(counters=True), st.sampled_from([0.0, 0.001, 0.05]), st.sampled_from([0.0, 0.1, 2.0]),
+       st.sampled_from(["fedbuff", "seafl", "fedavg"]))
+def test_zeno_drops_what_the_paper_drops_and_the_rule_weights_the_rest(buf, rho, eps, rule):
+    w_t, bases, updates, parts, v = buf
+    n = len(updates)
+    shape = [f"algorithm.name={rule}", "algorithm.defense.name=zenopp", "algorithm.defense.server_samples=5",
+             "algorithm.defense.gamma=0.1", f"algorithm.defense.rho={rho}", f"algorithm.defense.epsilon={eps}"]
+    cfg = config(*shape, k=n, m=n)
+    server = GivenGradient(v)
+    result = aggregate(cfg.algorithm, T, w_t, updates, bases.__getitem__, parts, memory=memory_with(cfg, server))
+    deltas = [[a - b for a, b in zip(u.flat.tolist(), bases[u.base_version].tolist())] for u in updates]
+    kept = oracle_zeno(deltas, v.tolist(), [i for i in range(w_t.numel()) if bool(parts.params[i])], 0.1, rho, eps)
+    assert {i for i, d in enumerate(result.info) if not d["rejected"]} == kept and server.asked == [T]
+    assert all(d["reason"].startswith("zenopp: score ") for d in result.info if d["rejected"])
+    plain = config(f"algorithm.name={rule}", k=n, m=n)
+    alone = aggregate(plain.algorithm, T, w_t, [updates[i] for i in sorted(kept)], bases.__getitem__, parts)
+    if kept:
+        assert torch.equal(result.new_global, alone.new_global)
+
+
+def test_zenos_acceptance_edge_is_minus_gamma_epsilon_inclusive():
+    """v = (1, 0); Δ = (−1, 0) is the descent direction: ĝ = v, score γ‖v‖² − ρ‖v‖² = 0.1 − ρ. At ρ = 0.1 + γε the
+    score is −γε exactly (accepted); just above, refused. Numbers chosen exact in binary: γ = 0.5, ε = 0.25."""
+    w_t = torch.zeros(2)
+    u = BufferedUpdate(device=0, job=0, n_samples=1, base_version=T, epochs=1, flat=torch.tensor([-3.0, 0.0]))
+
+    def kept(rho):
+        cfg = config("algorithm.name=fedbuff", "algorithm.defense.name=zenopp", "algorithm.defense.server_samples=1",
+                     "algorithm.defense.gamma=0.5", f"algorithm.defense.rho={rho}", "algorithm.defense.epsilon=0.25",
+                     k=1)
+        result = aggregate(cfg.algorithm, T, w_t, [u], {T: w_t}.__getitem__, None,
+                           memory=memory_with(cfg, GivenGradient(torch.tensor([1.0, 0.0]))))
+        return not result.info[0]["rejected"]
+    assert kept(0.625) and not kept(0.625 + 2 ** -20)  # 0.5 − 0.625 = −0.125 = −γε
+
+
+def test_zeno_refreshes_v_when_it_is_refresh_versions_old_and_keeps_it_as_its_state():
+    cfg = config("algorithm.name=fedasync", "algorithm.defense.name=zenopp", "algorithm.defense.server_samples=1",
+                 "algorithm.defense.refresh=3", k=1)
+    server = GivenGradient(torch.tensor([1.0, 0.0]))
+    memory = memory_with(cfg, server)
+    w = torch.zeros(2)
+    for t in range(7):
+        u = BufferedUpdate(device=0, job=t, n_samples=1, base_version=t, epochs=1, flat=w + torch.tensor([-1.0, 0]))
+        w = aggregate(cfg.algorithm, t, w, [u], lambda v, w=w: w, None, memory=memory).new_global
+    assert server.asked == [0, 3, 6]  # fresh at t = 0, 3 and 6; the cached v (2 versions old at most) between
+    assert memory.defense_state["version"] == 6 and torch.equal(memory.defense_state["v"], torch.tensor([1.0, 0.0]))
+    assert not memory.stateful  # fedasync's memory is the defense's, not the rule's
+
+
+def test_zeno_without_a_server_held_set_says_so_and_its_keys_are_refused_out_of_domain():
+    cfg = config("algorithm.name=fedbuff", "algorithm.defense.name=zenopp", "algorithm.defense.server_samples=1", k=1)
+    u = BufferedUpdate(device=0, job=0, n_samples=1, base_version=T, epochs=1, flat=torch.ones(2))
+    with pytest.raises(ValueError, match="zenopp needs the server-held set"):
+        aggregate(cfg.algorithm, T, torch.zeros(2), [u], lambda v: torch.zeros(2), None)
+    zen = ["algorithm.name=fedbuff", "algorithm.defense.name=zenopp", "algorithm.defense.server_samples=1"]
+    assert "at least 1 with algorithm.defense.name=zenopp" in refused("algorithm.name=fedbuff",
+                                                                      "algorithm.defense.name=zenopp")
+    for bad in ("rho=-0.001", "epsilon=-0.1", "refresh=0", "gamma=0"):
+        assert f"'algorithm.defense.{bad.split('=')[0]}'" in refused(*zen, f"algorithm.defense.{bad}")
+    config(*zen, "algorithm.defense.rho=0", "algorithm.defense.epsilon=0", "algorithm.defense.refresh=1")
