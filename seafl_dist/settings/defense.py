@@ -2,9 +2,9 @@
 aggregation, end to end" (seafl_dist/defenses/ computes it; docs/robustness.md, "Defenses", defines each one).
 
 ``name: none``, the default, is no stage at all: every byte of a run is what it was before the section existed, and
-the section is left out of config.yaml. A **filter** (``krum``, ``multikrum``) drops updates and the rule weights
+the section is left out of config.yaml. A **filter** (``krum``, ``multikrum``, ``zenopp``) drops updates and the rule weights
 what is left, so it works with every rule; an **estimator** (``median``, ``trimmed_mean``, ``bulyan``,
-``centered_clipping``) replaces the mean of the deltas, so it works with the rules that average deltas only
+``centered_clipping``, ``fltrust``) replaces the mean of the deltas, so it works with the rules that average deltas only
 (:data:`DELTA_RULES`). What relates the section to the rest of the config (K, the rule, DP) is checked by
 :func:`check_defense`, called once the buffer size is resolved.
 """
