@@ -57,3 +57,14 @@ def test_a_zeno_run_killed_during_aggregation_3_resumes_with_its_cached_v_to_the
     state = killed_during_3(args, out)["defense_state"]
     assert state["version"] == 0 and state["v"].numel() == 61_706 and bool(state["v"].abs().sum() > 0)
     resumed_from_2(ref, args, out)
+
+
+def test_the_dry_run_counts_the_devices_samples_without_the_server_held_set(tmp_path):
+    import in_process
+    from small_runs import QUICKSTART
+    proc = in_process.seafl("run", QUICKSTART, *SMALL, *FLTRUST, "--out", tmp_path / "run", "--dry-run")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    text = proc.stdout + proc.stderr
+    assert "1337 training and 360 test images" in text and "100 more training samples held by the server" in text
+    sizes = next(line for line in text.splitlines() if line.startswith("devices:")).split("(dirichlet): ")[1]
+    assert sum(map(int, sizes.split(", "))) == 1337  # the ten shards the run makes (the run's test: 1,337 too)
