@@ -68,3 +68,25 @@ def test_the_dry_run_counts_the_devices_samples_without_the_server_held_set(tmp_
     assert "1337 training and 360 test images" in text and "100 more training samples held by the server" in text
     sizes = next(line for line in text.splitlines() if line.startswith("devices:")).split("(dirichlet): ")[1]
     assert sum(map(int, sizes.split(", "))) == 1337  # the ten shards the run makes (the run's test: 1,337 too)
+
+
+def test_zenos_v_is_the_gradient_of_the_mean_cross_entropy_over_the_whole_server_set():
+    """Oracle: one batch of all 100 rows through LeNet-5 (no batch norm, so the batches of 32 must sum to it), the
+    mean cross-entropy's gradient by autograd, flattened in the state dict's order."""
+    import torch
+    import torch.nn.functional as F
+    from seafl_dist.runtime.server_data import ServerData
+    from seafl_dist.runtime.setup import prepare
+    from seafl_dist.settings import load_config
+    from small_runs import QUICKSTART
+    exp = prepare(load_config(QUICKSTART, [*SMALL, *ZENO]))
+    w = exp.initial_flat()
+    v = ServerData(exp).gradient(0, w)
+    model = exp.new_model()
+    from seafl_dist.train import load_flat
+    load_flat(model, w)
+    x, y = exp.server_held.batch(torch.arange(100))
+    F.cross_entropy(model(x), y).backward()
+    want = torch.cat([p.grad.flatten() for p in model.parameters()])
+    assert v.shape == w.shape and len(exp.server_held) == 100
+    assert torch.allclose(v, want, rtol=1e-4, atol=1e-6) and bool(want.abs().sum() > 0)
