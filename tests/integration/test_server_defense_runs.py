@@ -14,23 +14,21 @@ def events(run, kind):
     return [e for e in map(json.loads, (run / "events.jsonl").read_text().splitlines()) if e["event"] == kind]
 
 
-def test_an_fltrust_run_records_each_updates_trust_and_its_shards_leave_out_the_server_set(tmp_path):
-    run = reference(tmp_path / "run", [*SMALL, *FLTRUST])
-    s = summary(run)
-    assert s["status"] == "completed" and s["aggregations"] == 6 and "rule_state" not in s
-    for e in events(run, "aggregate"):
-        for u in e["updates"]:
-            assert 0.0 <= u["trust"] <= 1.0 and (u["weight"] == 0.0) == (u["trust"] == 0.0), u
-    evals = events(run, "eval")
-    assert evals[-1]["accuracy"] > evals[0]["accuracy"], evals
-    # the digits' 1,437 training rows (the bundled set's 1,797 less its 360 test rows) less the server's 100
-    assert sum(json.loads((run / "partition.json").read_text())["n_samples"]) == 1437 - 100
-    assert "server_samples: 100" in (run / "config.yaml").read_text()
-
-
-def test_an_fltrust_run_killed_during_aggregation_3_resumes_to_the_same_bytes(tmp_path):
+def test_an_fltrust_run_records_trust_leaves_out_the_server_set_and_resumes_to_the_same_bytes(tmp_path):
+    """The uninterrupted run: each update's trust in the trace, the shards without the server's 100 rows; then the
+    same run killed during aggregation 3 and resumed."""
     args = [*SMALL, *FLTRUST, "run.max_aggregations=4", "run.checkpoint_every=2", "run.checkpoint_every_s=null"]
     ref = reference(tmp_path / "ref", args)
+    s = summary(ref)
+    assert s["status"] == "completed" and s["aggregations"] == 4 and "rule_state" not in s
+    for e in events(ref, "aggregate"):
+        for u in e["updates"]:
+            assert 0.0 <= u["trust"] <= 1.0 and (u["weight"] == 0.0) == (u["trust"] == 0.0), u
+    evals = events(ref, "eval")
+    assert evals[-1]["accuracy"] > evals[0]["accuracy"], evals
+    # the digits' 1,437 training rows (the bundled set's 1,797 less its 360 test rows) less the server's 100
+    assert sum(json.loads((ref / "partition.json").read_text())["n_samples"]) == 1437 - 100
+    assert "server_samples: 100" in (ref / "config.yaml").read_text()
     out = tmp_path / "run"
     killed_during_3(args, out)
     resumed_from_2(ref, args, out)
@@ -42,17 +40,11 @@ ZENO = ["algorithm.name=seafl", "algorithm.defense.name=zenopp", "algorithm.defe
         "algorithm.defense.refresh=3"]
 
 
-def test_a_zeno_run_names_what_it_dropped_under_seafl(tmp_path):
-    run = reference(tmp_path / "run", [*SMALL, *ZENO])
-    s = summary(run)
-    assert s["status"] == "completed" and s["aggregations"] == 6
-    dropped = [u for e in events(run, "aggregate") for u in e["updates"] if u["rejected"]]
-    assert dropped and all(u["reason"].startswith("zenopp: score ") and u["weight"] == 0.0 for u in dropped)
-
-
 def test_a_zeno_run_killed_during_aggregation_3_resumes_with_its_cached_v_to_the_same_bytes(tmp_path):
     args = [*SMALL, *ZENO, "run.max_aggregations=4", "run.checkpoint_every=2", "run.checkpoint_every_s=null"]
     ref = reference(tmp_path / "ref", args)
+    dropped = [u for e in events(ref, "aggregate") for u in e["updates"] if u["rejected"]]
+    assert dropped and all(u["reason"].startswith("zenopp: score ") and u["weight"] == 0.0 for u in dropped)
     out = tmp_path / "run"
     state = killed_during_3(args, out)["defense_state"]
     assert state["version"] == 0 and state["v"].numel() == 61_706 and bool(state["v"].abs().sum() > 0)
