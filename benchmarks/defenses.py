@@ -12,6 +12,11 @@ aggregation per defense so a shared machine's load falls on all alike (centered 
 them). Filters run under FedBuff (the rule then averages what they keep). The aims
 (issue 65): median and trimmed mean within 5× FedBuff at K = 10; Krum, Multi-Krum and Bulyan, whose distances are
 O(K²d), within K×. Each row says whether it met its aim.
+
+FLTrust and Zeno++ are timed on the aggregation alone: their server-held computation (FLTrust's g_0, one job of
+training on the server-held set; Zeno++'s v, one gradient on it) is a fixed random vector here (:class:`GivenServer`),
+since its cost is that of training the model on ``server_samples`` rows, not of the flat vectors (docs/robustness.md
+gives a run's wall time with it).
 """
 from __future__ import annotations
 
@@ -35,7 +40,22 @@ DEFENSES = {  # name: overrides; FedBuff first (the baseline). f = 1 throughout 
     "trimmed_mean": ["algorithm.defense.name=trimmed_mean", "algorithm.defense.beta=0.1"],
     "bulyan": ["algorithm.defense.name=bulyan", "algorithm.defense.f=1"],
     "centered_clipping": ["algorithm.defense.name=centered_clipping", "algorithm.defense.tau=0.05"],
+    "fltrust": ["algorithm.defense.name=fltrust", "algorithm.defense.server_samples=100"],
+    "zenopp": ["algorithm.defense.name=zenopp", "algorithm.defense.server_samples=100"],
 }
+
+
+class GivenServer:
+    """The server-held set's computations as one fixed random vector (1e-3 · N(0, 1)): g_0 and v alike."""
+
+    def __init__(self, d: int):
+        self.vector = 1e-3 * torch.randn(d, generator=torch.Generator().manual_seed(1))
+
+    def update(self, version, global_flat):
+        return self.vector
+
+    def gradient(self, version, global_flat):
+        return self.vector
 
 
 def aim(name: str, k: int) -> float | None:
@@ -51,6 +71,8 @@ def timed(configs: dict, models: dict, ups: list[BufferedUpdate], t: int, repeat
     """{defense: median seconds of one aggregation}: each warmed up once, then ``repeats`` rounds, every defense once
     a round in turn, so a load that comes and goes on a shared machine falls on all of them alike."""
     memories = {name: memory_of(cfg.algorithm) for name, cfg in configs.items()}
+    for memory in memories.values():
+        memory.server = GivenServer(models[t].numel())
     times: dict[str, list] = {name: [] for name in configs}
     for r in range(repeats + 1):
         for name, cfg in configs.items():

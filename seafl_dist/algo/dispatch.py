@@ -66,7 +66,8 @@ def aggregate(cfg: AlgorithmConfig, version: int, global_flat: torch.Tensor,
     norms = update_norms(global_flat, updates, bases, parts)
     refused = rejections(factor, norms, history)
     if defended:  # a filter's drops, among what the guard kept (seafl_dist/defenses/)
-        refused.update(defenses.rejections(defense, updates, bases, global_flat, parts, refused, norms))
+        refused.update(defenses.rejections(defense, updates, bases, global_flat, parts, refused, norms, version,
+                                           memory))
     kept = [u for i, u in enumerate(updates) if i not in refused]
     result = _rule(cfg, version, global_flat, kept, bases, parts, memory) if kept or memory.stateful else \
         AggregationResult(global_flat.clone(), [])
@@ -107,7 +108,7 @@ def _rule(cfg: AlgorithmConfig, version: int, global_flat: torch.Tensor, updates
           ) -> AggregationResult:
     """The rule ``cfg.rule`` names, built in or by import path (its result checked), on ``updates``; a stateful
     one with ``memory``'s state."""
-    rule = defenses.estimator_rule(cfg) or rule_of(cfg)  # an estimator replaces FedBuff's mean (seafl_dist/defenses/)
+    rule = defenses.estimator_rule(cfg, memory) or rule_of(cfg)  # an estimator replaces FedBuff's mean (seafl_dist/defenses/)
     if is_import_path(cfg.rule):
         extra = {"parts": parts} if "parts" in inspect.signature(rule).parameters else {}  # optional, as for the built-ins
         own = getattr(cfg, "params", None) or {}  # algorithm.params: the rule's own keyword arguments

@@ -122,6 +122,12 @@ class RuleMemory:
     def __init__(self, name: str, stateful: bool):
         self.name, self.stateful = name, stateful
         self.state: Mapping = MappingProxyType({})
+        # what a defense computes on the server-held set (FLTrust's g_0), set by the runtime where one is held
+        # (runtime/server_data.py); a function of the config and the model, so no state of its own
+        self.server = None
+        # a defense's own state between aggregations (Zeno++'s cached v and its version; seafl_dist/defenses/), apart
+        # from the rule's, read-only and replaced whole, in every checkpoint (``defense_state``; runtime/snapshots.py)
+        self.defense_state: Mapping = MappingProxyType({})
 
     def call(self, rule: Callable, *args, **kwargs):
         """``rule(*args, state=..., **kwargs)`` for a stateful rule (its new state kept), else the plain call."""

@@ -7,8 +7,12 @@ the keys and their refusals are settings/defense.py's. Everything here is a pure
 centered clipping, of the centre kept as rule memory, algo/memory.py).
 
 - :mod:`.geometry`: the deltas read in coordinate blocks, float64; pairwise squared distances from one Gram matrix.
-- :mod:`.filters`: Krum, Multi-Krum, Bulyan's iterated-Krum selection.
-- :mod:`.estimators`: coordinate-wise median, trimmed mean, Bulyan's coordinate phase, centered clipping.
+- :mod:`.filters`: Krum, Multi-Krum, Bulyan's iterated-Krum selection, Zeno++'s score.
+- :mod:`.estimators`: coordinate-wise median, trimmed mean, Bulyan's coordinate phase, centered clipping, FLTrust.
+
+FLTrust and Zeno++ read what the server computes on its held set (FLTrust's update g_0, Zeno++'s gradient v) from
+the rule memory's ``server`` (runtime/server_data.py sets it: training is not this room's); Zeno++'s cached v is
+the memory's ``defense_state``.
 - :mod:`.stage`: the stage as algo/dispatch.py calls it.
 
 :data:`DEFENSES` is the registry: each name with its kind (``filter`` drops updates and lets any rule weight the

@@ -12,6 +12,10 @@ n rows x_k = c_k Δ_k (:mod:`.geometry`), in float64.
   v (the previous aggregation's result; 0 at the first), L times
   v ← v + (1/n) Σ_k min(1, τ / ‖x_k − v‖) (x_k − v), the norm over the trainable parameters (1 when it is 0);
   the result is the last v, and the next aggregation's centre.
+- **FLTrust** (Cao, Fang, Liu and Gong, NDSS 2021, Algorithm 1 and Eqs. 1-4) around the server's own update g_0
+  (runtime/server_data.py): each row's trust score TS_k = ReLU(cos(x_k, g_0)), x_k rescaled to ‖g_0‖, and
+  Σ_k TS_k (‖g_0‖/‖x_k‖) x_k / Σ_k TS_k (0 when every score is 0), cosines and norms over the trainable parameters
+  (a zero norm scores 0).
 """
 from __future__ import annotations
 
@@ -115,3 +119,38 @@ def centered_clipping(deltas: Deltas, centre: Optional[torch.Tensor], tau: float
             step[lo:hi] = (scale * (x - v[lo:hi])).sum(dim=0) / deltas.n
         v += step
     return v
+
+
+@torch.no_grad()
+def trust_scores(deltas: Deltas, g0: torch.Tensor, mask: Optional[torch.Tensor]) -> tuple[list[float], list[float],
+                                                                                          float]:
+    """(TS_k = ReLU(cos(x_k, g_0)), ‖x_k‖, ‖g_0‖), over ``mask``, in float64; a zero norm scores 0."""
+    g = g0.to(deltas.global_flat.device, torch.float64)
+    dot = torch.zeros(deltas.n, dtype=torch.float64, device=g.device)
+    sq = torch.zeros(deltas.n, dtype=torch.float64, device=g.device)
+    g_sq = 0.0
+    for lo, hi, x in deltas.blocks(mask):
+        gb = g[lo:hi] if mask is None else g[lo:hi][mask[lo:hi].to(g.device)]
+        dot += x @ gb
+        sq += (x * x).sum(dim=1)
+        g_sq += float((gb * gb).sum())
+    g_norm, norms = g_sq ** 0.5, sq.sqrt().tolist()
+    scores = [0.0 if r == 0.0 or g_norm == 0.0 else max(0.0, p / (r * g_norm)) for p, r in zip(dot.tolist(), norms)]
+    return scores, norms, g_norm
+
+
+@torch.no_grad()
+def fltrust(deltas: Deltas, g0: torch.Tensor, mask: Optional[torch.Tensor]
+            ) -> tuple[torch.Tensor, list[float], list[float]]:
+    """(FLTrust's aggregate, float64 of length d, every entry; each row's coefficient in it, TS_k ‖g_0‖/‖x_k‖ /
+    Σ TS; each row's TS_k): the rows rescaled to ‖g_0‖ and averaged with their trust scores as weights."""
+    scores, norms, g_norm = trust_scores(deltas, g0, mask)
+    total = sum(scores)
+    coef = [0.0 if total == 0.0 or ts == 0.0 else ts * g_norm / (r * total) for ts, r in zip(scores, norms)]
+    out = torch.zeros(deltas.d, dtype=torch.float64, device=deltas.global_flat.device)
+    if total == 0.0:
+        return out, coef, scores
+    c = torch.tensor(coef, dtype=torch.float64, device=out.device)
+    for lo, hi, x in deltas.blocks():
+        out[lo:hi] = c @ x
+    return out, coef, scores

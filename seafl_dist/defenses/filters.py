@@ -8,6 +8,11 @@
 - **Bulyan's selection** applies Krum θ = n − 2f times, each time to the updates not yet selected (recomputing
   the scores on them, with max(0, r − f − 2) neighbours among the r left), and keeps the θ it chose.
 
+- **Zeno++** (Xie, Koyejo and Gupta, ICML 2020, Algorithm 1 with its lazy v): the paper's candidate g is a
+  gradient the server would step against (x ← x − γ g); an update here is a move Δ_k, so g_k = −Δ_k, rescaled to
+  ‖v‖: ĝ_k = −(‖v‖/‖Δ_k‖) Δ_k (0 when Δ_k = 0). Its score γ⟨v, ĝ_k⟩ − ρ‖ĝ_k‖², over the trainable parameters;
+  the update is kept iff the score is at least −γε.
+
 Each returns ``{position: reason}`` of the updates it drops; a buffer smaller than the defense's least n
 (:data:`~seafl_dist.settings.defense.LEAST`) drops every update, with the numbers in the reason.
 """
@@ -51,6 +56,34 @@ def multi_krum(dist: torch.Tensor, f: int, keep: Optional[int], name: str = "mul
     scores = krum_scores(dist, f)
     order = ranked(scores)
     return {i: f"{name}: score {float(scores[i]):.6g} not among the {m} lowest of {n} (f={f})" for i in order[m:]}
+
+
+@torch.no_grad()
+def zeno_scores(deltas, v: torch.Tensor, mask: Optional[torch.Tensor], gamma: float, rho: float) -> list[float]:
+    """Zeno++'s score of each row Δ_k against v (float64; module doc)."""
+    g = v.to(deltas.global_flat.device, torch.float64)
+    dot = torch.zeros(deltas.n, dtype=torch.float64, device=g.device)
+    sq = torch.zeros(deltas.n, dtype=torch.float64, device=g.device)
+    v_sq = 0.0
+    for lo, hi, x in deltas.blocks(mask):
+        gb = g[lo:hi] if mask is None else g[lo:hi][mask[lo:hi].to(g.device)]
+        dot += x @ gb
+        sq += (x * x).sum(dim=1)
+        v_sq += float((gb * gb).sum())
+    v_norm = v_sq ** 0.5
+    out = []
+    for p, r2 in zip(dot.tolist(), sq.tolist()):
+        if r2 == 0.0:
+            out.append(0.0)  # ĝ = 0
+        else:  # ⟨v, ĝ⟩ = −‖v‖⟨v, Δ⟩/‖Δ‖ and ‖ĝ‖² = ‖v‖²
+            out.append(gamma * (-v_norm * p / r2 ** 0.5) - rho * v_sq)
+    return out
+
+
+def zeno_drops(scores: list[float], gamma: float, epsilon: float) -> dict[int, str]:
+    """Zeno++'s drops: each score below −γε."""
+    bar = -gamma * epsilon
+    return {i: f"zenopp: score {s:.6g} below -γε = {bar:.6g}" for i, s in enumerate(scores) if s < bar}
 
 
 def bulyan_selection(dist: torch.Tensor, f: int) -> dict[int, str]:

@@ -19,4 +19,6 @@ DEFENSES = {
     "trimmed_mean": Defense("estimator", False, False, "Yin et al., ICML 2018"),
     "bulyan": Defense("estimator", True, False, "El Mhamdi et al., ICML 2018"),
     "centered_clipping": Defense("estimator", False, True, "Karimireddy et al., ICML 2021"),
+    "fltrust": Defense("estimator", False, False, "Cao et al., NDSS 2021"),
+    "zenopp": Defense("filter", True, True, "Xie, Koyejo and Gupta, ICML 2020"),
 }

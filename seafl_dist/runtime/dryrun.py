@@ -42,6 +42,14 @@ def dry_run(cfg: Config, out: Path, *, explicit: bool, overwrite: bool = False, 
         from seafl_dist.data.holdout import validation_data
         from seafl_dist.sim import stream_seed
         found, _ = validation_data(found, cfg.data.validation, stream_seed(cfg.data_seed, "validation"))
+    held = cfg.algorithm.defense.server_samples
+    if held and found.labels is not None and not found.samples:  # the devices share what the server-held set leaves
+        import dataclasses
+        from seafl_dist.data.server_set import server_rows
+        from seafl_dist.sim import stream_seed
+        rest, _ = server_rows(found.labels, len(found.labels), held, stream_seed(cfg.data_seed, "server_data"))
+        found = dataclasses.replace(found, labels=found.labels[rest], note="; ".join(
+            x for x in (found.note, f"{held} more training samples held by the server") if x))
     data = found.samples[0] if found.samples else found  # a DataModule's training set, else what was read
     lines = [f"config: {cfg.name} ({cfg.algorithm.name}); keys not at their default:", *non_default(cfg)]
     lines.append(f"data: {found.name} ({found.where}): " + (

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from seafl_dist.algo import ServerOptimizer, memory_of
+from seafl_dist.algo import ServerOptimizer
 from seafl_dist.codecs import UpdateCodec
 from seafl_dist.privacy.mechanism import mechanism_of
 from seafl_dist.settings import dump_config
@@ -81,7 +81,7 @@ class Server(Snapshots):
         self.diverged_stop = False  # the run diverged and run.stop_on_divergence ends it here
         self.watch = Watch(exp)  # update norms and divergence: stderr and summary.json only (runtime/watch.py)
         self.server_opt = ServerOptimizer(self.cfg.algorithm, self.parts)  # stage 6 (algo/server_opt.py)
-        self.memory = memory_of(self.cfg.algorithm)  # a stateful rule's state between aggregations (algo/memory.py)
+        self.memory = exp.rule_memory()  # a stateful rule's state between aggregations (algo/memory.py)
         self.controls = ServerControls(self.cfg, self.parts, self.memory)  # SCAFFOLD's c, Δc (runtime/controls.py)
         self.devices = DeviceEvaluation.of(exp, self.callbacks)  # held-out data per device (runtime/device_eval.py)
 

@@ -20,6 +20,7 @@ from seafl_dist.runtime.model_checks import (built, check_dp_model, check_inputs
 from seafl_dist.data import clear_cache, load_dataset, partition
 from seafl_dist.data.custom import custom_partition
 from seafl_dist.data.holdout import test_set_refusal, validation_data
+from seafl_dist.data.server_set import server_set
 from seafl_dist.data.datamodule import is_datamodule_path
 from seafl_dist.data.labels import class_labels, keys, sample_groups
 from seafl_dist.data.natural import natural_partition
@@ -32,7 +33,8 @@ from seafl_dist.sim.clock import scaled_upload
 from seafl_dist.sim.compass import from_config as compass_schedule
 from seafl_dist.sim.devices import population_settings
 from seafl_dist.sim.profiles import read_profiles
-from seafl_dist.algo import FlatParts
+from seafl_dist.algo import FlatParts, memory_of
+from seafl_dist.runtime.server_data import ServerData
 from seafl_dist.threats import Threats
 from seafl_dist.train import FlatLayout, epoch_sizes, flatten
 
@@ -63,6 +65,7 @@ class Experiment:
     held_out: object | None = None  # rank 0, run.device_eval_every set: the chosen devices' held-out rows (HeldOut)
     _threats: Threats | None = None  # made at first use (threats/)
     dp_fixes: list | None = None  # train.dp_sgd.fix_modules: the layers Opacus's fix replaced (train/dp_sgd.py)
+    server_held: object | None = None  # algorithm.defense.server_samples: the server-held set (data/server_set.py)
 
     @property
     def n_samples(self) -> list[int]:
@@ -79,6 +82,14 @@ class Experiment:
         if self._threats is None:
             self._threats = Threats(self.cfg, self.num_devices, self.flat_parts)
         return self._threats
+
+    def rule_memory(self):
+        """The server's holder of the rule's state (algo/memory.py), with the server-held set's computations when a
+        defense reads it (runtime/server_data.py)."""
+        memory = memory_of(self.cfg.algorithm)
+        if self.server_held is not None:
+            memory.server = ServerData(self)
+        return memory
 
     def new_model(self, lightning: bool = False):
         """A fresh model for this dataset (weights are overwritten from a flat vector): the plain
@@ -138,7 +149,8 @@ class Experiment:
             shards[d] = np.searchsorted(rows, idx).astype(np.int64)
         return Experiment(cfg=self.cfg, train=sub, test=self.test, shards=shards, device=self.device,
                           _n_samples=self.n_samples, writers=self.writers, profile=self.profile,
-                          eval_names=self.eval_names, held_out=self.held_out, dp_fixes=self.dp_fixes)
+                          eval_names=self.eval_names, held_out=self.held_out, dp_fixes=self.dp_fixes,
+                          server_held=self.server_held)
 
     def upload_sizes(self) -> dict:
         """``{"bytes": an upload's bytes, "model_bytes": the float32 model's}`` with ``compression.codec`` (a
@@ -249,6 +261,10 @@ def prepare(cfg: Config, *, local_rank: int = 0, need_test: bool = True, fetch=N
     if d.validation:  # the server's slice of the training set, evaluated in place of the test set (data/holdout.py)
         train, held = validation_data(train, d.validation, stream_seed(cfg.data_seed, "validation"))
         test = held if need_test else None
+    server_held = None
+    if cfg.algorithm.defense.server_samples:  # the defenses' server-held set, before the partition (data/server_set.py)
+        train, server_held = server_set(train, cfg.algorithm.defense.server_samples,
+                                        stream_seed(cfg.data_seed, "server_data"))
     shards, writers = make_shards(cfg, train)
     if cfg.privacy.enabled and test is not None and writers is not None:
         check_private_test(cfg, test, writers)  # the test set may not be the devices' own held-out samples
@@ -263,7 +279,7 @@ def prepare(cfg: Config, *, local_rank: int = 0, need_test: bool = True, fetch=N
     check_model_size(cfg, train.num_classes, train.in_channels, train.image_size, num_devices=len(shards))
     exp = Experiment(cfg=cfg, train=train, test=test, shards=shards, device=pick_device(cfg.runtime.device, local_rank),
                      writers=writers, profile=read_profiles(cfg.devices.profile) if cfg.devices.profile else None,
-                     held_out=gather(cfg, train, test, held, writers) if need_test else None)
+                     held_out=gather(cfg, train, test, held, writers) if need_test else None, server_held=server_held)
     if cfg.runtime.deterministic:  # first: an op without a deterministic implementation fails any forward
         determinism.check_model(exp)
     if cfg.train.dp_sgd.enabled:  # Opacus installed, and a model it can train (or fixed), before any probe

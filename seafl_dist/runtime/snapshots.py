@@ -16,6 +16,7 @@ import torch
 from seafl_dist.report import write_json
 from seafl_dist.report.sinks import FINISHED, RunFileError
 from seafl_dist.runtime import checkpoint, residuals, rundir
+from seafl_dist.algo.memory import frozen, to_cpu
 from seafl_dist.runtime.summary import build_summary
 from seafl_dist.train.dp_sgd import summary as dp_sgd_summary
 from seafl_dist.settings import ConfigError, dump_config
@@ -32,6 +33,7 @@ class Snapshots:
                       "n_rows": len(self.rows), "n_staleness": len(self.staleness), "counts": dict(self.counts),
                       "update_norms": self.watch.history.to_list(), "server_opt": self.server_opt.state,
                       "rule_state": self.memory.state,  # never mutated by the rule: a reference is a snapshot
+                      "defense_state": self.memory.defense_state,  # Zeno++'s v (seafl_dist/defenses/), replaced whole
                       "feedback": self._feedback().state() if self._feedback() is not None else None,
                       "controls": self._controls_state(),  # SCAFFOLD's c_k in this process (runtime/controls.py)
                       "events_bytes": events_bytes, "metrics_bytes": metrics_bytes, "privacy": self.privacy.state(),
@@ -68,6 +70,7 @@ class Snapshots:
             **({"profile_sha256": self.profile_sha256} if self.profile_sha256 else {}),
             **({"server_opt": snap["server_opt"].to_dict()} if self.server_opt.active else {}),
             **({"rule_state": rule_state} if rule_state is not None else {}),
+            **({"defense_state": to_cpu("algorithm.defense", snap["defense_state"])} if snap["defense_state"] else {}),
             **({"feedback": snap["feedback"]} if snap["feedback"] is not None else {}), **snap["devices"],
             **({"controls": snap["controls"]} if snap.get("controls") is not None else {}),
             **({"residuals": files} if files is not None else {}),  # the workers' files (runtime/residuals.py)
@@ -91,6 +94,7 @@ class Snapshots:
         self.watch.restore(state, self.rows)  # the guard's norms; whether (and where) the run diverged
         self.server_opt.load_state_dict(state.get("server_opt"))  # m and v of the server optimizer, if any
         self.memory.load_state_dict(state.get("rule_state"))  # a stateful rule's (algo/memory.py)
+        self.memory.defense_state = frozen(state.get("defense_state"))  # a defense's own (Zeno++'s v)
         self.devices.restore(state)  # the last device evaluation's summary
         self._restore_feedback(state)
         if self.privacy.active:  # the inclusion counts m_k (privacy/mechanism.py)

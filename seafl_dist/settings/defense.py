@@ -2,9 +2,9 @@
 aggregation, end to end" (seafl_dist/defenses/ computes it; docs/robustness.md, "Defenses", defines each one).
 
 ``name: none``, the default, is no stage at all: every byte of a run is what it was before the section existed, and
-the section is left out of config.yaml. A **filter** (``krum``, ``multikrum``) drops updates and the rule weights
+the section is left out of config.yaml. A **filter** (``krum``, ``multikrum``, ``zenopp``) drops updates and the rule weights
 what is left, so it works with every rule; an **estimator** (``median``, ``trimmed_mean``, ``bulyan``,
-``centered_clipping``) replaces the mean of the deltas, so it works with the rules that average deltas only
+``centered_clipping``, ``fltrust``) replaces the mean of the deltas, so it works with the rules that average deltas only
 (:data:`DELTA_RULES`). What relates the section to the rest of the config (K, the rule, DP) is checked by
 :func:`check_defense`, called once the buffer size is resolved.
 """
@@ -17,12 +17,13 @@ from seafl_dist.settings.domains import check_fields
 from seafl_dist.settings.errors import _fail
 from seafl_dist.settings.keys import key
 
-FILTERS = ("krum", "multikrum")
-ESTIMATORS = ("median", "trimmed_mean", "bulyan", "centered_clipping")
+FILTERS = ("krum", "multikrum", "zenopp")
+ESTIMATORS = ("median", "trimmed_mean", "bulyan", "centered_clipping", "fltrust")
 DEFENSES = ("none",) + FILTERS + ESTIMATORS
 # the rules whose w′ is w_t + η_g · mean of (scaled) deltas, whose mean an estimator replaces (fadas's rule is fedbuff)
 DELTA_RULES = ("fedbuff",)
 WITH_F = ("krum", "multikrum", "bulyan")  # the defenses that read f
+SERVER_HELD = ("fltrust", "zenopp")  # the defenses that read the server-held slice of the training set (server_samples)
 # the fewest updates each defense takes, as a function of f: Krum's n > 2f + 2 (Blanchard et al. 2017), Bulyan's
 # n ≥ 4f + 3 (El Mhamdi et al. 2018)
 LEAST = {"krum": lambda f: 2 * f + 3, "multikrum": lambda f: 2 * f + 3, "bulyan": lambda f: 4 * f + 3}
@@ -32,9 +33,9 @@ LEAST = {"krum": lambda f: 2 * f + 3, "multikrum": lambda f: 2 * f + 3, "bulyan"
 class DefenseConfig:
     """Which robust-aggregation defense screens or replaces the buffer's mean, and its parameters."""
 
-    name: str = key("none", "the defense: `none`, a filter (`krum`, `multikrum`: drop updates, then the rule "
-                    "weights the rest) or an estimator (`median`, `trimmed_mean`, `bulyan`, `centered_clipping`: "
-                    "replace the mean of the deltas; fedbuff and fadas only)", DEFENSES,
+    name: str = key("none", "the defense: `none`, a filter (`krum`, `multikrum`, `zenopp`: drop updates, then the "
+                    "rule weights the rest) or an estimator (`median`, `trimmed_mean`, `bulyan`, `centered_clipping`: "
+                    "replace the mean of the deltas; fedbuff and fadas only; `fltrust` with a server-held root set)", DEFENSES,
                     note="Filters and Bulyan's selection measure distances between the deltas Δ_k = w_k − w_{t_k} "
                          "over the trainable parameters, in float64, from one Gram matrix; an update a filter drops "
                          "is reported in the aggregate event as the update guard's are (weight 0, `rejected`, its "
@@ -53,6 +54,17 @@ class DefenseConfig:
                      "(0, inf)")
     iterations: int = key(1, "L: centered clipping's iterations per aggregation (the authors' default 1)",
                           "[1, inf)")
+    server_samples: int = key(0, "the server-held set FLTrust's root dataset is: this many samples of the training "
+                              "set, carved before the partition (stratified by label, from `data.seed`'s stream "
+                              "`server_data`), so disjoint from every device's shard, `data.validation` and the test "
+                              "set; 0: none (required ≥ 1 by `fltrust` and `zenopp`, refused above 0 by the others)",
+                              "[0, inf)")
+    gamma: float = key(0.01, "γ: Zeno++'s step size in its score γ⟨v, g⟩ − ρ‖g‖² (the paper's learning rate; "
+                       "`train.lr`'s default)", "(0, inf)")
+    rho: float = key(0.001, "ρ: Zeno++'s weight of ‖g‖² in its score γ⟨v, g⟩ − ρ‖g‖²", "[0, inf)")
+    epsilon: float = key(0.1, "ε: Zeno++ accepts an update whose score is at least −γε", "[0, inf)")
+    refresh: int = key(1, "Zeno++'s lazy refresh: v, the gradient of the loss on the server-held set, is recomputed "
+                       "at w_t when it is this many versions old (1: at every aggregation)", "[1, inf)")
 
     def __post_init__(self) -> None:
         check_fields(self, "algorithm.defense")
@@ -71,6 +83,9 @@ def check_defense(alg, privacy_enabled: bool) -> None:
     """The defense against the rest of the config (``alg``: the algorithm section, its K resolved): each refusal
     one line naming the key, its value and the fix."""
     d = alg.defense
+    if d.name not in SERVER_HELD and d.server_samples > 0:
+        _fail("algorithm.defense.server_samples", d.server_samples, f"0 unless algorithm.defense.name is one of "
+              f"{', '.join(SERVER_HELD)} (not {d.name})")
     if not d.on:
         return
     key_ = "algorithm.defense.name"
@@ -88,6 +103,9 @@ def check_defense(alg, privacy_enabled: bool) -> None:
         _fail("algorithm.buffer_size", alg.buffer_size, f"at least {LEAST[d.name](d.f)} with "
               f"algorithm.defense.name={d.name} and f={d.f} ({'4f + 3' if d.name == 'bulyan' else '2f + 3'}), "
               f"or a smaller algorithm.defense.f")
+    if d.name in SERVER_HELD and d.server_samples < 1:
+        _fail("algorithm.defense.server_samples", d.server_samples, f"at least 1 with algorithm.defense.name={d.name} "
+              f"(its server-held set; FLTrust's paper uses 100)")
     if d.keep is not None and d.name != "multikrum":
         _fail("algorithm.defense.keep", d.keep, f"null unless algorithm.defense.name=multikrum (not {d.name})")
     if d.name == "multikrum" and d.keep is not None and d.keep > alg.buffer_size - d.f:

@@ -51,6 +51,12 @@ ROWS_OF_3 = {"placement": [*overrides("seafl2"), "runtime.placement=device"], "s
              # a defense with a state (centered clipping's centre, rule memory on rank 0; seafl_dist/defenses/)
              "defense": [*SMALL, "algorithm.name=fedbuff", "algorithm.defense.name=centered_clipping",
                          "algorithm.defense.tau=0.5"],
+             # a defense with a server-held set (FLTrust's root set; rank 0 trains g_0 on it: runtime/server_data.py)
+             "server_held": [*SMALL, "algorithm.name=fedbuff", "algorithm.defense.name=fltrust",
+                             "algorithm.defense.server_samples=100"],
+             # Zeno++'s v, computed and cached on rank 0 (a filter, under SEAFL)
+             "zeno": [*SMALL, "algorithm.name=seafl", "algorithm.defense.name=zenopp",
+                      "algorithm.defense.server_samples=100", "algorithm.defense.refresh=3"],
              "scaffold": [*SMALL, *SCAFFOLD, "runtime.placement=device"], **THREATS}
 
 
@@ -194,6 +200,21 @@ def test_centered_clipping_on_3_ranks_matches_inprocess(inprocess, on_ranks):
     s_ref, s_got = (json.loads((d / "summary.json").read_text()) for d in (ref, got))
     s_ref.pop("wall_time_s"), s_got.pop("wall_time_s")
     assert s_got == s_ref and s_got["rule_state"]["keys"] == ["centre"]
+
+
+@pytest.mark.parametrize("case", ["server_held", "zeno"])
+def test_fltrust_and_zeno_on_3_ranks_match_inprocess(inprocess, on_ranks, case):
+    """The server-held set carved alike on every rank (the same shards), FLTrust's g_0 trained and Zeno++'s v
+    computed on rank 0 alone: the one-process run's bytes."""
+    ref = inprocess(case)
+    proc, got, _ = on_ranks(case)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for f in ("events.jsonl", "model.pt", "config.yaml", "partition.json"):
+        assert (got / f).read_bytes() == (ref / f).read_bytes(), f
+    assert_same_metrics(ref / "metrics.csv", got / "metrics.csv")
+    s_ref, s_got = (json.loads((d / "summary.json").read_text()) for d in (ref, got))
+    s_ref.pop("wall_time_s"), s_got.pop("wall_time_s")
+    assert s_got == s_ref
 
 
 @pytest.mark.parametrize("case", list(THREATS))

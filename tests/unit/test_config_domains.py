@@ -46,7 +46,10 @@ VALUE_COMPANIONS = {("data.name", "shakespeare"): ["model.name=lstm"], ("model.n
                     ("algorithm.fedcompass.q_max", "1"): ["algorithm.fedcompass.q_min=1"],
                     **{("algorithm.defense.name", est): ["algorithm.name=fedbuff"]  # an estimator: a mean of deltas
                        for est in ("median", "trimmed_mean", "centered_clipping")},
-                    ("algorithm.defense.name", "bulyan"): ["algorithm.name=fedbuff", "algorithm.buffer_size=7"]}  # 4f+3
+                    ("algorithm.defense.name", "bulyan"): ["algorithm.name=fedbuff", "algorithm.buffer_size=7"],  # 4f+3
+                    ("algorithm.defense.name", "fltrust"): ["algorithm.name=fedbuff",  # a mean of deltas, and
+                                                            "algorithm.defense.server_samples=10"],  # its root set
+                    ("algorithm.defense.name", "zenopp"): ["algorithm.defense.server_samples=10"]}  # its validation set
 TINY = ["run.max_aggregations=1", "logging.progress=none"]  # were a bad value taken, the run would be short
 
 

@@ -29,7 +29,7 @@ from seafl_dist.defenses import geometry
 from seafl_dist.defenses.estimators import NETWORK_MAX, nearest_window, sorted_columns
 from seafl_dist.defenses.geometry import Deltas, pairwise_sq_distances
 from seafl_dist.settings import ConfigError, config_from_dict, dump_config
-from seafl_dist.settings.defense import ESTIMATORS, FILTERS
+from seafl_dist.settings.defense import ESTIMATORS, FILTERS, SERVER_HELD
 
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 T = 5  # the current version: updates start from versions T − 2 .. T
@@ -160,7 +160,7 @@ def run(cfg, w_t, bases, updates, parts, memory=None):
 def test_the_registry_names_every_defense_the_config_takes():
     assert set(DEFENSES) == set(FILTERS) | set(ESTIMATORS)
     assert {n for n, d in DEFENSES.items() if d.kind == "filter"} == set(FILTERS)
-    assert [n for n, d in DEFENSES.items() if d.stateful] == ["centered_clipping"]
+    assert [n for n, d in DEFENSES.items() if d.stateful] == ["centered_clipping", "zenopp"]
 
 
 def test_off_leaves_config_yaml_and_the_rules_memory_as_they_were():
@@ -463,7 +463,8 @@ def test_an_estimator_with_a_rule_that_averages_no_deltas_is_refused(rule, name)
 @pytest.mark.parametrize("name", ESTIMATORS)
 def test_an_estimator_runs_with_fedbuff_and_fadas(name):
     for rule in ("fedbuff", "fadas"):
-        assert config(f"algorithm.name={rule}", f"algorithm.defense.name={name}", "algorithm.defense.f=0")
+        assert config(f"algorithm.name={rule}", f"algorithm.defense.name={name}", "algorithm.defense.f=0",
+                      *(["algorithm.defense.server_samples=1"] if name in SERVER_HELD else []))
 
 
 @pytest.mark.parametrize("name", FILTERS + ESTIMATORS)
