@@ -27,3 +27,15 @@ def test_the_summary_names_the_last_and_the_largest_success_rate_and_fast_as_con
     rows = [{"backdoor_asr": 0.2}, {"backdoor_asr": 0.7}, {"accuracy": 0.5}, {"backdoor_asr": 0.4}]
     assert Threats(cfg, 10).summary(rows) == {"threats": {"malicious": [1, 4], "attack": "backdoor", "fast": False,
                                                           "final_backdoor_asr": 0.4, "best_backdoor_asr": 0.7}}
+
+
+def test_fast_attackers_with_a_device_profile_are_refused_naming_threats_fast():
+    """TH3: fast attackers take the smallest of the idle times drawn once per device (docs/robustness.md, "Fast
+    attackers"); a profile sets each device's own times, so ``threats.fast`` is refused with one, even where the
+    idle distribution and resampling alone would allow it (that edge is accepted in test_threats.py)."""
+    from seafl_dist.settings import ConfigError, load_config
+    from small_runs import QUICKSTART, SMALL
+    with pytest.raises(ConfigError) as err:
+        load_config(QUICKSTART, [*SMALL, "threats.malicious=0.2", "threats.fast=true", "clock.idle.distribution=pareto",
+                                 "devices.profile=configs/mnist/churn_profile.csv"])
+    assert "'threats.fast'" in str(err.value) and "devices.profile" in str(err.value) and "\n" not in str(err.value)
