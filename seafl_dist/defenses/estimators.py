@@ -25,7 +25,7 @@ from typing import Optional
 
 import torch
 
-from .geometry import Deltas
+from .geometry import Deltas, against
 
 
 def trimmed_count(beta: float, n: int) -> int:
@@ -125,17 +125,9 @@ def centered_clipping(deltas: Deltas, centre: Optional[torch.Tensor], tau: float
 def trust_scores(deltas: Deltas, g0: torch.Tensor, mask: Optional[torch.Tensor]) -> tuple[list[float], list[float],
                                                                                           float]:
     """(TS_k = ReLU(cos(x_k, g_0)), ‖x_k‖, ‖g_0‖), over ``mask``, in float64; a zero norm scores 0."""
-    g = g0.to(deltas.global_flat.device, torch.float64)
-    dot = torch.zeros(deltas.n, dtype=torch.float64, device=g.device)
-    sq = torch.zeros(deltas.n, dtype=torch.float64, device=g.device)
-    g_sq = 0.0
-    for lo, hi, x in deltas.blocks(mask):
-        gb = g[lo:hi] if mask is None else g[lo:hi][mask[lo:hi].to(g.device)]
-        dot += x @ gb
-        sq += (x * x).sum(dim=1)
-        g_sq += float((gb * gb).sum())
-    g_norm, norms = g_sq ** 0.5, sq.sqrt().tolist()
-    scores = [0.0 if r == 0.0 or g_norm == 0.0 else max(0.0, p / (r * g_norm)) for p, r in zip(dot.tolist(), norms)]
+    dot, sq, g_sq = against(deltas, g0, mask)
+    g_norm, norms = g_sq ** 0.5, [r2 ** 0.5 for r2 in sq]
+    scores = [0.0 if r == 0.0 or g_norm == 0.0 else max(0.0, p / (r * g_norm)) for p, r in zip(dot, norms)]
     return scores, norms, g_norm
 
 

@@ -23,6 +23,7 @@ from typing import Optional
 import torch
 
 from ..settings.defense import LEAST
+from .geometry import against
 
 
 def krum_scores(dist: torch.Tensor, f: int) -> torch.Tensor:
@@ -61,18 +62,10 @@ def multi_krum(dist: torch.Tensor, f: int, keep: Optional[int], name: str = "mul
 @torch.no_grad()
 def zeno_scores(deltas, v: torch.Tensor, mask: Optional[torch.Tensor], gamma: float, rho: float) -> list[float]:
     """Zeno++'s score of each row Δ_k against v (float64; module doc)."""
-    g = v.to(deltas.global_flat.device, torch.float64)
-    dot = torch.zeros(deltas.n, dtype=torch.float64, device=g.device)
-    sq = torch.zeros(deltas.n, dtype=torch.float64, device=g.device)
-    v_sq = 0.0
-    for lo, hi, x in deltas.blocks(mask):
-        gb = g[lo:hi] if mask is None else g[lo:hi][mask[lo:hi].to(g.device)]
-        dot += x @ gb
-        sq += (x * x).sum(dim=1)
-        v_sq += float((gb * gb).sum())
+    dot, sq, v_sq = against(deltas, v, mask)
     v_norm = v_sq ** 0.5
     out = []
-    for p, r2 in zip(dot.tolist(), sq.tolist()):
+    for p, r2 in zip(dot, sq):
         if r2 == 0.0:
             out.append(0.0)  # ĝ = 0
         else:  # ⟨v, ĝ⟩ = −‖v‖⟨v, Δ⟩/‖Δ‖ and ‖ĝ‖² = ‖v‖²

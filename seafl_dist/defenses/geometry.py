@@ -62,6 +62,22 @@ def gram(deltas: Deltas, mask: Optional[torch.Tensor]) -> torch.Tensor:
 
 
 @torch.no_grad()
+def against(deltas: Deltas, vec: torch.Tensor, mask: Optional[torch.Tensor]) -> tuple[list[float], list[float], float]:
+    """(x_k · u, ‖x_k‖², ‖u‖²) of each row against a server-side vector u (FLTrust's g_0, Zeno++'s v) over
+    ``mask``, in float64, summed over coordinate blocks."""
+    u = vec.to(deltas.global_flat.device, torch.float64)
+    dot = torch.zeros(deltas.n, dtype=torch.float64, device=u.device)
+    sq = torch.zeros(deltas.n, dtype=torch.float64, device=u.device)
+    u_sq = 0.0
+    for lo, hi, x in deltas.blocks(mask):
+        ub = u[lo:hi] if mask is None else u[lo:hi][mask[lo:hi].to(u.device)]
+        dot += x @ ub
+        sq += (x * x).sum(dim=1)
+        u_sq += float((ub * ub).sum())
+    return dot.tolist(), sq.tolist(), u_sq
+
+
+@torch.no_grad()
 def pairwise_sq_distances(deltas: Deltas, mask: Optional[torch.Tensor]) -> torch.Tensor:
     """D[i, j] = ‖x_i − x_j‖² = ‖x_i‖² + ‖x_j‖² − 2 x_i·x_j from the Gram matrix (float64; symmetric, ≥ 0, zero
     diagonal): never a loop over pairs."""
