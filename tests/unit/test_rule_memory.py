@@ -231,7 +231,7 @@ def checkpoint_written(monkeypatch, memory, snap_state):
     quiet = SimpleNamespace(flush=lambda sync=False: None, checkpointed=lambda v: None)
     server = SimpleNamespace(
         _snap={"version": 3, "time": 1.0, "versions": {}, "refs": {}, "n_rows": 0, "n_staleness": 0, "counts": {},
-               "update_norms": [], "server_opt": None, "rule_state": snap_state, "feedback": None,
+               "update_norms": [], "server_opt": None, "rule_state": snap_state, "defense_state": {}, "feedback": None,
                "events_bytes": 0, "metrics_bytes": 0, "privacy": None, "devices": {}},
         _saved_version=None, executor=SimpleNamespace(), memory=memory, writer=quiet, devices=quiet, privacy=quiet,
         cfg=None, dir=None, rows=[], staleness=[], _wall=lambda: 0.0, profile_sha256=None,
