@@ -64,7 +64,7 @@ class Server(Snapshots):
         self._saved_version: int | None = None
         self._last_save = self._t0 = time.monotonic()
         self.wall_before = 0.0
-        self.callbacks = list(callbacks)
+        self.callbacks = self._with_records(exp, callbacks)  # and the DP-SGD ledger (runtime/snapshots.py)
         self.metric = Metric.of(self.cfg.run)  # what targets, stopping, best and final follow
         self.progress = progress or Progress.of(self.cfg, self.metric)  # logging.progress (report/progress.py)
         self.eval_model = exp.new_model()

@@ -17,14 +17,21 @@ from seafl_dist.report import write_json
 from seafl_dist.report.sinks import FINISHED, RunFileError
 from seafl_dist.runtime import checkpoint, residuals, rundir
 from seafl_dist.algo.memory import frozen, to_cpu
+from seafl_dist.privacy.record_accountant import ledger_of
 from seafl_dist.runtime.summary import build_summary
-from seafl_dist.train.dp_sgd import summary as dp_sgd_summary
+from seafl_dist.train.dp_sgd import job_steps, summary as dp_sgd_summary
 from seafl_dist.settings import ConfigError, dump_config
 from seafl_dist.train import load_flat
 
 
 class Snapshots:
     """Checkpoints of a Server: remember, write and restore the state at the end of an aggregation."""
+
+    def _with_records(self, exp, callbacks) -> list:
+        """The server's callbacks, the run's DP-SGD ledger last (``self.records``, privacy/record_accountant.py): it
+        charges each arrived job's steps at its aggregate event, is snapshotted by its length and checkpointed."""
+        self.records = ledger_of(exp, job_steps)
+        return [*callbacks, self.records] if self.records.active else list(callbacks)
 
     def _consistent(self, version: int, now: float, versions: dict, refs: Counter) -> None:
         """The end of an aggregation: flush, remember this state, checkpoint it if one is due."""
@@ -37,7 +44,8 @@ class Snapshots:
                       "feedback": self._feedback().state() if self._feedback() is not None else None,
                       "controls": self._controls_state(),  # SCAFFOLD's c_k in this process (runtime/controls.py)
                       "events_bytes": events_bytes, "metrics_bytes": metrics_bytes, "privacy": self.privacy.state(),
-                      "devices": self.devices.flush()}  # device evaluation's files (runtime/device_eval.py)
+                      "devices": self.devices.flush(),  # device evaluation's files (runtime/device_eval.py)
+                      "dp_sgd_steps": self.records.mark()}  # the DP-SGD ledger's length (privacy/record_accountant.py)
         run = self.cfg.run
         due = (run.checkpoint_every is not None and version > 0 and version % run.checkpoint_every == 0) or \
               (run.checkpoint_every_s is not None and time.monotonic() - self._last_save >= run.checkpoint_every_s)
@@ -74,6 +82,7 @@ class Snapshots:
             **({"feedback": snap["feedback"]} if snap["feedback"] is not None else {}), **snap["devices"],
             **({"controls": snap["controls"]} if snap.get("controls") is not None else {}),
             **({"residuals": files} if files is not None else {}),  # the workers' files (runtime/residuals.py)
+            **({"dp_sgd_steps": self.records.state(snap["dp_sgd_steps"])} if self.records.active else {}),
             **({"privacy": snap["privacy"]} if snap["privacy"] is not None else {})})  # m_k under DP
         residuals.retain(self.dir, files)  # the workers' files go with their checkpoints
         self.privacy.checkpointed(snap["version"])  # secure noise's write-ahead record: what is before it goes
@@ -99,6 +108,8 @@ class Snapshots:
         self._restore_feedback(state)
         if self.privacy.active:  # the inclusion counts m_k (privacy/mechanism.py)
             self.privacy.load(state.get("privacy"))
+        if self.records.active:  # each device's DP-SGD steps so far (privacy/record_accountant.py)
+            self.records.load(state.get("dp_sgd_steps"))
         return dict(state["versions"]), Counter(state["refs"]), state["version"], state["time"]
 
     def _feedback(self):
@@ -143,7 +154,7 @@ class Snapshots:
                                 diverged_at=self.watch.diverged_at()), **self.devices.summary(), **self.memory.summary(),
                 **self.privacy.summary(),  # under DP: ε, δ, z, C, the largest m (privacy/mechanism.py)
                 **self.exp.threats.summary(self.rows),  # the malicious devices and the attack (threats/)
-                **dp_sgd_summary(self.cfg.train.dp_sgd, self.exp.dp_fixes)}  # DP-SGD's constants (train/dp_sgd.py)
+                **dp_sgd_summary(self.cfg.train.dp_sgd, self.exp.dp_fixes, self.records.summary())}  # DP-SGD's (train/)
 
     def _save_model(self, flat: torch.Tensor) -> None:
         """model.pt: the LightningModule's state_dict (load it into build_model(...) of the same config)."""

@@ -14,6 +14,8 @@ from seafl_dist.settings.domains import check_fields
 from seafl_dist.settings.errors import _fail
 from seafl_dist.settings.keys import key
 
+ACCOUNTANTS = ("rdp", "prv")  # Opacus's accountants a device's ε is composed by (privacy/record_accountant.py)
+
 # Opacus's per-sample gradient modes that train a job's own module in place (opacus/grad_sample/utils.py
 # get_hooks_class): hand-written per-layer samplers, or functorch's vmap for every layer. "ew" (expanded weights) and
 # "ghost" (fast gradient clipping) need the module wrapped or a second backward: benchmarks/dp_sgd_cost.py measures
@@ -46,6 +48,15 @@ class DPSGDConfig:
                             "is refused, naming the layer",
                             note="The fixed model is the run's model everywhere (w_0, the server's, model.pt); the run's "
                                  "first lines and summary.json's `dp_sgd.replaced` name each layer replaced.")
+    accountant: str = key("rdp", "how each device's record-level ε composes the DP-SGD steps of its arrived jobs at "
+                          "q_k = B/n_k, at `privacy.delta`: Opacus's `rdp` (RDPAccountant, its default orders) or "
+                          "`prv` (PRVAccountant, eps_error 0.01, its upper bound)", ACCOUNTANTS,
+                          note="Charged: every job whose upload an aggregation takes (SEAFL²'s notified jobs at the "
+                               "steps they took); never a dropped job or one in flight at the end. summary.json's "
+                               "`dp_sgd.epsilon` holds each device's ε, the largest and the quantiles; `seafl report` "
+                               "puts ε beside each device's speed (participation.csv, dp_sgd_epsilon.png). `rdp` costs "
+                               "one RDP vector per distinct shard size; `prv` one composition per distinct (q_k, T_k), "
+                               "seconds each at large q·T (docs/privacy.md, \"Each device's ε\").")
 
     def __post_init__(self) -> None:
         check_fields(self, "train.dp_sgd")

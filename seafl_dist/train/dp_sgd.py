@@ -19,8 +19,8 @@ parameter by parameter in the optimizer's order from the job's own ``torch.Gener
 batch is a step of noise only, as Opacus's own ``DPDataLoader`` makes it; a step whose ``training_step`` returned None
 (no gradient at all) is skipped, as Lightning skips it, and releases nothing.
 
-This module owns, and is the only one to import, Opacus (only with ``train.dp_sgd.enabled``: :func:`require_opacus`
-refuses a missing one in one line naming the extra): the hooks (:class:`JobDP`), the check of a model Opacus cannot
+This module owns, and is the only one to train with, Opacus (only with ``train.dp_sgd.enabled``: :func:`require_opacus`
+refuses a missing one in one line naming the extra; its accountants are privacy/record_accountant.py's): the hooks (:class:`JobDP`), the check of a model Opacus cannot
 train (:func:`blocker`, naming the layer) and the fix its ``ModuleValidator`` proposes (:func:`fix_model`), and what a
 job says to an accountant (:class:`DPSteps`, :func:`job_steps`: how many DP steps at what q and σ, from the schedule
 alone, so rank 0 can compose a device's jobs).
@@ -195,9 +195,11 @@ class JobDP:
         self._inplace = []
 
 
-def summary(dp, replaced: list[str] | None) -> dict:
-    """summary.json's ``dp_sgd`` entry: the mechanism's constants and the layers the fix replaced; {} when off."""
+def summary(dp, replaced: list[str] | None, epsilon: dict | None = None) -> dict:
+    """summary.json's ``dp_sgd`` entry: the mechanism's constants, the layers the fix replaced and, given, each
+    device's ε (``epsilon``: privacy/record_accountant.py's summary); {} when off."""
     if not dp.enabled:
         return {}
     return {"dp_sgd": {"clip": dp.clip, "noise_multiplier": dp.noise_multiplier, "sampling": "poisson",
-                       "grad_sample_mode": dp.grad_sample_mode, "replaced": list(replaced or [])}}
+                       "grad_sample_mode": dp.grad_sample_mode, "replaced": list(replaced or []),
+                       **({"epsilon": epsilon} if epsilon else {})}}

@@ -1,0 +1,170 @@
+"""Each device's record-level ε under ``train.dp_sgd``: Opacus's accountant over the DP-SGD steps of its jobs.
+
+A job of device k takes T_j Poisson-sampled DP-SGD steps at rate q_k = min(1, B / n_k) with noise multiplier σ
+(train/dp_sgd.py ``job_steps``, handed to the ledger: from the schedule alone). What the server sees of it is its upload, so a job is
+charged when its upload arrives, i.e. when an aggregate event holds it (rejected or not: the server saw it):
+
+- every job an aggregation takes, at its steps: a SEAFL² job notified early at the epochs it trained (the update's
+  ``epochs``), a FedCompass job at its ``steps``;
+- never a job whose upload does not arrive: dropped (device churn), in flight when the run ended (or stopped at its
+  target), or finished into a buffer no aggregation emptied (the server never dispatches such a job: it is not
+  trained at all, runtime/server.py ``_dispatch``).
+
+All of a device's jobs share one (q_k, σ), so its ε is one composition of T_k = Σ_j T_j steps: ``RDPAccountant`` or
+``PRVAccountant`` of Opacus (``train.dp_sgd.accountant``), at ``privacy.delta``, with the history
+``[(σ, q_k, T_k)]`` that Opacus's own ``step()`` builds from T_k calls (it merges repeated (σ, q) into one entry).
+:func:`epsilon` is computed once per distinct (accountant, σ, q, T, δ) and cached; under RDP the per-step RDP
+vector is cached per (σ, q) too, and multiplied by T (Opacus's ``compute_rdp`` returns exactly that product), so a
+run of 10^4 devices costs one RDP vector per distinct shard size (at most √(2·|D|) of them), not per device.
+A device with no arrived job has ε = 0; σ = 0 is ε = ∞.
+
+This module owns that ledger (:class:`RecordLedger`: device → steps charged, append-only so a snapshot is a
+length), its checkpoint state (the totals; a resume continues them exactly), and summary.json's
+``dp_sgd.epsilon`` (each device's ε, the largest, the quantiles). Opacus is imported here only when ε is asked for,
+and only with ``train.dp_sgd.enabled`` (:func:`ledger_of` gives :class:`NoLedger` otherwise).
+"""
+from __future__ import annotations
+
+import functools
+import math
+import warnings
+from collections import Counter
+
+from seafl_dist.settings.dp_sgd import ACCOUNTANTS  # one list: the settings own it
+QUANTILES = (0.1, 0.25, 0.5, 0.75, 0.9)
+
+
+def sample_rate(n: int, batch_size: int) -> float:
+    """q_k = min(1, B / n_k), as train/dp_sgd.py ``job_steps`` and the Poisson plan draw it."""
+    return min(1.0, batch_size / max(int(n), 1))
+
+
+@functools.lru_cache(maxsize=None)
+def _rdp_per_step(noise_multiplier: float, q: float):
+    from opacus.accountants import RDPAccountant
+    from opacus.accountants.analysis import rdp as analysis
+    return analysis.compute_rdp(q=q, noise_multiplier=noise_multiplier, steps=1, orders=RDPAccountant.DEFAULT_ALPHAS)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def epsilon(accountant: str, noise_multiplier: float, q: float, steps: int, delta: float) -> float:
+    """ε at ``delta`` of ``steps`` Poisson-subsampled Gaussian steps at rate ``q`` and multiplier
+    ``noise_multiplier``, by Opacus's ``accountant`` (``rdp``: its default orders; ``prv``: its default
+    eps_error 0.01, the upper bound): 0 for no step, ∞ for σ = 0."""
+    if steps < 0 or not 0 < delta < 1 or not 0 < q <= 1 or not noise_multiplier >= 0:
+        raise ValueError(f"epsilon needs steps >= 0, delta in (0, 1), q in (0, 1], σ >= 0: got {steps}, {delta}, "
+                         f"{q}, {noise_multiplier}")
+    if steps == 0:
+        return 0.0
+    if noise_multiplier == 0:
+        return math.inf
+    with warnings.catch_warnings():  # "Optimal order is the largest alpha": a looser bound, still a bound
+        warnings.simplefilter("ignore", UserWarning)
+        warnings.simplefilter("ignore", RuntimeWarning)  # PRV at q = 1: log(0) inside np.where, not taken
+        if accountant == "rdp":
+            from opacus.accountants import RDPAccountant
+            from opacus.accountants.analysis import rdp as analysis
+            eps, _ = analysis.get_privacy_spent(orders=RDPAccountant.DEFAULT_ALPHAS,
+                                                rdp=_rdp_per_step(float(noise_multiplier), float(q)) * int(steps),
+                                                delta=delta)
+            return float(eps)
+        if accountant == "prv":
+            from opacus.accountants import PRVAccountant
+            acc = PRVAccountant()
+            acc.history = [(float(noise_multiplier), float(q), int(steps))]
+            return float(acc.get_epsilon(delta))
+    raise ValueError(f"unknown accountant {accountant!r}; allowed: {', '.join(ACCOUNTANTS)}")
+
+
+def quantile(values: list[float], p: float) -> float:
+    """numpy's linear-interpolation quantile of ``values`` (sorted here), as report/participation.py's quartiles."""
+    import numpy as np
+    return float(np.quantile(np.asarray(values, dtype=float), p))
+
+
+class NoLedger:
+    """No DP-SGD: nothing charged, nothing in summary.json or the checkpoint."""
+
+    active = False
+
+    def on_aggregate(self, ev: dict) -> None:
+        return None
+
+    def on_eval(self, row: dict) -> None:
+        return None
+
+    def close(self, summary: dict) -> None:
+        return None
+
+    def mark(self) -> None:
+        return None
+
+    def state(self, mark=None) -> None:
+        return None
+
+    def load(self, state) -> None:
+        return None
+
+    def summary(self) -> dict:
+        return {}
+
+
+class RecordLedger(NoLedger):
+    """Device → DP-SGD steps of its arrived jobs (module doc); a server callback (``on_aggregate``)."""
+
+    active = True
+
+    def __init__(self, dp, *, batch_size: int, n_samples: list[int], delta: float, steps_of):
+        self.dp, self.batch_size, self.delta, self.steps_of = dp, int(batch_size), float(delta), steps_of
+        self.n_samples = [int(n) for n in n_samples]
+        self.charged: list[tuple[int, int]] = []  # (device, steps), one per arrived job (or device, after a load)
+
+    def on_aggregate(self, ev: dict) -> None:
+        for u in ev["updates"]:
+            s = self.steps_of(int(u["n_samples"]), self.batch_size, int(u["epochs"]), self.dp.noise_multiplier,
+                              u.get("steps") or None)
+            self.charged.append((int(u["device"]), s.steps))
+
+    def mark(self) -> int:
+        """The ledger's length now: a snapshot (the end of an aggregation) without a copy."""
+        return len(self.charged)
+
+    def totals(self, mark: int | None = None) -> Counter:
+        out: Counter = Counter()
+        for device, steps in self.charged[:mark]:
+            out[device] += steps
+        return out
+
+    def state(self, mark: int | None = None) -> dict:
+        """The checkpoint's ``dp_sgd_steps``: each charged device's total steps (up to ``mark``)."""
+        return {"steps": {int(d): int(s) for d, s in sorted(self.totals(mark).items())}}
+
+    def load(self, state: dict | None) -> None:
+        if state is None:
+            raise ValueError("the checkpoint has no DP-SGD step ledger, and this run has train.dp_sgd.enabled: true")
+        self.charged = [(int(d), int(s)) for d, s in state["steps"].items()]
+
+    def epsilons(self) -> list[float]:
+        """ε_k of every device 0..N−1 (0 for a device with no arrived job)."""
+        totals, dp = self.totals(), self.dp
+        return [epsilon(dp.accountant, float(dp.noise_multiplier), sample_rate(n, self.batch_size), totals.get(k, 0),
+                        self.delta) if totals.get(k, 0) else 0.0 for k, n in enumerate(self.n_samples)]
+
+    def summary(self) -> dict:
+        """summary.json's ``dp_sgd.epsilon``: the accountant, δ, the largest ε_k, its quantiles over the devices,
+        the devices charged, and ε_k and T_k of every device (lists indexed by device)."""
+        eps, totals = self.epsilons(), self.totals()
+        return {"accountant": self.dp.accountant, "delta": self.delta, "max": max(eps, default=0.0),
+                "quantiles": {f"p{round(p * 100)}": quantile(eps, p) for p in QUANTILES} if eps else {},
+                "devices_charged": sum(1 for k in range(len(self.n_samples)) if totals.get(k, 0)),
+                "by_device": eps, "steps_by_device": [int(totals.get(k, 0)) for k in range(len(self.n_samples))]}
+
+
+def ledger_of(exp, steps_of) -> NoLedger | RecordLedger:
+    """The run's ledger: :class:`RecordLedger` under ``train.dp_sgd.enabled``, else :class:`NoLedger`. ``steps_of``
+    is train/dp_sgd.py's ``job_steps`` (a job's DP steps from the schedule; given, as privacy/ imports no train/)."""
+    cfg = exp.cfg
+    if not cfg.train.dp_sgd.enabled:
+        return NoLedger()
+    return RecordLedger(cfg.train.dp_sgd, batch_size=cfg.train.batch_size, n_samples=exp.n_samples,
+                        delta=cfg.privacy.delta, steps_of=steps_of)

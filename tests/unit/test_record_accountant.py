@@ -1,0 +1,128 @@
+"""privacy/record_accountant.py: each device's record-level ε under train.dp_sgd, against Opacus's own accountants
+stepped here once per DP-SGD step (RDPAccountant / PRVAccountant: the oracle), over the jobs this test says arrived.
+
+Steps per epoch are written out from the plan's rule (ceil(n/B) batches, a trailing batch of one sample skipped),
+never taken from the code under test: n = 50, B = 10 is 5 a epoch; n = 21, B = 10 is 2 (20..21 is one sample)."""
+import math
+import warnings
+from types import SimpleNamespace
+
+import pytest
+
+pytest.importorskip("opacus")
+from opacus.accountants import PRVAccountant, RDPAccountant  # noqa: E402
+
+from seafl_dist.privacy import record_accountant as ra  # noqa: E402
+from seafl_dist.train.dp_sgd import job_steps  # noqa: E402
+
+DELTA = 1e-5
+
+
+def opacus_epsilon(kind: str, sigma: float, q: float, steps: int) -> float:
+    acc = {"rdp": RDPAccountant, "prv": PRVAccountant}[kind]()
+    for _ in range(steps):
+        acc.step(noise_multiplier=sigma, sample_rate=q)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return float(acc.get_epsilon(DELTA)) if steps else 0.0
+
+
+@pytest.mark.parametrize("kind", ["rdp", "prv"])
+@pytest.mark.parametrize("sigma,q,steps", [(1.0, 0.2, 7), (0.7, 1.0, 3), (2.0, 10 / 21, 12)])
+def test_epsilon_is_opacus_accountant_stepped_once_per_step(kind, sigma, q, steps):
+    assert ra.epsilon(kind, sigma, q, steps, DELTA) == opacus_epsilon(kind, sigma, q, steps)
+
+
+def test_no_step_is_zero_and_no_noise_is_infinite():
+    assert ra.epsilon("rdp", 1.0, 0.5, 0, DELTA) == 0.0
+    assert ra.epsilon("rdp", 0.0, 0.5, 1, DELTA) == math.inf
+    assert ra.epsilon("prv", 0.0, 0.5, 1, DELTA) == math.inf
+    assert 0 < ra.epsilon("rdp", 1e-3, 0.5, 1, DELTA) < math.inf
+    with pytest.raises(ValueError, match="unknown accountant"):
+        ra.epsilon("pld", 1.0, 0.5, 1, DELTA)
+
+
+def test_the_sample_rate_is_b_over_n_capped_at_one():
+    assert ra.sample_rate(50, 10) == 0.2 and ra.sample_rate(10, 10) == 1.0 and ra.sample_rate(4, 10) == 1.0
+
+
+def ledger(kind="rdp", sigma=1.0, n=(50, 21, 50, 8)):
+    dp = SimpleNamespace(noise_multiplier=sigma, accountant=kind)
+    return ra.RecordLedger(dp, batch_size=10, n_samples=list(n), delta=DELTA, steps_of=job_steps)
+
+
+def up(device, n, epochs, **kw):
+    return {"device": device, "job": 100 * device + epochs, "n_samples": n, "epochs": epochs, **kw}
+
+
+# device 0 (n 50): two whole 2-epoch jobs (2·5 steps each) and a SEAFL² job notified after 1 epoch (5 steps);
+# device 1 (n 21): one 2-epoch job (2·2 steps), one rejected 1-epoch upload (it arrived: 2 steps); a third job of
+# device 1 and every job of device 2 never arrive (started, dropped or in flight: not in an aggregate event);
+# device 3 (n 8 <= B): q = 1, a FedCompass-style job of 3 steps cut from 2 epochs of 1 batch each (min(2, 3) = 2).
+EVENTS = [{"event": "aggregate", "updates": [up(0, 50, 2), up(1, 21, 2)]},
+          {"event": "aggregate", "updates": [up(0, 50, 1), up(1, 21, 1, rejected=True)]},
+          {"event": "aggregate", "updates": [up(0, 50, 2), up(3, 8, 2, steps=3)]}]
+ARRIVED = {0: (0.2, 2 * 5 + 5 + 2 * 5), 1: (10 / 21, 2 * 2 + 2), 3: (1.0, 2)}
+
+
+@pytest.mark.parametrize("kind", ["rdp", "prv"])
+def test_each_device_is_charged_the_steps_of_its_arrived_jobs_only(kind):
+    led = ledger(kind)
+    for ev in EVENTS:
+        led.on_aggregate(ev)
+    want = [opacus_epsilon(kind, 1.0, *ARRIVED[k]) if k in ARRIVED else 0.0 for k in range(4)]
+    s = led.summary()
+    assert s["by_device"] == want and want[2] == 0.0 and all(e > 0 for i, e in enumerate(want) if i != 2)
+    assert s["steps_by_device"] == [25, 6, 0, 2] and s["devices_charged"] == 3
+    assert s["max"] == max(want) and s["accountant"] == kind and s["delta"] == DELTA
+    ordered = sorted(want)  # numpy's linear quantile over 4 values, by hand: p50 = the mean of the middle two
+    assert s["quantiles"]["p50"] == pytest.approx((ordered[1] + ordered[2]) / 2, rel=1e-12)
+    assert s["quantiles"]["p25"] == pytest.approx(ordered[0] + 0.75 * (ordered[1] - ordered[0]), rel=1e-12)
+
+
+def test_a_partial_job_costs_less_than_a_whole_one():
+    whole, part = ledger(), ledger()
+    whole.on_aggregate({"updates": [up(0, 50, 2)]})
+    part.on_aggregate({"updates": [up(0, 50, 1)]})
+    assert part.summary()["by_device"][0] == opacus_epsilon("rdp", 1.0, 0.2, 5) < whole.summary()["by_device"][0]
+
+
+def test_a_resumed_ledger_continues_to_the_uninterrupted_bytes():
+    through = ledger()
+    for ev in EVENTS:
+        through.on_aggregate(ev)
+    first = ledger()
+    for ev in EVENTS:
+        first.on_aggregate(ev)
+    mark_after_1 = 2  # the snapshot after the first aggregation: its two updates
+    state = first.state(mark_after_1)
+    assert state == {"steps": {0: 10, 1: 4}}
+    resumed = ledger()
+    resumed.load(state)
+    for ev in EVENTS[1:]:
+        resumed.on_aggregate(ev)
+    assert resumed.summary() == through.summary()
+    with pytest.raises(ValueError, match="no DP-SGD step ledger"):
+        ledger().load(None)
+
+
+def test_no_arrival_at_all_is_epsilon_zero_everywhere():
+    s = ledger().summary()
+    assert s["by_device"] == [0.0] * 4 and s["max"] == 0.0 and s["devices_charged"] == 0
+
+
+def test_one_rdp_vector_per_distinct_shard_size_not_per_device():
+    ra._rdp_per_step.cache_clear()
+    sizes = [40 + k % 7 for k in range(3000)]  # 3000 devices, 7 shard sizes
+    led = ledger(sigma=1.3, n=sizes)
+    for k in range(3000):
+        led.on_aggregate({"updates": [up(k, sizes[k], 1 + k % 3)]})
+    eps = led.epsilons()
+    assert ra._rdp_per_step.cache_info().currsize == 7
+    assert eps[5] == opacus_epsilon("rdp", 1.3, 10 / 45, 5 * (1 + 5 % 3))
+
+
+def test_off_is_nothing():
+    off = ra.NoLedger()
+    off.on_aggregate({"updates": [up(0, 50, 2)]})
+    assert not off.active and off.summary() == {} and off.state() is None and off.mark() is None
