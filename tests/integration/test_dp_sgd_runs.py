@@ -1,9 +1,15 @@
 """``train.dp_sgd`` in whole runs on the bundled digits (SMALL's settings), in this process: the plain loop and
 ``train.loop: lightning`` each complete under DP-SGD with summary.json's ``dp_sgd`` entry (tests/unit/test_dp_sgd.py
 shows the step's bits); a run killed during aggregation 3 resumes from its checkpoint at 2 to the uninterrupted bytes
-(the noise is the job's named stream, so a retrained job draws it again); ResNet-18 is refused naming its first
+(the noise is the job's named stream, so a retrained job draws it again), each device's ε with it (its checkpoint
+holds the steps of aggregations 1 and 2); each device's ε is Opacus's accountant stepped here over the jobs the trace
+says arrived (SEAFL²'s notified jobs at the epochs they trained, jobs in flight at the end never); ResNet-18 is refused naming its first
 BatchNorm (its fix: tests/dist/test_features_on_ranks.py); ``runtime.batch_jobs`` > 1 trains one job at a time, one
 line saying why."""
+import json
+import warnings
+from collections import Counter
+
 import pytest
 
 import in_process
@@ -24,7 +30,8 @@ def plain(tmp_path_factory):
 def test_a_plain_loop_run_completes_under_dp_sgd_and_says_so(plain):
     s = summary(plain)
     assert s["status"] == "completed" and s["dp_sgd"] == {"clip": 1.0, "noise_multiplier": 0.5, "sampling": "poisson",
-                                                          "grad_sample_mode": "hooks", "replaced": []}
+                                                          "grad_sample_mode": "hooks", "replaced": [],
+                                                          "epsilon": s["dp_sgd"]["epsilon"]}
     assert (plain / "events.jsonl").read_text().count('"aggregate"') == 6
     assert "dp_sgd" in (plain / "config.yaml").read_text()
 
@@ -32,9 +39,75 @@ def test_a_plain_loop_run_completes_under_dp_sgd_and_says_so(plain):
 def test_a_killed_dp_sgd_run_resumes_to_the_uninterrupted_bytes(plain, tmp_path):
     ref = plain
     out = tmp_path / "killed"
-    killed_during_3([*SMALL, *DP, *EVERY_2], out)
+    state = killed_during_3([*SMALL, *DP, *EVERY_2], out)
+    assert state["dp_sgd_steps"] == {"steps": dict(sorted(arrived_steps(ref, through=2).items()))}
     resumed_from_2(ref, [*SMALL, *DP, *EVERY_2], out)
-    assert_same_run(ref, out)
+    assert_same_run(ref, out)  # summary.json's dp_sgd.epsilon included: the same ε bytes
+    assert summary(out)["dp_sgd"]["epsilon"]["max"] > 0
+
+
+# ---- each device's ε, against Opacus's own accountant over the trace's arrived jobs ------------------------------
+BATCH = 16  # configs/quickstart.yaml's train.batch_size
+DELTA = 1e-5  # privacy.delta's default
+
+
+def steps_per_epoch(n: int, b: int = BATCH) -> int:
+    """The plan's batches of an epoch (train/plan.py): ceil(n / b), a trailing batch of one sample skipped."""
+    batches = -(-n // b)
+    return batches - 1 if n % b == 1 and n > 1 and b > 1 else batches
+
+
+def events(run_dir):
+    return [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+
+
+def arrived_steps(run_dir, through=None) -> Counter:
+    """Each device's DP steps over the updates of the trace's aggregate events (up to version ``through``)."""
+    steps, n = Counter(), {}
+    for ev in events(run_dir):
+        if ev["event"] == "aggregate" and (through is None or ev["version"] <= through):
+            for u in ev["updates"]:
+                steps[u["device"]] += u["epochs"] * steps_per_epoch(u["n_samples"])
+                n[u["device"]] = u["n_samples"]
+    arrived_steps.n = n
+    return steps
+
+
+def opacus_epsilons(run_dir, kind: str, sigma: float, num: int = 10) -> list[float]:
+    from opacus.accountants import PRVAccountant, RDPAccountant
+    steps, out = arrived_steps(run_dir), []
+    for k in range(num):
+        acc = {"rdp": RDPAccountant, "prv": PRVAccountant}[kind]()
+        for _ in range(steps[k]):
+            acc.step(noise_multiplier=sigma, sample_rate=min(1.0, BATCH / arrived_steps.n[k]))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            out.append(float(acc.get_epsilon(DELTA)) if steps[k] else 0.0)
+    return out
+
+
+def test_each_devices_epsilon_is_opacus_rdp_over_its_arrived_jobs(plain):
+    eps = summary(plain)["dp_sgd"]["epsilon"]
+    want = opacus_epsilons(plain, "rdp", 0.5)
+    assert eps["by_device"] == want and eps["max"] == max(want) and eps["accountant"] == "rdp"
+    assert eps["delta"] == DELTA and eps["devices_charged"] == sum(1 for e in want if e > 0)
+
+
+def test_seafl2_partial_jobs_are_charged_at_their_steps_and_unarrived_ones_never(tmp_path):
+    out = reference(tmp_path / "s2", [*SMALL, *DP, "algorithm.name=seafl2", "train.epochs=2",
+                                      "algorithm.staleness_limit=1", "run.seed=2", "train.dp_sgd.accountant=prv"])
+    evs = events(out)
+    aggregated = {u["job"]: u for ev in evs if ev["event"] == "aggregate" for u in ev["updates"]}
+    started = {ev["job"]: ev["device"] for ev in evs if ev["event"] == "start"}
+    assert any(u["epochs"] == 1 for u in aggregated.values()), "no notified job arrived: the partial edge is untested"
+    never = set(started) - set(aggregated)
+    assert never, "every started job arrived: the unarrived edge is untested"
+    eps = summary(out)["dp_sgd"]["epsilon"]
+    assert eps["by_device"] == opacus_epsilons(out, "prv", 0.5) and eps["accountant"] == "prv"
+    charged = arrived_steps(out)  # the steps of the aggregated updates only: the jobs in `never` cost nothing
+    assert eps["steps_by_device"] == [charged[k] for k in range(10)]
+    idle = [k for k in range(10) if k not in charged]
+    assert idle and all(eps["by_device"][k] == 0.0 for k in idle), idle
 
 
 def test_the_lightning_loop_runs_under_dp_sgd(tmp_path):
