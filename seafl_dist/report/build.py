@@ -22,7 +22,9 @@ Writes into ``--out`` (default: the one directory given, else ``runs/report-<tim
 - ``participation.csv``: one row per device (and run) from each run's trace: jobs, speed, staleness, share of the
   aggregation weight and the coefficient its rule applied (report/participation.py); ``participation.png`` (and
   ``.pdf``) draws the share against speed with the speed quartiles marked, one panel per grid point, mean over
-  seeds, and ``participation_quartiles.csv`` holds those means (report/participation_plot.py),
+  seeds, and ``participation_quartiles.csv`` holds those means (report/participation_plot.py); under
+  ``train.dp_sgd`` its ``dp_sgd_epsilon`` column is each device's ε (the run's summary.json), and
+  ``dp_sgd_epsilon.png`` (with ``.pdf`` and ``.csv``) draws it against speed (report/dp_sgd_plot.py),
 - for runs with device evaluation (``run.device_eval_every``): ``device_eval_cdf.png`` and
   ``device_eval_vs_speed.png`` (with ``.pdf`` and ``.csv``), ``device_eval.csv`` and a report.md section: each
   device's final value on its own held-out data, per arm (report/device_eval_plot.py).
@@ -42,6 +44,7 @@ from seafl_dist.report.figures import plot_accuracy_vs_time, plot_time_to_target
 from seafl_dist.report.device_eval_plot import write_device_eval
 from seafl_dist.report.epsilon import per_data
 from seafl_dist.report.participation_plot import write_participation
+from seafl_dist.report.dp_sgd_plot import write_dp_sgd_epsilon
 from seafl_dist.report.plots import plot_timeline
 from seafl_dist.report.value_plots import plot_time_vs_value, swept_keys
 from seafl_dist.report.metric import Metric
@@ -248,6 +251,7 @@ def write_report(paths, out: str | Path, *, targets: list[float] | None = None, 
     drawn = figures(groups, targets, out, until=until, log_x=log_x, seed_curves=seed_curves, zoom=zoom, metric=metric)
     files.update({f"{stem}.{ext}": out / f"{stem}.{ext}" for stem in drawn for ext in ("png", "pdf", "csv")})
     files.update(write_participation(groups, out))  # from the runs' traces: runs of any version have it
+    files.update(write_dp_sgd_epsilon(groups, out))  # DP-SGD runs: each device's ε against its speed
     device_files, device_md = write_device_eval(groups, out)  # runs with device_metrics.csv only
     files.update(device_files)
     md += "\n" + device_md if device_md else ""

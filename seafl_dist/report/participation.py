@@ -23,6 +23,9 @@ started a job has zeros, and blanks where there is nothing to average:
   ``privacy.diagnostics``: they read the update, docs/privacy.md) was given a weight the trace does not say: its
   device's ``weight``, ``coefficient`` and ``mean_coefficient`` are blank, not 0, and so is every device's
   ``weight_share`` in that run (the total is unknown). A ``weight`` of null (a non-finite one) still counts as 0.
+- ``dp_sgd_epsilon``: under ``train.dp_sgd``, the device's record-level ε over its arrived jobs, as the run's
+  summary.json says it (privacy/record_accountant.py; 0 for a device none of whose uploads arrived); blank for a
+  run without DP-SGD, or one whose summary.json predates it.
 
 The recorded weights are not normalised alike (algo/): SEAFL records p_k before ϑ (Eq. 8 multiplies by ϑ),
 FedBuff η_g·c_k/|B| (the coefficient on Δ_k = w_k − w_{t_k}; CA²FL η_g/K, its coefficient in this aggregation, not
@@ -39,7 +42,7 @@ import numpy as np
 
 COLUMNS = ["label", "point", "run", "seed", "algorithm", "device", "n_samples", "jobs_started", "updates_accepted",
            "updates_rejected", "jobs_dropped", "jobs_unaggregated", "mean_job_s", "speed_quartile", "mean_staleness",
-           "weight", "weight_share", "coefficient", "mean_coefficient"]
+           "weight", "weight_share", "coefficient", "mean_coefficient", "dp_sgd_epsilon"]
 QUARTILES = (1, 2, 3, 4)
 RECORDED_AS_APPLIED = ("fedbuff", "fedasync", "fedavg", "ca2fl", "fadas", "asyncsgd", "port",
                        "fedstaleweight")  # the recorded weight is w_k's coefficient in w_{t+1}
@@ -64,12 +67,18 @@ def coefficient(algorithm: str, weight: float, theta: float) -> float | None:
     return None
 
 
+def dp_sgd_epsilon(summary: dict | None) -> list | None:
+    """Each device's ε of a DP-SGD run's summary.json (``dp_sgd.epsilon.by_device``), else None."""
+    return (((summary or {}).get("dp_sgd") or {}).get("epsilon") or {}).get("by_device")
+
+
 def _mean(values: list) -> float | None:
     return statistics.fmean(values) if values else None
 
 
-def run_participation(events: list[dict], config: dict) -> list[dict]:
-    """One row per device (:data:`COLUMNS` from ``device`` on) of one run's trace; ``config`` is dotted keys."""
+def run_participation(events: list[dict], config: dict, epsilon: list | None = None) -> list[dict]:
+    """One row per device (:data:`COLUMNS` from ``device`` on) of one run's trace; ``config`` is dotted keys;
+    ``epsilon``: summary.json's ``dp_sgd.epsilon.by_device`` of a DP-SGD run (its ``dp_sgd_epsilon``), else None."""
     algorithm, theta = str(config.get("algorithm.name")), theta_of(config)
     known = coefficient(algorithm, 1.0, theta) is not None  # a rule of one's own: no coefficient
     started, durations, staleness = defaultdict(int), defaultdict(list), defaultdict(list)
@@ -116,7 +125,8 @@ def run_participation(events: list[dict], config: dict) -> list[dict]:
                      "weight": None if k in withheld else weight[k],
                      "weight_share": weight[k] / total if total > 0 and not withheld else None,
                      "coefficient": coef[k] if said else None,
-                     "mean_coefficient": coef[k] / ok if said and ok else None})
+                     "mean_coefficient": coef[k] / ok if said and ok else None,
+                     "dp_sgd_epsilon": epsilon[k] if epsilon is not None and k < len(epsilon) else None})
     bounds = quartile_bounds(rows)
     for r in rows:
         if r["mean_job_s"] is not None:

@@ -24,7 +24,7 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, LogLocator, NullLocator
 
 from seafl_dist.report.figures import arms, new_figure, paper_style, save, title_of, wrap, write_rows
-from seafl_dist.report.participation import COLUMNS, arm_quartiles, run_participation, run_quartiles
+from seafl_dist.report.participation import COLUMNS, arm_quartiles, dp_sgd_epsilon, run_participation, run_quartiles
 from seafl_dist.report.sinks import read_events
 
 LOG_RATIO = 10.0  # slowest / fastest mean job duration above which the duration axis is logarithmic
@@ -54,7 +54,7 @@ def participation_of(groups) -> tuple[list[dict], list[dict], list[tuple]]:
         per_run = []
         for r in g.runs:
             if (r.dir / "events.jsonl").exists():
-                devices = run_participation(read_events(r.dir / "events.jsonl"), r.config)
+                devices = run_participation(read_events(r.dir / "events.jsonl"), r.config, dp_sgd_epsilon(r.summary))
                 per_run.append([{**d, "label": label, "point": g.label, "run": r.name, "seed": r.seed} for d in devices])
         if not per_run:
             continue

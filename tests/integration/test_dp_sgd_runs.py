@@ -93,6 +93,21 @@ def test_each_devices_epsilon_is_opacus_rdp_over_its_arrived_jobs(plain):
     assert eps["delta"] == DELTA and eps["devices_charged"] == sum(1 for e in want if e > 0)
 
 
+def test_the_report_puts_each_devices_epsilon_beside_its_speed(plain, tmp_path):
+    import csv
+    proc = in_process.seafl("report", plain, "--out", tmp_path / "rep")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    want = opacus_epsilons(plain, "rdp", 0.5)
+    with open(tmp_path / "rep" / "participation.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [float(r["dp_sgd_epsilon"]) for r in rows] == pytest.approx(want, rel=1e-12)
+    with open(tmp_path / "rep" / "dp_sgd_epsilon.csv") as f:
+        drawn = list(csv.DictReader(f))
+    assert [float(r["dp_sgd_epsilon"]) for r in drawn] == pytest.approx(want, rel=1e-12)
+    assert [r["mean_job_s"] for r in drawn] == [r["mean_job_s"] for r in rows]
+    assert (tmp_path / "rep" / "dp_sgd_epsilon.png").stat().st_size > 0
+
+
 def test_seafl2_partial_jobs_are_charged_at_their_steps_and_unarrived_ones_never(tmp_path):
     out = reference(tmp_path / "s2", [*SMALL, *DP, "algorithm.name=seafl2", "train.epochs=2",
                                       "algorithm.staleness_limit=1", "run.seed=2", "train.dp_sgd.accountant=prv"])

@@ -55,6 +55,7 @@ def test_a_run_and_the_same_run_as_an_older_version_left_it(tmp_path):
     rows = read(files["participation.csv"])
     assert list(rows[0]) == COLUMNS
     check_against_summary(run, rows)
+    assert all(r["dp_sgd_epsilon"] == "" for r in rows) and "dp_sgd_epsilon.png" not in files  # no DP-SGD: blank
     theta = 0.8  # the quickstart's SEAFL: the coefficient is theta times the recorded weight
     for r in rows:
         assert float(r["coefficient"]) == pytest.approx(theta * float(r["weight"]))
