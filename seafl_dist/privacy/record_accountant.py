@@ -18,6 +18,11 @@ vector is cached per (σ, q) too, and multiplied by T (Opacus's ``compute_rdp`` 
 run of 10^4 devices costs one RDP vector per distinct shard size (at most √(2·|D|) of them), not per device.
 A device with no arrived job has ε = 0; σ = 0 is ε = ∞.
 
+``train.dp_sgd.target_epsilon``: the schedule does not depend on the model, so before the run every device's
+(q_k, T_k) over the whole schedule is known (:func:`schedule_pairs`), and :func:`calibrate` finds by bisection the
+smallest σ whose largest ε_k is at most the target, over the pairs no other dominates (:func:`frontier`: a larger
+q and more steps), since q_k varies and the device with the most steps need not be the one that binds.
+
 This module owns that ledger (:class:`RecordLedger`: device → steps charged, append-only so a snapshot is a
 length), its checkpoint state (the totals; a resume continues them exactly), and summary.json's
 ``dp_sgd.epsilon`` (each device's ε, the largest, the quantiles). Opacus is imported here only when ε is asked for,
@@ -160,11 +165,80 @@ class RecordLedger(NoLedger):
                 "by_device": eps, "steps_by_device": [int(totals.get(k, 0)) for k in range(len(self.n_samples))]}
 
 
+def frontier(pairs) -> list[tuple[float, int]]:
+    """The (q, T) pairs no other pair dominates (another with q' >= q and T' >= T has an ε at least as large, for any
+    σ: ε grows with both): the only devices that can hold the largest ε. Sorted by q, T falling."""
+    best: list[tuple[float, int]] = []
+    for q, t in sorted({(float(q), int(t)) for q, t in pairs if int(t) > 0}, key=lambda p: (-p[0], -p[1])):
+        if not best or t > best[-1][1]:
+            best.append((q, t))
+    return sorted(best)
+
+
+def largest(accountant: str, noise_multiplier: float, pairs, delta: float) -> float:
+    """max over ``pairs`` (q_k, T_k) of ε_k at ``noise_multiplier``: every pair of :func:`frontier`, none left out."""
+    return max((epsilon(accountant, noise_multiplier, q, t, delta) for q, t in frontier(pairs)), default=0.0)
+
+
+def calibrate(target: float, pairs, delta: float, accountant: str = "rdp", rtol: float = 1e-6) -> float:
+    """The smallest σ (to ``rtol`` relative, rounded up) whose largest ε over ``pairs`` (q_k, T_k) is at most
+    ``target`` at ``delta``: bisection on σ (ε falls as σ grows), the bracket doubled from σ = 1 or halved to it.
+    Not the device with the most steps alone: a device of a smaller shard (larger q) may bind first."""
+    pairs = sorted({(float(q), int(t)) for q, t in pairs if int(t) > 0})
+    front = frontier(pairs)
+    if not front:
+        raise ValueError("no device takes a DP-SGD step that arrives in this schedule: there is no ε to calibrate")
+    if not target > 0:
+        raise ValueError(f"the target ε must be > 0: got {target}")
+
+    sigma = _bisect(lambda z: max(epsilon(accountant, z, q, t, delta) for q, t in front) <= target, rtol)
+    if max(epsilon(accountant, sigma, q, t, delta) for q, t in pairs) <= target:
+        return sigma
+    # a dominated pair above the target: the accountant's numerics are not monotone there (PRV's grid); all pairs
+    return _bisect(lambda z: max(epsilon(accountant, z, q, t, delta) for q, t in pairs) <= target, rtol)
+
+
+def _bisect(ok, rtol: float) -> float:
+    """The smallest σ with ``ok(σ)`` (ok false below it, true above), to ``rtol`` relative, from above."""
+    hi = 1.0
+    while not ok(hi):
+        hi *= 2.0
+        if hi > 2.0 ** 40:
+            raise ValueError("no σ up to 2^40 reaches the target ε")
+    lo = hi / 2.0
+    while ok(lo):
+        hi, lo = lo, lo / 2.0
+        if lo < 2.0 ** -40:
+            return hi
+    while (hi - lo) > rtol * hi:
+        mid = (lo + hi) / 2.0
+        if ok(mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+def schedule_pairs(events, n_samples: list[int], batch_size: int, steps_of) -> list[tuple[float, int]]:
+    """(q_k, T_k) of every device with an arrived job over the whole schedule ``events`` (the aggregate events'
+    updates, as :class:`RecordLedger` charges them): what :func:`calibrate` bounds. σ plays no part in it."""
+    led = RecordLedger(_Sigma(), batch_size=batch_size, n_samples=n_samples, delta=0.5, steps_of=steps_of)
+    for ev in events:
+        if ev["event"] == "aggregate":
+            led.on_aggregate(ev)
+    return [(sample_rate(n_samples[k], batch_size), t) for k, t in sorted(led.totals().items()) if t]
+
+
+class _Sigma:
+    noise_multiplier = 0.0  # job_steps packs σ beside the steps; the count does not read it
+    accountant = "rdp"
+
+
 def ledger_of(exp, steps_of) -> NoLedger | RecordLedger:
     """The run's ledger: :class:`RecordLedger` under ``train.dp_sgd.enabled``, else :class:`NoLedger`. ``steps_of``
     is train/dp_sgd.py's ``job_steps`` (a job's DP steps from the schedule; given, as privacy/ imports no train/)."""
     cfg = exp.cfg
     if not cfg.train.dp_sgd.enabled:
         return NoLedger()
-    return RecordLedger(cfg.train.dp_sgd, batch_size=cfg.train.batch_size, n_samples=exp.n_samples,
+    return RecordLedger(exp.dp_sgd, batch_size=cfg.train.batch_size, n_samples=exp.n_samples,
                         delta=cfg.privacy.delta, steps_of=steps_of)

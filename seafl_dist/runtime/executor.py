@@ -57,12 +57,14 @@ def job_seeds(cfg, spec: JobSpec) -> dict:
             "torch_seed": stream_seed(cfg.run.seed, "torch", spec.device, spec.job)}
 
 
-def dp_sgd_of(cfg, spec: JobSpec) -> dict:
-    """``train.dp_sgd``'s arguments of a job: the section and the job's named noise stream ``dp_sgd`` (keyed as its
-    other streams, so its noise is the same on any rank, after a resume); {} when off."""
+def dp_sgd_of(exp, spec: JobSpec) -> dict:
+    """``train.dp_sgd``'s arguments of a job: the section (σ calibrated under ``target_epsilon``: the Experiment's
+    ``dp_sgd``) and the job's named noise stream ``dp_sgd`` (keyed as its other streams, so its noise is the same on
+    any rank, after a resume); {} when off."""
+    cfg = exp.cfg
     if not cfg.train.dp_sgd.enabled:
         return {}
-    return {"dp_sgd": cfg.train.dp_sgd, "dp_seed": stream_seed(cfg.run.seed, "dp_sgd", spec.device, spec.job)}
+    return {"dp_sgd": exp.dp_sgd, "dp_seed": stream_seed(cfg.run.seed, "dp_sgd", spec.device, spec.job)}
 
 
 def compress_seed(cfg, spec: JobSpec) -> int:
@@ -82,7 +84,7 @@ def run_job(exp, model, spec: JobSpec, start: torch.Tensor, on_step=None, result
                      device=exp.device, precision=cfg.runtime.precision, on_step=on_step,
                      result_device=exp.device if result_on_device else "cpu", loop=t.loop,
                      clip=(t.grad_clip_val, t.grad_clip_algorithm), logged=logged, prox_mu=t.prox_mu,
-                     steps=spec.steps or None, control=control, **dp_sgd_of(cfg, spec))
+                     steps=spec.steps or None, control=control, **dp_sgd_of(exp, spec))
 
 
 def run_graphed(exp, slots, specs: list[JobSpec], starts: list[torch.Tensor], on_step=None) -> list[torch.Tensor]:

@@ -5,7 +5,9 @@ ranks agree on shards, initial weights and the schedule without talking to each 
 """
 from __future__ import annotations
 
+import dataclasses
 import gc
+import sys
 from dataclasses import dataclass
 
 import numpy as np
@@ -66,6 +68,14 @@ class Experiment:
     _threats: Threats | None = None  # made at first use (threats/)
     dp_fixes: list | None = None  # train.dp_sgd.fix_modules: the layers Opacus's fix replaced (train/dp_sgd.py)
     server_held: object | None = None  # algorithm.defense.server_samples: the server-held set (data/server_set.py)
+    dp_noise: float | None = None  # train.dp_sgd.target_epsilon: σ calibrated over the schedule (prepare())
+
+    @property
+    def dp_sgd(self):
+        """The ``train.dp_sgd`` section the jobs train by: the config's, σ calibrated (``dp_noise``) under
+        ``target_epsilon`` (privacy/record_accountant.py ``calibrate``); config.yaml keeps what was given."""
+        dp = self.cfg.train.dp_sgd
+        return dp if self.dp_noise is None else dataclasses.replace(dp, noise_multiplier=self.dp_noise)
 
     @property
     def n_samples(self) -> list[int]:
@@ -150,7 +160,7 @@ class Experiment:
         return Experiment(cfg=self.cfg, train=sub, test=self.test, shards=shards, device=self.device,
                           _n_samples=self.n_samples, writers=self.writers, profile=self.profile,
                           eval_names=self.eval_names, held_out=self.held_out, dp_fixes=self.dp_fixes,
-                          server_held=self.server_held)
+                          server_held=self.server_held, dp_noise=self.dp_noise)
 
     def upload_sizes(self) -> dict:
         """``{"bytes": an upload's bytes, "model_bytes": the float32 model's}`` with ``compression.codec`` (a
@@ -284,17 +294,41 @@ def prepare(cfg: Config, *, local_rank: int = 0, need_test: bool = True, fetch=N
         determinism.check_model(exp)
     if cfg.train.dp_sgd.enabled:  # Opacus installed, and a model it can train (or fixed), before any probe
         exp.dp_fixes = check_dp_model(cfg, exp)
+        exp.dp_noise = calibrated_noise(exp, say=need_test)  # target_epsilon: σ over the schedule replayed; else None
     if is_import_path(cfg.model.name):  # a user's model: checked before any job trains
         with torch.random.fork_rng(devices=[]):  # building it must not move torch's global generator
             rows = test.take(np.arange(min(EVAL_PROBE_ROWS, len(test)))) if test is not None else None
             model = built(cfg, exp.new_model)
-            exp.eval_names = check_user_model(cfg, model, train, train.num_classes, exp.device, rows)
+            exp.eval_names = check_user_model(cfg, model, train, train.num_classes, exp.device, rows, exp.dp_sgd)
         if need_test:
             check_target_metric(cfg, exp.eval_names)
         say_unused_optimizer_keys(cfg, model)
     elif need_test:
         check_target_metric(cfg, exp.eval_names)
     return exp
+
+
+def calibrated_noise(exp: Experiment, *, say: bool = True) -> float | None:
+    """Under ``train.dp_sgd.target_epsilon``: the σ whose largest device ε over the whole schedule (replayed here,
+    on every rank alike: the clock does not read the model) is at most the target (privacy/record_accountant.py);
+    one line says it (``say``: rank 0). None without a target."""
+    cfg = exp.cfg
+    dp = cfg.train.dp_sgd
+    if dp.target_epsilon is None:
+        return None
+    from seafl_dist.privacy.record_accountant import calibrate, schedule_pairs
+    from seafl_dist.train.dp_sgd import job_steps
+    pairs = schedule_pairs(exp.schedule(), exp.n_samples, cfg.train.batch_size, job_steps)
+    try:
+        sigma = calibrate(dp.target_epsilon, pairs, cfg.privacy.delta, dp.accountant)
+    except ValueError as err:
+        raise ConfigError(f"config key 'train.dp_sgd.target_epsilon' has value {dp.target_epsilon!r}; allowed: a "
+                          f"target this schedule can reach ({err}); give train.dp_sgd.noise_multiplier instead") from None
+    if say:
+        print(f"seafl: train.dp_sgd: σ {sigma:.6g} calibrated so that every device's ε <= {dp.target_epsilon:g} at δ "
+              f"{cfg.privacy.delta:g} ({dp.accountant}) over the whole schedule ({len(pairs)} devices with an arrived "
+              f"job)", file=sys.stderr)
+    return sigma
 
 
 def check_private_test(cfg: Config, test, writers: list[str]) -> None:
@@ -313,7 +347,7 @@ def check_private_test(cfg: Config, test, writers: list[str]) -> None:
         raise ConfigError(why)
 
 
-def check_user_model(cfg: Config, model, data, num_classes: int, device, eval_data=None) -> list[str] | None:
+def check_user_model(cfg: Config, model, data, num_classes: int, device, eval_data=None, dp_sgd=None) -> list[str] | None:
     """A model named by import path, refused in one ConfigError line naming ``model.name``: unless a module
     evaluated as the built-in models are gives ``(batch, num_classes)`` logits on batches ``(x, labels)``; unless a
     probe job (train/probe.py: the hooks it overrides, then one epoch of two batches of ``data``'s first four rows
@@ -338,7 +372,7 @@ def check_user_model(cfg: Config, model, data, num_classes: int, device, eval_da
     t = cfg.train
     why = check_module(model, batches, loop=t.loop, clip=(t.grad_clip_val, t.grad_clip_algorithm), device=device,
                        precision=cfg.runtime.precision, prox_mu=t.prox_mu,
-                       dp_sgd=t.dp_sgd if t.dp_sgd.enabled else None)
+                       dp_sgd=(dp_sgd or t.dp_sgd) if t.dp_sgd.enabled else None)
     names = None
     if why is None and own_step:
         logged, why = probe_evaluation(model, eval_data if eval_data is not None else data, device=device,

@@ -154,7 +154,7 @@ class Snapshots:
                                 diverged_at=self.watch.diverged_at()), **self.devices.summary(), **self.memory.summary(),
                 **self.privacy.summary(),  # under DP: ε, δ, z, C, the largest m (privacy/mechanism.py)
                 **self.exp.threats.summary(self.rows),  # the malicious devices and the attack (threats/)
-                **dp_sgd_summary(self.cfg.train.dp_sgd, self.exp.dp_fixes, self.records.summary())}  # DP-SGD's (train/)
+                **dp_sgd_summary(self.exp.dp_sgd, self.exp.dp_fixes, self.records.summary())}  # DP-SGD's (train/)
 
     def _save_model(self, flat: torch.Tensor) -> None:
         """model.pt: the LightningModule's state_dict (load it into build_model(...) of the same config)."""

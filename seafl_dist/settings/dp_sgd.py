@@ -9,6 +9,7 @@ can say (a layer Opacus cannot hold) is checked when the run is prepared (runtim
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 from seafl_dist.settings.domains import check_fields
 from seafl_dist.settings.errors import _fail
@@ -38,8 +39,9 @@ class DPSGDConfig:
                              "at its defaults.")
     clip: float = key(1.0, "C_local: each sample's gradient is clipped to this L2 norm (over every trainable "
                       "parameter)", "(0, inf)")
-    noise_multiplier: float = key(1.0, "σ: the noise added to the sum of clipped gradients is N(0, (σ·C_local)² I), "
-                                  "before it is divided by B", "[0, inf)")
+    noise_multiplier: Optional[float] = key(1.0, "σ: the noise added to the sum of clipped gradients is "
+                                            "N(0, (σ·C_local)² I), before it is divided by B; `null`: calibrated from "
+                                            "`target_epsilon`", "[0, inf)")
     grad_sample_mode: str = key("hooks", "how Opacus computes per-sample gradients: `hooks` (its per-layer "
                                 "samplers; functorch for layers it has none for) or `functorch` (vmap for every "
                                 "layer)", GRAD_SAMPLE_MODES)
@@ -57,6 +59,15 @@ class DPSGDConfig:
                                "puts ε beside each device's speed (participation.csv, dp_sgd_epsilon.png). `rdp` costs "
                                "one RDP vector per distinct shard size; `prv` one composition per distinct (q_k, T_k), "
                                "seconds each at large q·T (docs/privacy.md, \"Each device's ε\").")
+    target_epsilon: Optional[float] = key(None, "the target record-level ε: σ is calibrated before the run, over the "
+                                          "whole schedule replayed, so that every device's ε over its arrived jobs "
+                                          "is at most this; `null`: give `noise_multiplier`", "(0, inf)",
+                                          note="Needs `noise_multiplier: null` and a schedule that ends "
+                                               "(`run.max_aggregations` or `run.max_time`). The bound is the largest "
+                                               "over devices of ε_k(q_k, T_k), each device at its own q_k (a small "
+                                               "shard may bind before the device with the most jobs); a run that "
+                                               "stops earlier (its target accuracy) spends less. summary.json's "
+                                               "`dp_sgd.noise_multiplier` is the σ found.")
 
     def __post_init__(self) -> None:
         check_fields(self, "train.dp_sgd")
@@ -71,6 +82,16 @@ def check_dp_sgd(cfg) -> None:
         _fail("train.dp_sgd.enabled", True, "false with algorithm.name=scaffold (option II's c_i⁺ reads the plain "
               "SGD steps' gradients, which DP-SGD replaces by noised ones after c − c_i would be added); use another "
               "algorithm.name")
+    if dp.target_epsilon is not None and dp.noise_multiplier is not None:
+        _fail("train.dp_sgd.noise_multiplier", dp.noise_multiplier, f"null with train.dp_sgd.target_epsilon="
+              f"{dp.target_epsilon:g} (σ is calibrated to it before the run); or give train.dp_sgd.target_epsilon: "
+              "null to train at this σ")
+    if dp.target_epsilon is None and dp.noise_multiplier is None:
+        _fail("train.dp_sgd.noise_multiplier", None, "a number >= 0 (σ), or null with train.dp_sgd.target_epsilon "
+              "set (σ calibrated to it)")
+    if dp.target_epsilon is not None and cfg.run.max_aggregations is None and cfg.run.max_time is None:
+        _fail("train.dp_sgd.target_epsilon", dp.target_epsilon, "null unless run.max_aggregations or run.max_time "
+              "ends the schedule (σ is calibrated over the whole schedule, replayed before the run)")
     if t.grad_clip_val is not None:
         _fail("train.grad_clip_val", t.grad_clip_val, "null with train.dp_sgd.enabled=true (DP-SGD clips each "
               "sample's gradient to train.dp_sgd.clip; clipping their noised mean again would only bias it)")

@@ -196,10 +196,12 @@ class JobDP:
 
 
 def summary(dp, replaced: list[str] | None, epsilon: dict | None = None) -> dict:
-    """summary.json's ``dp_sgd`` entry: the mechanism's constants, the layers the fix replaced and, given, each
-    device's ε (``epsilon``: privacy/record_accountant.py's summary); {} when off."""
+    """summary.json's ``dp_sgd`` entry: the mechanism's constants (σ as trained: calibrated under ``target_epsilon``,
+    which is beside it), the layers the fix replaced and, given, each device's ε (``epsilon``:
+    privacy/record_accountant.py's summary); {} when off."""
     if not dp.enabled:
         return {}
     return {"dp_sgd": {"clip": dp.clip, "noise_multiplier": dp.noise_multiplier, "sampling": "poisson",
                        "grad_sample_mode": dp.grad_sample_mode, "replaced": list(replaced or []),
+                       **({"target_epsilon": dp.target_epsilon} if dp.target_epsilon is not None else {}),
                        **({"epsilon": epsilon} if epsilon else {})}}

@@ -3,7 +3,8 @@
 shows the step's bits); a run killed during aggregation 3 resumes from its checkpoint at 2 to the uninterrupted bytes
 (the noise is the job's named stream, so a retrained job draws it again), each device's ε with it (its checkpoint
 holds the steps of aggregations 1 and 2); each device's ε is Opacus's accountant stepped here over the jobs the trace
-says arrived (SEAFL²'s notified jobs at the epochs they trained, jobs in flight at the end never); ResNet-18 is refused naming its first
+says arrived (SEAFL²'s notified jobs at the epochs they trained, jobs in flight at the end never), and σ calibrated to
+train.dp_sgd.target_epsilon keeps the largest within it, tightly; ResNet-18 is refused naming its first
 BatchNorm (its fix: tests/dist/test_features_on_ranks.py); ``runtime.batch_jobs`` > 1 trains one job at a time, one
 line saying why."""
 import json
@@ -108,9 +109,17 @@ def test_the_report_puts_each_devices_epsilon_beside_its_speed(plain, tmp_path):
     assert (tmp_path / "rep" / "dp_sgd_epsilon.png").stat().st_size > 0
 
 
-def test_seafl2_partial_jobs_are_charged_at_their_steps_and_unarrived_ones_never(tmp_path):
-    out = reference(tmp_path / "s2", [*SMALL, *DP, "algorithm.name=seafl2", "train.epochs=2",
-                                      "algorithm.staleness_limit=1", "run.seed=2", "train.dp_sgd.accountant=prv"])
+def test_seafl2_partial_jobs_are_charged_at_their_steps_and_unarrived_ones_never(tmp_path, capsys):
+    """With σ calibrated to train.dp_sgd.target_epsilon = 3 over the schedule replayed before the run: the run is the
+    whole schedule here, so its largest ε is within 3 and a σ 1e-5 smaller would exceed it (Opacus, over the trace)."""
+    out = reference(tmp_path / "s2", [*SMALL, "train.dp_sgd.enabled=true", "train.dp_sgd.noise_multiplier=null",
+                                      "train.dp_sgd.target_epsilon=3", "algorithm.name=seafl2", "train.epochs=2",
+                                      "algorithm.staleness_limit=1", "run.seed=2"])
+    sigma = summary(out)["dp_sgd"]["noise_multiplier"]
+    assert summary(out)["dp_sgd"]["target_epsilon"] == 3 and 0 < sigma
+    assert "noise_multiplier: null" in (out / "config.yaml").read_text()  # what was given: the run reruns as it is
+    said = [ln for ln in capsys.readouterr().err.splitlines() if "calibrated so that every device" in ln]
+    assert len(said) == 1 and f"σ {sigma:.6g}" in said[0]
     evs = events(out)
     aggregated = {u["job"]: u for ev in evs if ev["event"] == "aggregate" for u in ev["updates"]}
     started = {ev["job"]: ev["device"] for ev in evs if ev["event"] == "start"}
@@ -118,7 +127,8 @@ def test_seafl2_partial_jobs_are_charged_at_their_steps_and_unarrived_ones_never
     never = set(started) - set(aggregated)
     assert never, "every started job arrived: the unarrived edge is untested"
     eps = summary(out)["dp_sgd"]["epsilon"]
-    assert eps["by_device"] == opacus_epsilons(out, "prv", 0.5) and eps["accountant"] == "prv"
+    assert eps["by_device"] == opacus_epsilons(out, "rdp", sigma) and eps["accountant"] == "rdp"
+    assert max(eps["by_device"]) <= 3 < max(opacus_epsilons(out, "rdp", sigma * (1 - 1e-5)))
     charged = arrived_steps(out)  # the steps of the aggregated updates only: the jobs in `never` cost nothing
     assert eps["steps_by_device"] == [charged[k] for k in range(10)]
     idle = [k for k in range(10) if k not in charged]

@@ -215,6 +215,26 @@ def test_the_config_refuses_what_dp_sgd_cannot_compose_with_in_one_line():
     assert config_from_dict({"train": {"dp_sgd": {"noise_multiplier": 0.0}}}).train.dp_sgd.noise_multiplier == 0.0
 
 
+def test_target_epsilon_needs_a_null_sigma_and_a_schedule_that_ends():
+    def dp_config(dp, run=None):
+        return config_from_dict({"devices": {"num": 6, "concurrency": 3}, "algorithm": {"buffer_size": 2},
+                                 "run": {"max_aggregations": 6, **(run or {})}, "train": {"dp_sgd": {"enabled": True, **dp}}})
+    ok = dp_config({"target_epsilon": 4.0, "noise_multiplier": None})
+    assert ok.train.dp_sgd.target_epsilon == 4.0 and ok.train.dp_sgd.noise_multiplier is None
+    assert dp_config({"target_epsilon": 4.0, "noise_multiplier": None}, {"max_aggregations": None, "max_time": 500})
+    with pytest.raises(ConfigError, match=r"^config key 'train.dp_sgd.noise_multiplier' has value 1.0; allowed: null "
+                                          r"with train.dp_sgd.target_epsilon=4 "):
+        dp_config({"target_epsilon": 4.0})  # σ at its default 1.0 beside a target: one of them must go
+    with pytest.raises(ConfigError, match=r"^config key 'train.dp_sgd.noise_multiplier' has value None; allowed: a "
+                                          r"number >= 0 \(σ\), or null with train.dp_sgd.target_epsilon set"):
+        dp_config({"noise_multiplier": None})
+    with pytest.raises(ConfigError, match=r"^config key 'train.dp_sgd.target_epsilon' has value 4.0; allowed: null "
+                                          r"unless run.max_aggregations or run.max_time ends the schedule"):
+        dp_config({"target_epsilon": 4.0, "noise_multiplier": None}, {"max_aggregations": None, "max_time": None,
+                                                                      "target_accuracy": 0.9})  # it may never end
+    assert config_from_dict({"train": {"dp_sgd": {"noise_multiplier": None}}}).train.dp_sgd.noise_multiplier is None
+
+
 def test_the_fused_and_graphed_paths_say_in_one_line_why_a_dp_job_trains_alone():
     from seafl_dist.runtime.executor import loop_blocker
     why = loop_blocker(config().train)

@@ -126,3 +126,50 @@ def test_off_is_nothing():
     off = ra.NoLedger()
     off.on_aggregate({"updates": [up(0, 50, 2)]})
     assert not off.active and off.summary() == {} and off.state() is None and off.mark() is None
+
+
+# ---- train.dp_sgd.target_epsilon: σ by bisection over every device's (q_k, T_k) -----------------------------------
+# A device of a small shard (q = 1, 10 steps) against one of a large shard with ten times the steps (q = 0.05, 100):
+# at σ = 1 the small one's ε is the larger (Opacus, stepped below), so calibrating to the device with the most
+# steps alone would miss the target.
+SMALL_SHARD, MOST_STEPS = (1.0, 10), (0.05, 100)
+
+
+def test_the_device_with_the_most_steps_is_not_the_one_that_binds_here():
+    assert opacus_epsilon("rdp", 1.0, *SMALL_SHARD) > opacus_epsilon("rdp", 1.0, *MOST_STEPS)
+
+
+@pytest.mark.parametrize("target", [2.0, 8.0])
+def test_calibrate_gives_the_smallest_sigma_whose_largest_epsilon_is_within_the_target(target):
+    sigma = ra.calibrate(target, [MOST_STEPS, SMALL_SHARD, (0.05, 40), (0.5, 3)], DELTA, "rdp")
+    at = [opacus_epsilon("rdp", sigma, *p) for p in (MOST_STEPS, SMALL_SHARD, (0.05, 40), (0.5, 3))]
+    assert max(at) <= target  # every device within the target at σ...
+    below = sigma * (1 - 1e-5)  # ...and not at a σ a little smaller (rtol 1e-6): the smallest such σ
+    assert max(opacus_epsilon("rdp", below, *p) for p in (MOST_STEPS, SMALL_SHARD)) > target
+    only_most = ra.calibrate(target, [MOST_STEPS], DELTA, "rdp")
+    assert only_most < sigma and opacus_epsilon("rdp", only_most, *SMALL_SHARD) > target  # the device with the most
+    # steps alone would leave the small shard's device above the target
+
+
+def test_calibrate_under_prv_is_within_the_target_by_opacus_prv():
+    sigma = ra.calibrate(4.0, [MOST_STEPS, SMALL_SHARD], DELTA, "prv", rtol=1e-3)
+    assert max(opacus_epsilon("prv", sigma, *p) for p in (MOST_STEPS, SMALL_SHARD)) <= 4.0
+    assert max(opacus_epsilon("prv", sigma * (1 - 3e-3), *p) for p in (MOST_STEPS, SMALL_SHARD)) > 4.0
+
+
+def test_the_frontier_keeps_every_pair_no_other_dominates():
+    pairs = [(0.1, 50), (0.1, 20), (0.5, 20), (0.5, 10), (1.0, 5), (0.05, 50), (0.05, 60), (0.2, 0)]
+    assert ra.frontier(pairs) == [(0.05, 60), (0.1, 50), (0.5, 20), (1.0, 5)]
+
+
+def test_calibrate_refuses_what_it_cannot_do():
+    with pytest.raises(ValueError, match="no device takes a DP-SGD step"):
+        ra.calibrate(1.0, [(0.5, 0)], DELTA)
+    with pytest.raises(ValueError, match="must be > 0"):
+        ra.calibrate(0.0, [(0.5, 3)], DELTA)
+
+
+def test_the_schedule_pairs_are_the_aggregated_updates_steps_only():
+    evs = [{"event": "start", "device": 2}, *EVENTS, {"event": "finish", "device": 2}]
+    pairs = ra.schedule_pairs(evs, [50, 21, 50, 8], 10, job_steps)
+    assert pairs == [(0.2, 25), (10 / 21, 6), (1.0, 2)]

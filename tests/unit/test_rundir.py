@@ -37,7 +37,7 @@ REFUSED = {f"{section}.{key}" for section, keys in {
     "devices": ["num", "concurrency", "dropout", "availability_scale"],
     "train": ["epochs", "batch_size", "lr", "momentum", "weight_decay", "loop", "grad_clip_val", "grad_clip_algorithm",
               "prox_mu", "dp_sgd.enabled", "dp_sgd.clip", "dp_sgd.noise_multiplier", "dp_sgd.grad_sample_mode",
-              "dp_sgd.fix_modules", "dp_sgd.accountant"],
+              "dp_sgd.fix_modules", "dp_sgd.accountant", "dp_sgd.target_epsilon"],
     "clock": ["sec_per_sample", "download_s", "upload_s", "compute_scale", "idle.distribution", "idle.s", "idle.a",
               "idle.max", "idle.resample"],
     "data": ["name", "root", "download", "partition", "partition_by", "shards_overlap", "concentration", "samples_per_device",
