@@ -25,7 +25,8 @@
   dataset and asks Flower for the same partitions;
 - **record-level DP-SGD** (``train.dp_sgd``, issue 67): each job's Poisson batches and Opacus's noise come from the
   job's own named streams, so whichever worker trains it draws the same; ResNet-18's BatchNorm becomes GroupNorm on
-  every rank (``train.dp_sgd.fix_modules``), and rank 0's summary names the layers;
+  every rank (``train.dp_sgd.fix_modules``), and rank 0's summary names the layers; σ is calibrated to
+  ``train.dp_sgd.target_epsilon`` on every rank from the schedule alone, so the workers train at rank 0's σ;
 - **``runtime.batch_jobs``** (fused jobs): within fp32 rounding of G = 1, as in one process
   (tests/dist/test_batch_jobs.py).
 
@@ -117,7 +118,8 @@ class Setup:
             "batch-jobs": [*BATCHED, "runtime.batch_jobs=3"],
             # record-level DP-SGD (issue 67 item 1): Poisson batches and noise from each job's own streams
             # ResNet-18's BatchNorm replaced by GroupNorm on every rank (train.dp_sgd.fix_modules), said in the summary
-            "dp-sgd": [*SMALL, "train.dp_sgd.enabled=true", "train.dp_sgd.noise_multiplier=0.5", "model.name=resnet18",
+            "dp-sgd": [*SMALL, "train.dp_sgd.enabled=true", "train.dp_sgd.noise_multiplier=null",  # σ calibrated to
+                       "train.dp_sgd.target_epsilon=8", "model.name=resnet18",  # ε 8 on every rank alike
                        "model.width=0.125", "train.dp_sgd.fix_modules=true", "run.max_aggregations=1"],
         }
         if HF:
@@ -270,7 +272,9 @@ def test_a_hugging_face_dataset_split_by_flower(setup, on_ranks, tmp_path, monke
 def test_dp_sgd_on_the_workers(setup, on_ranks, tmp_path, monkeypatch, capsys):
     ref, got = in_process(setup, "dp-sgd", tmp_path, monkeypatch), on_ranks["dp-sgd"]
     same_files(ref, got, "config.yaml", "events.jsonl", "metrics.csv", "model.pt")
-    replaced = same_summary(ref, got)["dp_sgd"]["replaced"]
+    dp = same_summary(ref, got)["dp_sgd"]  # each device's ε and the σ calibrated included
+    replaced = dp["replaced"]
+    assert dp["target_epsilon"] == 8 and 0 < dp["epsilon"]["max"] <= 8 and dp["noise_multiplier"] > 0
     assert replaced[0].startswith("stem.1: BatchNorm2d -> GroupNorm(") and len(replaced) == 20  # stem + 8 x 2 + 3
     line = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("seafl: train.dp_sgd.fix_modules")]
     assert len(line) == 1 and "replaced 20 layers" in line[0] and replaced[-1] in line[0]  # the run's first lines
