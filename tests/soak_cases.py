@@ -2,7 +2,8 @@
 optimizer spread over them, on the tiny quickstart variant, checkpointing after every aggregation.
 
 - ``dp-cap``: DP (clipping, noise, the participation cap m = 2 at 6 aggregations, SEAFL's model form) with top-k
-  and error feedback, and AMSGrad with the delay-adaptive η on the released w′ (its m, v, v̂ in the checkpoints);
+  and error feedback, and AMSGrad with the delay-adaptive η on the released w′ (its m, v, v̂ in the checkpoints),
+  and record-level DP-SGD on the devices (each device's steps in the checkpoints, its ε in summary.json);
 - ``device-eval``: device evaluation (held-out samples of each device) with fp16 + error feedback and momentum, and
   CA²FL (its cache of each device's latest update, the rule's state, in the checkpoints);
 - ``churn``: a device profile with availability windows and dropouts, SEAFL², bf16 + error feedback and Adam;
@@ -41,6 +42,7 @@ def cases(tmp: Path, aggregations: int = 6) -> tuple[dict[str, list[str]], Path]
     out = {
         # the cap m: 10 devices x m inclusions outlast 2 updates an aggregation (m = 2 at CI's 6 aggregations)
         "dp-cap": [*SMALL, "privacy.enabled=true", "privacy.noise_multiplier=0.8", *DP_KEY,
+                   "train.dp_sgd.enabled=true", "train.dp_sgd.noise_multiplier=0.8",  # and record-level DP-SGD
                    f"privacy.max_participation={max(2, aggregations // 4 + 1)}",
                    "privacy.seafl_form=model", *feedback("topk", "compression.fraction=0.05"),
                    "algorithm.server_opt.name=amsgrad", "algorithm.server_opt.delay_adaptive=true"],

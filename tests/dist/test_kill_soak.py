@@ -2,7 +2,7 @@
 (worker rank 1 after aggregation 2, rank 0 during aggregation 4) and restarted by torchrun, ends with its
 uninterrupted one-process run's bytes: events.jsonl, metrics.csv, model.pt, device evaluation's files, the
 LightningModule's train_log.csv, and summary.json but for wall time (with DP: its ε, δ, z, C and the largest
-participation count m, privacy's ledger). The cases (tests/soak_cases.py) cover DP with a cap, each codec with error
+participation count m, privacy's ledger; with DP-SGD each device's record-level ε, its step ledger's). The cases (tests/soak_cases.py) cover DP with a cap, each codec with error
 feedback, each server optimizer, device evaluation, a DataModule split by a key, churn with availability windows,
 the Lightning loop and SCAFFOLD's c_k on the workers. One torchrun job runs them all (tests/soak_driver.py): 12 kills,
 13 attempts, on W = 2 to
@@ -68,7 +68,8 @@ def test_each_case_survives_its_kills_with_the_uninterrupted_bytes(soak, name, m
     assert s_got == s_ref, {k: (s_ref.get(k), s_got.get(k)) for k in {*s_ref, *s_got} if s_ref.get(k) != s_got.get(k)}
     assert not list(out.glob("checkpoint-*")) and not list(out.glob("residuals-*")) and not (out / "private").exists()
     if name == "dp-cap":
-        assert s_got["privacy"]["epsilon"] > 0, s_got.get("privacy")
+        assert s_got["privacy"]["epsilon"] > 0, s_got.get("privacy")  # central DP's ε and, beside it, DP-SGD's
+        assert s_got["dp_sgd"]["epsilon"]["max"] > 0 and s_got["dp_sgd"]["epsilon"]["devices_charged"] > 0
     if name == "device-eval":
         assert "device_metrics.csv" in compared
     if name == "lightning":
