@@ -173,3 +173,17 @@ def test_the_schedule_pairs_are_the_aggregated_updates_steps_only():
     evs = [{"event": "start", "device": 2}, *EVENTS, {"event": "finish", "device": 2}]
     pairs = ra.schedule_pairs(evs, [50, 21, 50, 8], 10, job_steps)
     assert pairs == [(0.2, 25), (10 / 21, 6), (1.0, 2)]
+
+
+def test_the_runs_ledger_reads_its_section_its_batch_size_and_privacys_delta():
+    def exp(enabled):
+        dp = SimpleNamespace(enabled=enabled, noise_multiplier=0.9, accountant="rdp")
+        cfg = SimpleNamespace(train=SimpleNamespace(dp_sgd=dp, batch_size=10), privacy=SimpleNamespace(delta=1e-3))
+        return SimpleNamespace(cfg=cfg, dp_sgd=dp, n_samples=[50, 21])
+    assert isinstance(ra.ledger_of(exp(False), job_steps), ra.NoLedger) and not ra.ledger_of(exp(False), job_steps).active
+    led = ra.ledger_of(exp(True), job_steps)
+    led.on_aggregate({"updates": [up(1, 21, 1)]})
+    acc = RDPAccountant()
+    for _ in range(2):  # n 21, B 10: two steps an epoch
+        acc.step(noise_multiplier=0.9, sample_rate=10 / 21)
+    assert led.summary()["by_device"] == [0.0, acc.get_epsilon(1e-3)] and led.summary()["delta"] == 1e-3
