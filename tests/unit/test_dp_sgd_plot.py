@@ -91,3 +91,14 @@ def test_no_noise_is_said_and_not_drawn(tmp_path):
     fig = plot_dp_sgd_epsilon([("arm", {"color": "C0", "marker": "o"}, [devices])], "t", tmp_path / "e.png", [])
     assert "(σ = 0: ε = ∞)" in fig.axes[0].get_title()
     assert fig.axes[0].collections[0].get_offsets().tolist() == [[2.0, 0.0]]
+
+
+def test_four_arms_are_two_rows_of_three_labelled_at_their_left_and_bottom(tmp_path):
+    devices = [{"mean_job_s": 1.0, "dp_sgd_epsilon": 3.0}]
+    panels = [(f"arm {i}", {"color": "C0", "marker": "o"}, [devices]) for i in range(4)]
+    fig = plot_dp_sgd_epsilon(panels, "t", tmp_path / "e.png", [])
+    shown = [ax for ax in fig.axes if ax.get_visible()]
+    assert len(fig.axes) == 6 and len(shown) == 4  # 3 columns, 2 rows, the last two hidden
+    assert [bool(ax.get_ylabel()) for ax in shown] == [True, False, False, True]  # columns 0: panels 0 and 3
+    assert [bool(ax.get_xlabel()) for ax in shown] == [False, True, True, True]  # nothing below: 1, 2 and 3
+    assert fig.legends[0].get_frame_on() is False
