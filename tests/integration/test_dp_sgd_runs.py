@@ -157,3 +157,13 @@ def test_batch_jobs_train_one_job_at_a_time_saying_why(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = [ln for ln in proc.stderr.splitlines() if "runtime.batch_jobs=2" in ln]
     assert len(lines) == 1 and "train.dp_sgd.enabled is true (Poisson batches vary in size" in lines[0]
+
+
+def test_a_users_module_is_probed_at_the_calibrated_sigma(tmp_path):
+    """A model named by import path is probed (runtime/setup.py check_user_model) before it trains: under
+    target_epsilon at the σ calibrated, as its jobs train (the config's σ is null: no DP step could take it)."""
+    out = reference(tmp_path / "um", [*SMALL, "model.name=lightning_modules:lenet_with_hook", "train.dp_sgd.enabled=true",
+                                      "train.dp_sgd.noise_multiplier=null", "train.dp_sgd.target_epsilon=8",
+                                      "run.max_aggregations=2"])
+    dp = summary(out)["dp_sgd"]
+    assert 0 < dp["epsilon"]["max"] <= 8 and dp["noise_multiplier"] > 0
