@@ -252,3 +252,19 @@ def test_what_a_module_logs_stays_on_the_device():
         train_job(m, flatten(m), Rows(), torch.arange(12), epochs=1, batch_size=4, seed=3, loop=loop, logged=logged)
         assert "train_loss" in logged  # without DP-SGD the same module's job hands it back
 
+
+
+def test_a_jobs_noise_stream_is_keyed_by_its_device_and_job_and_the_section_is_the_experiments():
+    """Two jobs of one device at the same epochs draw different noise; one job draws the same however many epochs a
+    SEAFL² notification leaves it (its seed names the job, not its length); the section is the Experiment's (σ as
+    calibrated under target_epsilon)."""
+    from types import SimpleNamespace
+    from seafl_dist.runtime.executor import JobSpec, dp_sgd_of
+    cfg = config()
+    calibrated = SimpleNamespace(noise_multiplier=0.7)
+    exp = SimpleNamespace(cfg=cfg, dp_sgd=calibrated)
+    a, b = (dp_sgd_of(exp, JobSpec(job, 0, 0, 2, 1.0)) for job in (1, 2))
+    assert a["dp_seed"] != b["dp_seed"] and a["dp_sgd"] is calibrated
+    assert dp_sgd_of(exp, JobSpec(1, 0, 0, 1, 1.0))["dp_seed"] == a["dp_seed"]  # notified after one epoch: same stream
+    assert dp_sgd_of(exp, JobSpec(1, 3, 0, 2, 1.0))["dp_seed"] != a["dp_seed"]  # another device's job 1
+    assert dp_sgd_of(SimpleNamespace(cfg=config_from_dict({}), dp_sgd=calibrated), JobSpec(1, 0, 0, 2, 1.0)) == {}
