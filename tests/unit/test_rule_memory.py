@@ -17,6 +17,7 @@ from seafl_dist.algo import AggregationResult, BufferedUpdate, aggregate, memory
 from seafl_dist.algo import dispatch
 from seafl_dist.algo.guard import NormHistory
 from seafl_dist.algo.memory import RuleMemory, state_size, to_cpu
+from seafl_dist.privacy.record_accountant import NoLedger
 from seafl_dist.runtime import snapshots
 from seafl_dist.settings import ConfigError, config_from_dict
 from rule_states import STATEFUL, assert_bitwise, deep_clone
@@ -232,8 +233,9 @@ def checkpoint_written(monkeypatch, memory, snap_state):
     server = SimpleNamespace(
         _snap={"version": 3, "time": 1.0, "versions": {}, "refs": {}, "n_rows": 0, "n_staleness": 0, "counts": {},
                "update_norms": [], "server_opt": None, "rule_state": snap_state, "defense_state": {}, "feedback": None,
-               "events_bytes": 0, "metrics_bytes": 0, "privacy": None, "devices": {}},
+               "events_bytes": 0, "metrics_bytes": 0, "privacy": None, "devices": {}, "dp_sgd_steps": None},
         _saved_version=None, executor=SimpleNamespace(), memory=memory, writer=quiet, devices=quiet, privacy=quiet,
+        records=NoLedger(),  # no DP-SGD: no step ledger (privacy/record_accountant.py)
         cfg=None, dir=None, rows=[], staleness=[], _wall=lambda: 0.0, profile_sha256=None,
         server_opt=SimpleNamespace(active=False))
     snapshots.Snapshots._write_checkpoint(server)
