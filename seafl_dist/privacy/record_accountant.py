@@ -192,9 +192,10 @@ def calibrate(target: float, pairs, delta: float, accountant: str = "rdp", rtol:
         raise ValueError(f"the target ε must be > 0: got {target}")
 
     sigma = _bisect(lambda z: max(epsilon(accountant, z, q, t, delta) for q, t in front) <= target, rtol)
-    if max(epsilon(accountant, sigma, q, t, delta) for q, t in pairs) <= target:
+    # RDP's bound grows with q and T, so the frontier is every pair's bound; PRV's grid may not be monotone: it is
+    # checked over every pair, and bisected over all of them if one is above the target
+    if accountant == "rdp" or max(epsilon(accountant, sigma, q, t, delta) for q, t in pairs) <= target:
         return sigma
-    # a dominated pair above the target: the accountant's numerics are not monotone there (PRV's grid); all pairs
     return _bisect(lambda z: max(epsilon(accountant, z, q, t, delta) for q, t in pairs) <= target, rtol)
 
 
