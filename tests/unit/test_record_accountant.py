@@ -187,3 +187,16 @@ def test_the_runs_ledger_reads_its_section_its_batch_size_and_privacys_delta():
     for _ in range(2):  # n 21, B 10: two steps an epoch
         acc.step(noise_multiplier=0.9, sample_rate=10 / 21)
     assert led.summary()["by_device"] == [0.0, acc.get_epsilon(1e-3)] and led.summary()["delta"] == 1e-3
+
+
+def test_under_prv_a_dominated_pair_above_the_target_is_bisected_over_every_pair(monkeypatch):
+    """PRV's grid need not be monotone in (q, T): a stand-in accountant whose ε is 1/σ for every pair but a
+    dominated one, (0.1, 5), at 3/σ. Under prv that pair binds (σ = 3 for a target of 1); under rdp, whose bound
+    grows with q and T, the frontier alone is composed (σ = 1)."""
+    fake = lambda accountant, z, q, t, delta: (3.0 if (q, t) == (0.1, 5) else 1.0) / z  # noqa: E731
+    monkeypatch.setattr(ra, "epsilon", fake)
+    pairs = [(0.5, 10), (0.1, 5)]
+    assert ra.frontier(pairs) == [(0.5, 10)]
+    assert ra.calibrate(1.0, pairs, DELTA, "prv") == pytest.approx(3.0, rel=1e-5)
+    assert ra.calibrate(1.0, pairs, DELTA, "rdp") == pytest.approx(1.0, rel=1e-5)
+    assert ra.calibrate(1.0, pairs, DELTA, "prv") >= 3.0 and ra.calibrate(1.0, pairs, DELTA, "rdp") >= 1.0  # from above
