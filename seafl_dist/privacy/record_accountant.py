@@ -152,8 +152,8 @@ class RecordLedger(NoLedger):
     def epsilons(self) -> list[float]:
         """ε_k of every device 0..N−1 (0 for a device with no arrived job)."""
         totals, dp = self.totals(), self.dp
-        return [epsilon(dp.accountant, float(dp.noise_multiplier), sample_rate(n, self.batch_size), totals.get(k, 0),
-                        self.delta) if totals.get(k, 0) else 0.0 for k, n in enumerate(self.n_samples)]
+        return [epsilon(dp.accountant, float(dp.noise_multiplier), sample_rate(n, self.batch_size), totals[k],
+                        self.delta) if totals[k] else 0.0 for k, n in enumerate(self.n_samples)]  # a Counter: 0
 
     def summary(self) -> dict:
         """summary.json's ``dp_sgd.epsilon``: the accountant, δ, the largest ε_k, its quantiles over the devices,
@@ -161,8 +161,8 @@ class RecordLedger(NoLedger):
         eps, totals = self.epsilons(), self.totals()
         return {"accountant": self.dp.accountant, "delta": self.delta, "max": max(eps, default=0.0),
                 "quantiles": {f"p{round(p * 100)}": quantile(eps, p) for p in QUANTILES} if eps else {},
-                "devices_charged": sum(1 for k in range(len(self.n_samples)) if totals.get(k, 0)),
-                "by_device": eps, "steps_by_device": [int(totals.get(k, 0)) for k in range(len(self.n_samples))]}
+                "devices_charged": sum(1 for k in range(len(self.n_samples)) if totals[k]),
+                "by_device": eps, "steps_by_device": [int(totals[k]) for k in range(len(self.n_samples))]}
 
 
 def frontier(pairs) -> list[tuple[float, int]]:
