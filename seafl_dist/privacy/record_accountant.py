@@ -15,7 +15,8 @@ All of a device's jobs share one (q_k, σ), so its ε is one composition of T_k 
 ``[(σ, q_k, T_k)]`` that Opacus's own ``step()`` builds from T_k calls (it merges repeated (σ, q) into one entry).
 :func:`epsilon` is computed once per distinct (accountant, σ, q, T, δ) and cached; under RDP the per-step RDP
 vector is cached per (σ, q) too, and multiplied by T (Opacus's ``compute_rdp`` returns exactly that product), so a
-run of 10^4 devices costs one RDP vector per distinct shard size (at most √(2·|D|) of them), not per device.
+run of 10^4 devices costs one RDP vector per distinct shard size (at most √(2·|D|) of them for disjoint shards),
+not per device.
 A device with no arrived job has ε = 0; σ = 0 is ε = ∞.
 
 ``train.dp_sgd.target_epsilon``: the schedule does not depend on the model, so before the run every device's
