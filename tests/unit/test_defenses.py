@@ -160,7 +160,7 @@ def run(cfg, w_t, bases, updates, parts, memory=None):
 def test_the_registry_names_every_defense_the_config_takes():
     assert set(DEFENSES) == set(FILTERS) | set(ESTIMATORS)
     assert {n for n, d in DEFENSES.items() if d.kind == "filter"} == set(FILTERS)
-    assert [n for n, d in DEFENSES.items() if d.stateful] == ["centered_clipping", "zenopp"]
+    assert [n for n, d in DEFENSES.items() if d.stateful] == ["centered_clipping", "zenopp", "asyncfilter"]
 
 
 def test_off_leaves_config_yaml_and_the_rules_memory_as_they_were():
