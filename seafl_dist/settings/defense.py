@@ -105,7 +105,7 @@ def check_defense(alg, privacy_enabled: bool) -> None:
         _fail(key_, d.name, "none with privacy.enabled=true (no sensitivity is derived for a defense: "
               "docs/privacy.md's bounds are the rules' own)")
     if d.kind == "estimator" and alg.rule not in DELTA_RULES:
-        _fail(key_, d.name, f"a filter ({", ".join(FILTERS)}) or none with algorithm.name={alg.name}: an estimator "
+        _fail(key_, d.name, f"a filter ({', '.join(FILTERS)}) or none with algorithm.name={alg.name}: an estimator "
               f"replaces a mean of deltas, which only {', '.join(DELTA_RULES)} and fadas take (docs/robustness.md, "
               f"\"Defenses\")")
     if d.kind == "estimator" and alg.server_opt.pseudo_gradient == "delta":
