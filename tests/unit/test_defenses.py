@@ -457,7 +457,7 @@ def test_multi_krums_keep_is_at_most_k_minus_f_and_only_for_multi_krum():
 def test_an_estimator_with_a_rule_that_averages_no_deltas_is_refused(rule, name):
     text = refused(f"algorithm.name={rule}", f"algorithm.defense.name={name}", "algorithm.defense.f=0", k=5, m=5)
     assert text.startswith(f"config key 'algorithm.defense.name' has value '{name}'; allowed: a filter (krum, "
-                           f"multikrum) or none with algorithm.name={rule}")
+                           f"multikrum, zenopp, asyncfilter) or none with algorithm.name={rule}")
 
 
 @pytest.mark.parametrize("name", ESTIMATORS)
