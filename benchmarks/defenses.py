@@ -17,6 +17,10 @@ FLTrust and Zeno++ are timed on the aggregation alone: their server-held computa
 training on the server-held set; Zeno++'s v, one gradient on it) is a fixed random vector here (:class:`GivenServer`),
 since its cost is that of training the model on ``server_samples`` rows, not of the flat vectors (docs/robustness.md
 gives a run's wall time with it).
+
+AsyncFilter screens a staleness group of at least 3: on the staggered buffer every group holds one update and it
+screens none. ``--bases same`` puts every update on w_t (one group of K at staleness 0: its dearest case, a mean,
+a distance per update and the exact 3-means of K numbers).
 """
 from __future__ import annotations
 
@@ -42,6 +46,7 @@ DEFENSES = {  # name: overrides; FedBuff first (the baseline). f = 1 throughout 
     "centered_clipping": ["algorithm.defense.name=centered_clipping", "algorithm.defense.tau=0.05"],
     "fltrust": ["algorithm.defense.name=fltrust", "algorithm.defense.server_samples=100"],
     "zenopp": ["algorithm.defense.name=zenopp", "algorithm.defense.server_samples=100"],
+    "asyncfilter": ["algorithm.defense.name=asyncfilter"],
 }
 
 
@@ -90,12 +95,14 @@ def main(argv=None) -> int:
     p.add_argument("--sizes", nargs="+", default=list(SIZES), choices=list(SIZES))
     p.add_argument("--k", nargs="+", type=int, default=[10, 50], help="K, the buffer's updates")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--bases", choices=["staggered", "same"], default="staggered",
+                   help="update j from version t − j (staggered), or every update from t (same)")
     p.add_argument("--defenses", nargs="+", default=list(DEFENSES)[1:], choices=list(DEFENSES)[1:],
                    help="the defenses to time (FedBuff, the baseline, always runs)")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     print(f"CPU: {platform.processor() or platform.machine()}, torch {torch.__version__}, {args.threads} thread(s), "
-          f"median of {args.repeats} aggregations after one warm-up\n")
+          f"median of {args.repeats} aggregations after one warm-up, {args.bases} bases\n")
     columns = [(size, k) for size in args.sizes for k in args.k]
     results: dict = {}
     for size, k in columns:
@@ -103,8 +110,9 @@ def main(argv=None) -> int:
         gen = torch.Generator().manual_seed(0)
         models = {v: torch.randn(d, generator=gen) for v in range(k)}
         t = k - 1
-        ups = [BufferedUpdate(device=j, job=j, n_samples=100, base_version=t - j, epochs=1,
-                              flat=models[t - j] + 1e-3 * torch.randn(d, generator=gen)) for j in range(k)]
+        base = (lambda j: t - j) if args.bases == "staggered" else (lambda j: t)
+        ups = [BufferedUpdate(device=j, job=j, n_samples=100, base_version=base(j), epochs=1,
+                              flat=models[base(j)] + 1e-3 * torch.randn(d, generator=gen)) for j in range(k)]
         configs = {name: config_from_dict({}, ["algorithm.name=fedbuff", f"algorithm.buffer_size={k}",
                                                 f"devices.concurrency={max(k, 20)}", *overrides])
                    for name, overrides in DEFENSES.items() if name == "fedbuff" or name in args.defenses}

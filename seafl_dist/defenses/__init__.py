@@ -8,6 +8,8 @@ centered clipping, of the centre kept as rule memory, algo/memory.py).
 
 - :mod:`.geometry`: the deltas read in coordinate blocks, float64; pairwise squared distances from one Gram matrix.
 - :mod:`.filters`: Krum, Multi-Krum, Bulyan's iterated-Krum selection, Zeno++'s score.
+- :mod:`.asyncfilter`: AsyncFilter's staleness groups, their outlier clusters and its record of past averages (the
+  memory's ``defense_state``).
 - :mod:`.estimators`: coordinate-wise median, trimmed mean, Bulyan's coordinate phase, centered clipping, FLTrust.
 
 FLTrust and Zeno++ read what the server computes on its held set (FLTrust's update g_0, Zeno++'s gradient v) from

@@ -21,4 +21,5 @@ DEFENSES = {
     "centered_clipping": Defense("estimator", False, True, "Karimireddy et al., ICML 2021"),
     "fltrust": Defense("estimator", False, False, "Cao et al., NDSS 2021"),
     "zenopp": Defense("filter", True, True, "Xie, Koyejo and Gupta, ICML 2020"),
+    "asyncfilter": Defense("filter", True, True, "AsyncFilter, Middleware 2024 (PLATO's examples/detector)"),
 }

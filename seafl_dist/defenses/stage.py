@@ -1,7 +1,7 @@
 """The defense stage of one aggregation, between Screen (2) and Clip (3) of SPEC's "One aggregation, end to end",
 as algo/dispatch.py's ``aggregate`` calls it.
 
-- :func:`rejections`: a filter's drops (Krum, Multi-Krum; Bulyan's selection), made with the update guard's,
+- :func:`rejections`: a filter's drops (Krum, Multi-Krum, Zeno++, AsyncFilter; Bulyan's selection), made with the update guard's,
   before the rule runs, among the updates the value check and the guard kept; the rule sees only the rest.
 - :func:`estimator_rule`: the function that replaces FedBuff's rule when an estimator is on,
   w′ = w_t + η_g · est({c_k Δ_k}) with c_k FedBuff's staleness scale (1, or 1/√(1+S_k)), over the parameters and
@@ -25,6 +25,7 @@ from ..algo.types import AggregationResult, BufferedUpdate, FlatParts
 from functools import partial
 from types import MappingProxyType
 
+from . import asyncfilter
 from .estimators import centered_clipping, coordinatewise, fltrust
 from .filters import bulyan_selection, multi_krum, zeno_drops, zeno_scores
 from .geometry import Deltas, pairwise_sq_distances, params_mask
@@ -42,6 +43,11 @@ def rejections(defense, updates: list[BufferedUpdate], bases: BaseModels, global
     screened = [i for i, n in enumerate(norms) if n is not None and i not in refused]
     if not screened:
         return {}
+    if defense.name == "asyncfilter":
+        drops, memory.defense_state = asyncfilter.screen(
+            [updates[i] for i in screened], bases, global_flat, version, memory.defense_state, defense.group_min,
+            defense.history, params_mask(parts))
+        return {screened[j]: why for j, why in drops.items()}
     if defense.name == "zenopp":
         v = zeno_reference(defense, version, global_flat, memory)
         scores = zeno_scores(Deltas([updates[i] for i in screened], bases, global_flat), v, params_mask(parts),

@@ -2,7 +2,7 @@
 aggregation, end to end" (seafl_dist/defenses/ computes it; docs/robustness.md, "Defenses", defines each one).
 
 ``name: none``, the default, is no stage at all: every byte of a run is what it was before the section existed, and
-the section is left out of config.yaml. A **filter** (``krum``, ``multikrum``, ``zenopp``) drops updates and the rule weights
+the section is left out of config.yaml. A **filter** (``krum``, ``multikrum``, ``zenopp``, ``asyncfilter``) drops updates and the rule weights
 what is left, so it works with every rule; an **estimator** (``median``, ``trimmed_mean``, ``bulyan``,
 ``centered_clipping``, ``fltrust``) replaces the mean of the deltas, so it works with the rules that average deltas only
 (:data:`DELTA_RULES`). What relates the section to the rest of the config (K, the rule, DP) is checked by
@@ -17,7 +17,7 @@ from seafl_dist.settings.domains import check_fields
 from seafl_dist.settings.errors import _fail
 from seafl_dist.settings.keys import key
 
-FILTERS = ("krum", "multikrum", "zenopp")
+FILTERS = ("krum", "multikrum", "zenopp", "asyncfilter")
 ESTIMATORS = ("median", "trimmed_mean", "bulyan", "centered_clipping", "fltrust")
 DEFENSES = ("none",) + FILTERS + ESTIMATORS
 # the rules whose w′ is w_t + η_g · mean of (scaled) deltas, whose mean an estimator replaces (fadas's rule is fedbuff)
@@ -33,7 +33,7 @@ LEAST = {"krum": lambda f: 2 * f + 3, "multikrum": lambda f: 2 * f + 3, "bulyan"
 class DefenseConfig:
     """Which robust-aggregation defense screens or replaces the buffer's mean, and its parameters."""
 
-    name: str = key("none", "the defense: `none`, a filter (`krum`, `multikrum`, `zenopp`: drop updates, then the "
+    name: str = key("none", "the defense: `none`, a filter (`krum`, `multikrum`, `zenopp`, `asyncfilter`: drop updates, then the "
                     "rule weights the rest) or an estimator (`median`, `trimmed_mean`, `bulyan`, `centered_clipping`: "
                     "replace the mean of the deltas; fedbuff and fadas only; `fltrust` with a server-held root set)", DEFENSES,
                     note="Filters and Bulyan's selection measure distances between the deltas Δ_k = w_k − w_{t_k} "
@@ -66,6 +66,18 @@ class DefenseConfig:
     refresh: int = key(1, "Zeno++'s lazy refresh: v, the gradient of the loss on the server-held set, is recomputed "
                        "at w_t when it is this many versions old (1: at every aggregation)", "[1, inf)")
 
+    group_min: int = key(3, "AsyncFilter: the fewest updates of one staleness it screens (a smaller group passes "
+                         "unscreened and unrecorded)", "[3, inf)",
+                         note="PLATO's async_filter screens a staleness group of at least 3 (its `len(weights) >= 3`, "
+                              "the least a 3-cluster KMeans takes): the default and the least allowed. "
+                              "`algorithm.buffer_size` must be at least this.")
+    history: int = key(19, "AsyncFilter: how many versions back its record of each version's average update "
+                       "reaches (a group staler than this is compared with its own mean)", "[0, inf)",
+                       note="PLATO's async_filter groups staleness 0 to 19 (its 20 groups), reading the record up "
+                            "to 19 aggregations back: the default. The record holds up to this many averages in "
+                            "w_t's dtype (19 × 45 MB for ResNet-18) and travels in every checkpoint "
+                            "(`defense_state`).")
+
     def __post_init__(self) -> None:
         check_fields(self, "algorithm.defense")
 
@@ -93,7 +105,7 @@ def check_defense(alg, privacy_enabled: bool) -> None:
         _fail(key_, d.name, "none with privacy.enabled=true (no sensitivity is derived for a defense: "
               "docs/privacy.md's bounds are the rules' own)")
     if d.kind == "estimator" and alg.rule not in DELTA_RULES:
-        _fail(key_, d.name, f"a filter (krum, multikrum) or none with algorithm.name={alg.name}: an estimator "
+        _fail(key_, d.name, f"a filter ({', '.join(FILTERS)}) or none with algorithm.name={alg.name}: an estimator "
               f"replaces a mean of deltas, which only {', '.join(DELTA_RULES)} and fadas take (docs/robustness.md, "
               f"\"Defenses\")")
     if d.kind == "estimator" and alg.server_opt.pseudo_gradient == "delta":
@@ -106,6 +118,9 @@ def check_defense(alg, privacy_enabled: bool) -> None:
     if d.name in SERVER_HELD and d.server_samples < 1:
         _fail("algorithm.defense.server_samples", d.server_samples, f"at least 1 with algorithm.defense.name={d.name} "
               f"(its server-held set; FLTrust's paper uses 100)")
+    if d.name == "asyncfilter" and alg.buffer_size < d.group_min:
+        _fail("algorithm.buffer_size", alg.buffer_size, f"at least algorithm.defense.group_min = {d.group_min} with "
+              f"algorithm.defense.name=asyncfilter (a smaller buffer has no group to screen), or a smaller group_min")
     if d.keep is not None and d.name != "multikrum":
         _fail("algorithm.defense.keep", d.keep, f"null unless algorithm.defense.name=multikrum (not {d.name})")
     if d.name == "multikrum" and d.keep is not None and d.keep > alg.buffer_size - d.f:

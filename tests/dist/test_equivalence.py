@@ -57,6 +57,11 @@ ROWS_OF_3 = {"placement": [*overrides("seafl2"), "runtime.placement=device"], "s
              # Zeno++'s v, computed and cached on rank 0 (a filter, under SEAFL)
              "zeno": [*SMALL, "algorithm.name=seafl", "algorithm.defense.name=zenopp",
                       "algorithm.defense.server_samples=100", "algorithm.defense.refresh=3"],
+             # AsyncFilter's record of past averages on rank 0 (a filter, under SEAFL): version 0's nine jobs fill
+             # aggregations 1-3 at staleness 0, 1 and 2, so its record is read (tests/integration/test_defense_runs.py)
+             "asyncfilter": [*SMALL, "algorithm.name=seafl", "algorithm.defense.name=asyncfilter",
+                             "algorithm.buffer_size=3", "devices.concurrency=9", "clock.idle.distribution=none",
+                             "data.partition=iid"],
              "scaffold": [*SMALL, *SCAFFOLD, "runtime.placement=device"], **THREATS}
 
 
@@ -128,7 +133,7 @@ def test_distributed_run_matches_inprocess(name, inprocess, on_ranks):
     assert "seafl: error" not in proc.stderr and "seafl: rank" not in proc.stderr, proc.stderr[-3000:]
     assert f"on {world} ranks (gloo)" in proc.stderr
     # only rank 0 prints the summary, once a run: once per case of the job that runs this algorithm (the "placement"
-    # row runs seafl2 too, the "zeno" row seafl)
+    # row runs seafl2 too, the "zeno" and "asyncfilter" rows seafl)
     runs_it = [n for n in names if _algorithm(ROWS_OF_3[n] if n in ROWS_OF_3 else overrides(n)) == name]
     assert name in runs_it and proc.stdout.count(f"({name}): completed") == len(runs_it)
 
@@ -210,10 +215,10 @@ def test_centered_clipping_on_3_ranks_matches_inprocess(inprocess, on_ranks):
     assert s_got == s_ref and s_got["rule_state"]["keys"] == ["centre"]
 
 
-@pytest.mark.parametrize("case", ["server_held", "zeno"])
-def test_fltrust_and_zeno_on_3_ranks_match_inprocess(inprocess, on_ranks, case):
-    """The server-held set carved alike on every rank (the same shards), FLTrust's g_0 trained and Zeno++'s v
-    computed on rank 0 alone: the one-process run's bytes."""
+@pytest.mark.parametrize("case", ["server_held", "zeno", "asyncfilter"])
+def test_fltrust_zeno_and_asyncfilter_on_3_ranks_match_inprocess(inprocess, on_ranks, case):
+    """The server-held set carved alike on every rank (the same shards), FLTrust's g_0 trained, Zeno++'s v computed
+    and AsyncFilter's record kept on rank 0 alone: the one-process run's bytes."""
     ref = inprocess(case)
     proc, got, _ = on_ranks(case)
     assert proc.returncode == 0, proc.stderr[-3000:]

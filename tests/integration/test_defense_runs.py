@@ -62,3 +62,26 @@ def test_a_centered_clipping_run_killed_during_aggregation_3_resumes_to_the_same
     centre = killed_during_3(args, out)["rule_state"]["centre"]
     assert centre.dtype == torch.float64 and centre.numel() == LENET5_DIGITS and bool(centre.abs().sum() > 0)
     resumed_from_2(ref, args, out)
+
+
+# AsyncFilter under SEAFL: nine devices of one speed and equal shards (idle none, iid), so the nine jobs of version 0
+# arrive together and fill the buffers of aggregations 1, 2 and 3 at staleness 0, 1 and 2. Aggregation 3 (t = 2)
+# compares its group with base 0's record, the average of the six before it, which travels in the checkpoint of
+# aggregation 2 (``defense_state``): a resume without it would compare with the group's own mean and print another
+# distance share in the trace.
+ASYNCFILTER = ["algorithm.name=seafl", "algorithm.defense.name=asyncfilter", "algorithm.buffer_size=3",
+               "devices.concurrency=9", "clock.idle.distribution=none", "data.partition=iid"]
+
+
+def test_an_asyncfilter_run_killed_during_aggregation_3_resumes_with_its_record_to_the_same_bytes(tmp_path):
+    args = [*SMALL, *ASYNCFILTER, "run.max_aggregations=4", "run.checkpoint_every=2", "run.checkpoint_every_s=null"]
+    ref = reference(tmp_path / "ref", args)
+    aggs = events(ref, "aggregate")
+    assert [sorted({u["staleness"] for u in e["updates"]}) for e in aggs[:3]] == [[0], [1], [2]]
+    for e in aggs[:3]:  # a group of 3, three distinct distances: the farthest dropped
+        dropped = [u for u in e["updates"] if u["rejected"]]
+        assert len(dropped) == 1 and dropped[0]["reason"].startswith("asyncfilter: distance share ")
+    out = tmp_path / "run"
+    record = killed_during_3(args, out)["defense_state"]["record"]
+    assert sorted(record) == [0] and record[0]["count"] == 6 and record[0]["mean"].numel() == LENET5_DIGITS
+    resumed_from_2(ref, args, out)

@@ -160,7 +160,7 @@ def run(cfg, w_t, bases, updates, parts, memory=None):
 def test_the_registry_names_every_defense_the_config_takes():
     assert set(DEFENSES) == set(FILTERS) | set(ESTIMATORS)
     assert {n for n, d in DEFENSES.items() if d.kind == "filter"} == set(FILTERS)
-    assert [n for n, d in DEFENSES.items() if d.stateful] == ["centered_clipping", "zenopp"]
+    assert [n for n, d in DEFENSES.items() if d.stateful] == ["centered_clipping", "zenopp", "asyncfilter"]
 
 
 def test_off_leaves_config_yaml_and_the_rules_memory_as_they_were():
@@ -457,7 +457,7 @@ def test_multi_krums_keep_is_at_most_k_minus_f_and_only_for_multi_krum():
 def test_an_estimator_with_a_rule_that_averages_no_deltas_is_refused(rule, name):
     text = refused(f"algorithm.name={rule}", f"algorithm.defense.name={name}", "algorithm.defense.f=0", k=5, m=5)
     assert text.startswith(f"config key 'algorithm.defense.name' has value '{name}'; allowed: a filter (krum, "
-                           f"multikrum) or none with algorithm.name={rule}")
+                           f"multikrum, zenopp, asyncfilter) or none with algorithm.name={rule}")
 
 
 @pytest.mark.parametrize("name", ESTIMATORS)
