@@ -25,24 +25,13 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from seafl_dist.algo import BufferedUpdate, FlatParts, aggregate, memory_of
 from seafl_dist.algo.memory import frozen, to_cpu
 from seafl_dist.defenses.asyncfilter import farthest_cluster
-from seafl_dist.settings import ConfigError, config_from_dict
+from defense_configs import config, refused
 
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 D = 4  # entries: 2 parameters, a batch-norm statistic, a counter
 PARTS = FlatParts(torch.tensor([True, True, False, False]), torch.tensor([False, False, True, False]),
                   torch.tensor([False, False, False, True]))
 IDX = [0, 1]
-
-
-def config(*overrides, k=5, m=20):
-    return config_from_dict({}, [f"algorithm.buffer_size={k}", f"devices.concurrency={m}", *overrides])
-
-
-def refused(*overrides, k=5):
-    with pytest.raises(ConfigError) as err:
-        config(*overrides, k=k)
-    assert "\n" not in str(err.value)
-    return str(err.value)
 
 
 # ---- the oracle ------------------------------------------------------------------------------------------------

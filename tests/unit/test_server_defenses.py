@@ -16,21 +16,11 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from seafl_dist.algo import BufferedUpdate, FlatParts, aggregate, memory_of
 from seafl_dist.data.dataset import ArrayDataset
 from seafl_dist.data.server_set import server_rows, server_set
-from seafl_dist.settings import ConfigError, config_from_dict
+from defense_configs import config, refused
+from seafl_dist.settings import ConfigError
 
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 T = 5
-
-
-def config(*overrides, k=5, m=20):
-    return config_from_dict({}, [f"algorithm.buffer_size={k}", f"devices.concurrency={m}", *overrides])
-
-
-def refused(*overrides, k=5):
-    with pytest.raises(ConfigError) as err:
-        config(*overrides, k=k)
-    assert "\n" not in str(err.value)
-    return str(err.value)
 
 
 class GivenUpdate:
