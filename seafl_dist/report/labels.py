@@ -157,7 +157,10 @@ def _algorithm_defaults(algo: str) -> dict | None:
     if algo not in _DEFAULTS:
         from seafl_dist.report.runs import flatten
         from seafl_dist.settings import config_from_dict
-        _DEFAULTS[algo] = flatten(config_from_dict({"algorithm": {"name": algo}}).to_dict())
+        tree = {"algorithm": {"name": algo}}
+        if algo == "fedcompass":  # cross-silo: every device in flight is its default (settings/core.py refuses less)
+            tree["devices"] = {"concurrency": config_from_dict({}).devices.num}
+        _DEFAULTS[algo] = flatten(config_from_dict(tree).to_dict())
     return _DEFAULTS[algo]
 
 

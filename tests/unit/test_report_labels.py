@@ -3,7 +3,7 @@ import dataclasses
 
 from seafl_dist.experiments import load_sweep
 from seafl_dist.report.labels import (ALGORITHMS, INFINITE_WHEN_NULL, USES, figure_title, reader_labels,
-                                      value_text)
+                                      value_text, what_varies)
 from seafl_dist.report.runs import flatten
 from seafl_dist.settings import ALGORITHMS as BUILT_IN
 from seafl_dist.settings import AlgorithmConfig, config_from_dict
@@ -38,6 +38,18 @@ def test_each_algorithm_shows_only_the_keys_it_reads_and_does_not_fix():
                for f in ("null", 10)]  # the update guard runs before every rule, FedAvg's too
     assert reader_labels(guarded) == ["FedBuff, guard = off", "FedBuff, guard = 10", "FedAvg, guard = off",
                                       "FedAvg, guard = 10"]
+
+
+def test_fedcompass_among_other_rules_is_labelled_not_refused():
+    """A leaderboard's arms mix FedCompass (M = N, refused otherwise) with rules at M = 20: its defaults are read at
+    M = N, so the labels say each arm's M, and at one M they say none (the tuning sweep's report once raised here)."""
+    mixed = [arm("algorithm.name=fedbuff"), arm("algorithm.name=fedcompass", "devices.concurrency=100")]
+    assert reader_labels(mixed) == ["FedBuff, M = 20", "FedCompass, M = 100"]  # FedCompass reads no β
+    same_m = [arm("algorithm.name=fedbuff", "devices.concurrency=100"),
+              arm("algorithm.name=fedcompass", "devices.concurrency=100")]
+    assert reader_labels(same_m) == ["FedBuff", "FedCompass"]
+    # a title's "what varies": M is at each arm's own default (FedCompass's is N), so only the algorithm varies
+    assert what_varies(mixed) == what_varies(same_m) == "algorithm varies"
 
 
 def test_a_studys_shared_setting_is_left_out_and_twins_are_told_apart():
