@@ -32,3 +32,6 @@ SCAFFOLD = ["algorithm.name=scaffold", "train.momentum=0"]
 # The noise key two DP runs share when a test compares their bytes (privacy/keys.py): a test fixture, no secret.
 # Without it each DP run draws a fresh key, so two runs (or a run and its reference) differ in their noise.
 DP_KEY = [f"privacy.key_file={ROOT / 'tests' / 'dp_test.key'}"]
+# The devices' DP-SGD key (privacy/device_key.py) two DP-SGD runs share when a test compares their bytes: without it
+# each run draws its batches and noise from a fresh key. The same fixture file: the two streams' domains differ.
+DP_SGD_KEY = [f"train.dp_sgd.key_file={ROOT / 'tests' / 'dp_test.key'}"]

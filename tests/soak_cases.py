@@ -21,7 +21,7 @@ from pathlib import Path
 from datamodules import ARGS as DM_ARGS
 from datamodules import write
 from device_runs import churn_overrides, write_profile
-from small_runs import DP_KEY, SCAFFOLD, SMALL
+from small_runs import DP_KEY, DP_SGD_KEY, SCAFFOLD, SMALL
 
 TESTS = Path(__file__).resolve().parent
 EVERY = ["run.checkpoint_every=1", "run.checkpoint_every_s=null"]
@@ -42,7 +42,7 @@ def cases(tmp: Path, aggregations: int = 6) -> tuple[dict[str, list[str]], Path]
     out = {
         # the cap m: 10 devices x m inclusions outlast 2 updates an aggregation (m = 2 at CI's 6 aggregations)
         "dp-cap": [*SMALL, "privacy.enabled=true", "privacy.noise_multiplier=0.8", *DP_KEY,
-                   "train.dp_sgd.enabled=true", "train.dp_sgd.noise_multiplier=0.8",  # and record-level DP-SGD
+                   "train.dp_sgd.enabled=true", "train.dp_sgd.noise_multiplier=0.8", *DP_SGD_KEY,  # and DP-SGD
                    f"privacy.max_participation={max(2, aggregations // 4 + 1)}",
                    "privacy.seafl_form=model", *feedback("topk", "compression.fraction=0.05"),
                    "algorithm.server_opt.name=amsgrad", "algorithm.server_opt.delay_adaptive=true"],

@@ -47,20 +47,22 @@ def _checked(key: bytes, where: str) -> bytes:
     return key
 
 
-def given_key(key_file: str | None) -> tuple[bytes, str] | None:
-    """The key the user gave (``privacy.key_file``, else ``$SEAFL_DP_KEY``) and where it came from, or None."""
-    env = os.environ.get(KEY_ENV)
+def given_key(key_file: str | None, *, field: str = "privacy.key_file", env_name: str = KEY_ENV
+              ) -> tuple[bytes, str] | None:
+    """The key the user gave (``field``, the config's key file, else ``$env_name``) and where it came from, or None
+    (the devices' DP-SGD key, privacy/device_key.py, is given the same two ways under its own names)."""
+    env = os.environ.get(env_name)
     if key_file is not None and env:
-        raise NoiseKeyError(f"privacy.key_file={key_file} and ${KEY_ENV} are both set; give the noise key one way")
+        raise NoiseKeyError(f"{field}={key_file} and ${env_name} are both set; give the noise key one way")
     if key_file is not None:
         try:
             data = Path(key_file).expanduser().read_bytes()
         except OSError as err:
-            raise NoiseKeyError(f"privacy.key_file={key_file} cannot be read ({err.strerror or err}); give a readable "
+            raise NoiseKeyError(f"{field}={key_file} cannot be read ({err.strerror or err}); give a readable "
                             f"file holding the noise key") from None
-        return _checked(data, f"privacy.key_file={key_file}"), f"privacy.key_file {key_file}"
+        return _checked(data, f"{field}={key_file}"), f"{field} {key_file}"
     if env:
-        return _checked(env.encode(), f"${KEY_ENV}"), f"${KEY_ENV}"
+        return _checked(env.encode(), f"${env_name}"), f"${env_name}"
     return None
 
 

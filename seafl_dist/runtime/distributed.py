@@ -29,6 +29,7 @@ from functools import partial
 import torch
 
 from seafl_dist.codecs import UpdateCodec
+from seafl_dist.privacy.device_key import device_key_for
 from seafl_dist.runtime.faults import NO_FAULT
 from seafl_dist.runtime.liveness import POLL_S, Heartbeat, StepCounter, Watcher
 from seafl_dist.runtime.server import Server, format_summary
@@ -36,6 +37,7 @@ from seafl_dist.runtime.fetch import once_per_node, same_training_set
 from seafl_dist.runtime.ca2fl_cache import check_cache
 from seafl_dist.runtime import controls
 from seafl_dist.runtime.residuals import check_disk, device_state
+from seafl_dist.runtime.rundir import private_dir
 from seafl_dist.runtime.cpus import cpus_here, oversubscription
 from seafl_dist.runtime.setup import keep_only, pick_device, prepare
 from seafl_dist.runtime.worker import GONE_FAILED, GONE_INTERRUPTED, gone, run_worker
@@ -271,9 +273,11 @@ def run_distributed(cfg, out_dir, *, rank: int, world_size: int, local_rank: int
             watcher = Watcher(store, [0], hb_limit)
             mine = placement.devices_of(rank, exp.num_devices)
             exp = keep_only(exp, mine)  # devices.num null: the writers
+            exp.dp_key = device_key_for(cfg, private_dir(out_dir), resuming=False)  # opened at its first DP-SGD job
             run_worker(exp, rank, numel, watcher, links, progress, ends=ends,
                        residuals=(out_dir, device_state(resume, mine) if resume else None) if feedback else None)
             return None
+        device_key_for(cfg, private_dir(out_dir), resuming=resume is not None, trains=False)  # DP-SGD: key kept
         check_disk(cfg, exp, out_dir)  # error feedback's residual checkpoints, before anything is written
         check_cache(cfg, exp, out_dir)  # CA²FL's cache, in memory and in the checkpoints
         watcher = Watcher(store, range(1, world_size), hb_limit)

@@ -59,12 +59,15 @@ def job_seeds(cfg, spec: JobSpec) -> dict:
 
 def dp_sgd_of(exp, spec: JobSpec) -> dict:
     """``train.dp_sgd``'s arguments of a job: the section (σ calibrated under ``target_epsilon``: the Experiment's
-    ``dp_sgd``) and the job's named noise stream ``dp_sgd`` (keyed as its other streams, so its noise is the same on
-    any rank, after a resume); {} when off."""
-    cfg = exp.cfg
-    if not cfg.train.dp_sgd.enabled:
+    ``dp_sgd``), and its Poisson batches' seed (in place of the data-order ``seed``) and noise seed, both drawn from
+    the devices' secret key (privacy/device_key.py), never from ``run.seed``; {} when off."""
+    if not exp.cfg.train.dp_sgd.enabled:
         return {}
-    return {"dp_sgd": exp.dp_sgd, "dp_seed": stream_seed(cfg.run.seed, "dp_sgd", spec.device, spec.job)}
+    if exp.dp_key is None:
+        raise RuntimeError("a DP-SGD job needs the devices' key: the runner sets Experiment.dp_key "
+                           "(privacy/device_key.py DeviceKey) before it trains")
+    seeds = exp.dp_key.seeds(spec.device, spec.job)
+    return {"dp_sgd": exp.dp_sgd, "seed": seeds["sample"], "dp_seed": seeds["noise"]}
 
 
 def compress_seed(cfg, spec: JobSpec) -> int:
@@ -79,12 +82,13 @@ def run_job(exp, model, spec: JobSpec, start: torch.Tensor, on_step=None, result
     off the GPU without holding up the next job). ``logged`` gets what the module logged (train/standin.py);
     ``control``: SCAFFOLD's correction of the job (train/controls.py)."""
     cfg, t = exp.cfg, exp.cfg.train
+    seeds = {**job_seeds(cfg, spec), **dp_sgd_of(exp, spec)}  # DP-SGD: its batches from the devices' key
     return train_job(model, start, exp.train.to(exp.device), exp.shard(spec.device), epochs=spec.epochs,
-                     batch_size=t.batch_size, **job_seeds(cfg, spec), augment=cfg.data.augment,
+                     batch_size=t.batch_size, **seeds, augment=cfg.data.augment,
                      device=exp.device, precision=cfg.runtime.precision, on_step=on_step,
                      result_device=exp.device if result_on_device else "cpu", loop=t.loop,
                      clip=(t.grad_clip_val, t.grad_clip_algorithm), logged=logged, prox_mu=t.prox_mu,
-                     steps=spec.steps or None, control=control, **dp_sgd_of(exp, spec))
+                     steps=spec.steps or None, control=control)
 
 
 def run_graphed(exp, slots, specs: list[JobSpec], starts: list[torch.Tensor], on_step=None) -> list[torch.Tensor]:

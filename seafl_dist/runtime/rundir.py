@@ -41,7 +41,7 @@ from seafl_dist import versions
 FREE_SECTIONS = ("logging",)
 FREE_KEYS = ("name", "run.checkpoint_every", "run.checkpoint_every_s", "runtime.device", "runtime.threads",
              "runtime.backend", "runtime.placement", "runtime.timeout_s", "runtime.cuda_graphs", "devices.profile",
-             "privacy.key_file")
+             "privacy.key_file", "train.dp_sgd.key_file")
 # What a run writes (and a fresh start or --overwrite removes); the proof covers those a completed run keeps.
 PROVEN = ("config.yaml", "events.jsonl", "metrics.csv", "train_log.csv", "model.pt", "partition.json",
           "partition.npz", "device_metrics.csv", "device_summary.csv")

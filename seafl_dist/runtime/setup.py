@@ -69,6 +69,7 @@ class Experiment:
     dp_fixes: list | None = None  # train.dp_sgd.fix_modules: the layers Opacus's fix replaced (train/dp_sgd.py)
     server_held: object | None = None  # algorithm.defense.server_samples: the server-held set (data/server_set.py)
     dp_noise: float | None = None  # train.dp_sgd.target_epsilon: σ calibrated over the schedule (prepare())
+    dp_key: object | None = None  # train.dp_sgd: the devices' key (privacy/device_key.py), set by a runner that trains
 
     @property
     def dp_sgd(self):

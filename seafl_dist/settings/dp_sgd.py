@@ -31,9 +31,9 @@ class DPSGDConfig:
     enabled: bool = key(False, "train every job with DP-SGD: each sample's gradient clipped to `clip`, Gaussian noise "
                         "σ·`clip` added to their sum, on Poisson-sampled batches of expected size `train.batch_size`",
                         note="Needs Opacus (`pip install \".[dp]\"`). Each step draws every sample of the device's "
-                             "shard with probability q = B/n_k from the job's own data-order stream, as many steps an "
-                             "epoch as the plain loop takes; the noise comes from the job's named stream "
-                             "\"dp_sgd\" (docs/privacy.md, \"Record-level DP-SGD\"). Refused with "
+                             "shard with probability q = B/n_k, as many steps an epoch as the plain loop takes; the "
+                             "batches and the noise are drawn from the devices' secret key (`key_file`), never "
+                             "from run.seed (docs/privacy.md, \"Record-level DP-SGD\"). Refused with "
                              "`algorithm.name: scaffold` and `train.grad_clip_val`; a job trains in its own loop "
                              "(not fused, not captured as CUDA graphs). Left out of config.yaml (the whole section) "
                              "at its defaults.")
@@ -68,6 +68,15 @@ class DPSGDConfig:
                                                "shard may bind before the device with the most jobs); a run that "
                                                "stops earlier (its target accuracy) spends less. summary.json's "
                                                "`dp_sgd.noise_multiplier` is the σ found.")
+
+    key_file: Optional[str] = key(None, "a file whose bytes (at least 16, whitespace stripped) are the devices' "
+                                  "DP-SGD key, which every job's Poisson batches and noise are drawn from, so that "
+                                  "two runs draw the same; `null`: $SEAFL_DP_SGD_KEY if set, else a fresh key from "
+                                  "os.urandom",
+                                  note="Never run.seed: the server, which reads config.yaml, cannot regenerate a "
+                                       "device's batches or noise. The key is kept in the run dir's "
+                                       "private/device.key for a resume; only the trainers read it, and only its "
+                                       "fingerprint is printed (docs/privacy.md, \"Record-level DP-SGD\").")
 
     def __post_init__(self) -> None:
         check_fields(self, "train.dp_sgd")

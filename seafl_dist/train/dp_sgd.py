@@ -12,8 +12,8 @@ One step of a batch b (Poisson-sampled by the job's :class:`~seafl_dist.train.pl
 
 with g_i the gradient of sample i's own loss over every trainable parameter (Opacus rescales the batch's mean loss
 by |b|, so a module's ``training_step`` returns the mean over its batch, as Lightning's modules do), the noise drawn
-parameter by parameter in the optimizer's order from the job's own ``torch.Generator`` (seeded by its named stream
-``dp_sgd``: never torch's global generator), then the module's own optimizer steps on g (``DPOptimizer`` wraps any
+parameter by parameter in the optimizer's order from the job's own ``torch.Generator`` (seeded from the devices' secret
+key, privacy/device_key.py, as the Poisson batches are: never ``run.seed``, never torch's global generator), then the module's own optimizer steps on g (``DPOptimizer`` wraps any
 ``torch.optim.Optimizer``; its ``param_groups`` are the wrapped one's, so schedulers step as before). FedProx's term
 (``train.prox_mu``) is added after the noise (Opacus's step hook): it reads no data, so it costs no privacy. An empty
 batch is a step of noise only, as Opacus's own ``DPDataLoader`` makes it; a step whose ``training_step`` returned None

@@ -19,7 +19,7 @@ Factors (tests/pairwise.py covers every pair of their levels in some row):
 - attack: none, or a third of the devices malicious flipping their deltas' sign (`threats.attack=sign_flip`, made on
   the worker that trains the job, from its own stream; issue 65).
 - dp_sgd: record-level DP-SGD off or on (`train.dp_sgd.enabled=true`, σ = 0.5, Opacus; issue 67): Poisson batches and
-  noise from each job's own streams, so a retrained job after a kill draws them again.
+  noise from the devices' key and the job (the key shared), so a retrained job after a kill draws them again.
 
 Every row must complete, and where it runs under torchrun (W = 3, or W = 1 with a kill) end with the bytes of
 the same config run uninterrupted in this process. The pairs that may not meet are each run once and must be
@@ -45,7 +45,7 @@ from pairwise import pairwise
 from resuming import summary
 from seafl_dist.cli import main as seafl_main
 from seafl_dist.data import clear_cache
-from small_runs import DP_KEY, QUICKSTART, SCAFFOLD, SMALL
+from small_runs import DP_KEY, DP_SGD_KEY, QUICKSTART, SCAFFOLD, SMALL
 from soak_cases import EVERY, SAME, TESTS
 from wandb_runs import offline_env
 
@@ -148,7 +148,7 @@ def overrides(row: dict, where) -> list[str]:
     if row["attack"] == "sign_flip":
         args += ["threats.malicious=0.34", "threats.attack=sign_flip"]
     if row["dp_sgd"]:
-        args += ["train.dp_sgd.enabled=true", "train.dp_sgd.noise_multiplier=0.5"]
+        args += ["train.dp_sgd.enabled=true", "train.dp_sgd.noise_multiplier=0.5", *DP_SGD_KEY]
     return args
 
 

@@ -24,7 +24,7 @@
 - **a Hugging Face dataset split by Flower's Dirichlet partitioner** (issue 54 D): every rank opens the saved
   dataset and asks Flower for the same partitions;
 - **record-level DP-SGD** (``train.dp_sgd``, issue 67): each job's Poisson batches and Opacus's noise come from the
-  job's own named streams, so whichever worker trains it draws the same; ResNet-18's BatchNorm becomes GroupNorm on
+  devices' key (shared here) and the job, so whichever worker trains it draws the same; ResNet-18's BatchNorm becomes GroupNorm on
   every rank (``train.dp_sgd.fix_modules``), and rank 0's summary names the layers; σ is calibrated to
   ``train.dp_sgd.target_epsilon`` on every rank from the schedule alone, so the workers train at rank 0's σ;
 - **``runtime.batch_jobs``** (fused jobs): within fp32 rounding of G = 1, as in one process
@@ -47,7 +47,7 @@ from docs_pages import ROOT, read_page
 from launching import run_batch, same_summary
 from leaf_files import write_leaf
 from resuming import reference
-from small_runs import DP_KEY, SMALL
+from small_runs import DP_KEY, DP_SGD_KEY, SMALL
 from test_batch_jobs import ARGS as BATCHED, assert_trained_alike
 from test_equivalence import assert_same_metrics
 
@@ -120,7 +120,8 @@ class Setup:
             # ResNet-18's BatchNorm replaced by GroupNorm on every rank (train.dp_sgd.fix_modules), said in the summary
             "dp-sgd": [*SMALL, "train.dp_sgd.enabled=true", "train.dp_sgd.noise_multiplier=null",  # σ calibrated to
                        "train.dp_sgd.target_epsilon=8", "model.name=resnet18",  # ε 8 on every rank alike
-                       "model.width=0.125", "train.dp_sgd.fix_modules=true", "run.max_aggregations=1"],
+                       "model.width=0.125", "train.dp_sgd.fix_modules=true", "run.max_aggregations=1",
+                       *DP_SGD_KEY],  # W = 3 against one process: the devices' key shared
         }
         if HF:
             from hf_datasets import image_dataset

@@ -1,7 +1,8 @@
 """``train.dp_sgd`` in whole runs on the bundled digits (SMALL's settings), in this process: the plain loop and
 ``train.loop: lightning`` each complete under DP-SGD with summary.json's ``dp_sgd`` entry (tests/unit/test_dp_sgd.py
 shows the step's bits); a run killed during aggregation 3 resumes from its checkpoint at 2 to the uninterrupted bytes
-(the noise is the job's named stream, so a retrained job draws it again), each device's ε with it (its checkpoint
+(the batches and noise come from the devices' key and the job, so a retrained job draws them again; another
+key, or none kept, is refused in one line), each device's ε with it (its checkpoint
 holds the steps of aggregations 1 and 2); each device's ε is Opacus's accountant stepped here over the jobs the trace
 says arrived (SEAFL²'s notified jobs at the epochs they trained, jobs in flight at the end never), and σ calibrated to
 train.dp_sgd.target_epsilon keeps the largest within it, tightly; ResNet-18 is refused naming its first
@@ -15,10 +16,13 @@ import pytest
 
 import in_process
 from one_line import one_line
-from resuming import assert_same_run, killed_during_3, reference, resumed_from_2, summary
-from small_runs import QUICKSTART, SMALL
+from resuming import ROOT, assert_same_run, cli, killed_during_3, reference, refused, resumed_from_2, run_args, summary
+from seafl_dist.privacy.device_key import device_key_path
+from seafl_dist.privacy.keys import fingerprint
+from seafl_dist.runtime.rundir import private_dir
+from small_runs import DP_SGD_KEY, QUICKSTART, SMALL
 
-DP = ["train.dp_sgd.enabled=true", "train.dp_sgd.noise_multiplier=0.5", "train.dp_sgd.clip=1.0"]
+DP = ["train.dp_sgd.enabled=true", "train.dp_sgd.noise_multiplier=0.5", "train.dp_sgd.clip=1.0", *DP_SGD_KEY]
 EVERY_2 = ["run.checkpoint_every=2", "run.checkpoint_every_s=null"]
 
 
@@ -42,9 +46,56 @@ def test_a_killed_dp_sgd_run_resumes_to_the_uninterrupted_bytes(plain, tmp_path)
     out = tmp_path / "killed"
     state = killed_during_3([*SMALL, *DP, *EVERY_2], out)
     assert state["dp_sgd_steps"] == {"steps": dict(sorted(arrived_steps(ref, through=2).items()))}
+    other = tmp_path / "other.key"
+    other.write_text("another key of the devices, not the run's")
+    err = refused(["run", QUICKSTART, *SMALL, *DP, *EVERY_2, f"train.dp_sgd.key_file={other}", "--out", out], out)
+    assert "is not the key" in err and fingerprint(other.read_bytes()) in err  # another key: refused, nothing touched
+    kept = device_key_path(private_dir(out))
+    assert kept.read_bytes().strip() == (ROOT / "tests" / "dp_test.key").read_bytes().strip()
+    moved = kept.rename(tmp_path / "moved.key")
+    err = refused(["run", QUICKSTART, *SMALL, *DP, *EVERY_2, "train.dp_sgd.key_file=null", "--out", out], out)
+    assert "is missing" in err and "train.dp_sgd.key_file" in err  # the key gone, none given: refused
+    moved.rename(kept)
     resumed_from_2(ref, [*SMALL, *DP, *EVERY_2], out)
     assert_same_run(ref, out)  # summary.json's dp_sgd.epsilon included: the same ε bytes
     assert summary(out)["dp_sgd"]["epsilon"]["max"] > 0
+
+
+# ---- the devices' key (privacy/device_key.py): never run.seed, never released ------------------------------------
+UNKEYED = [x for x in DP if not x.startswith("train.dp_sgd.key_file")]
+SHORT = ["run.max_aggregations=2"]
+
+
+def files_of(run_dir):
+    return {p: p.read_bytes() for p in sorted(run_dir.rglob("*")) if p.is_file()}
+
+
+def test_fresh_keys_draw_afresh_and_no_key_reaches_a_file_the_run_keeps(plain, tmp_path, capsys):
+    key = (ROOT / "tests" / "dp_test.key").read_bytes().strip()
+    assert not [p for p, data in files_of(plain).items() if key in data]  # config.yaml holds the key's path only
+    runs = [reference(tmp_path / f"fresh{i}", [*SMALL, *UNKEYED, *SHORT]) for i in range(2)]
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("seafl: dp_sgd: ")]
+    assert len(lines) == 2 and all("a fresh key from os.urandom (fingerprint" in ln for ln in lines)
+    assert lines[0] != lines[1]  # two fingerprints
+    a, b = ((r / "model.pt").read_bytes() for r in runs)
+    assert a != b, "the same config and run.seed drew the same DP-SGD batches and noise under two fresh keys"
+    assert (runs[0] / "config.yaml").read_bytes() == (runs[1] / "config.yaml").read_bytes()
+    assert not any(private_dir(r).exists() for r in runs)  # a completed run keeps no key
+
+
+def test_a_restart_before_the_first_checkpoint_draws_again_from_the_kept_key(tmp_path, monkeypatch, capsys):
+    out = tmp_path / "restart"
+    args = [*SMALL, *UNKEYED, *EVERY_2, "run.max_aggregations=3"]
+    stopped = cli(*run_args(args, out), fault="during_aggregate:1")
+    assert stopped.returncode != 0 and not list(private_dir(out).glob("checkpoint-*"))
+    key = device_key_path(private_dir(out)).read_text()
+    restarted = in_process.seafl(*run_args(args, out))
+    assert restarted.returncode == 0 and f"keyed by the key kept in {device_key_path(private_dir(out))}" in \
+        restarted.stderr, restarted.stderr[-2000:]
+    monkeypatch.setenv("SEAFL_DP_SGD_KEY", key)
+    ref = reference(tmp_path / "ref", args)  # the kept key, given: the same draws
+    for name in ("events.jsonl", "metrics.csv", "model.pt"):
+        assert (out / name).read_bytes() == (ref / name).read_bytes(), name
 
 
 # ---- each device's ε, against Opacus's own accountant over the trace's arrived jobs ------------------------------

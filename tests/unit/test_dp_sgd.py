@@ -254,17 +254,36 @@ def test_what_a_module_logs_stays_on_the_device():
 
 
 
-def test_a_jobs_noise_stream_is_keyed_by_its_device_and_job_and_the_section_is_the_experiments():
-    """Two jobs of one device at the same epochs draw different noise; one job draws the same however many epochs a
-    SEAFL² notification leaves it (its seed names the job, not its length); the section is the Experiment's (σ as
-    calibrated under target_epsilon)."""
+def test_a_jobs_batches_and_noise_are_keyed_by_the_devices_key_its_device_and_job_never_run_seed(tmp_path):
+    """Two jobs of one device at the same epochs draw different batches and noise; one job draws the same however many
+    epochs a SEAFL² notification leaves it (its seeds name the job, not its length); another run.seed changes
+    neither, another key both; the section is the Experiment's (σ as calibrated under target_epsilon)."""
     from types import SimpleNamespace
-    from seafl_dist.runtime.executor import JobSpec, dp_sgd_of
+    from seafl_dist.privacy.device_key import DeviceKey
+    from seafl_dist.runtime.executor import JobSpec, dp_sgd_of, job_seeds
     cfg = config()
     calibrated = SimpleNamespace(noise_multiplier=0.7)
-    exp = SimpleNamespace(cfg=cfg, dp_sgd=calibrated)
-    a, b = (dp_sgd_of(exp, JobSpec(job, 0, 0, 2, 1.0)) for job in (1, 2))
-    assert a["dp_seed"] != b["dp_seed"] and a["dp_sgd"] is calibrated
-    assert dp_sgd_of(exp, JobSpec(1, 0, 0, 1, 1.0))["dp_seed"] == a["dp_seed"]  # notified after one epoch: same stream
-    assert dp_sgd_of(exp, JobSpec(1, 3, 0, 2, 1.0))["dp_seed"] != a["dp_seed"]  # another device's job 1
-    assert dp_sgd_of(SimpleNamespace(cfg=config_from_dict({}), dp_sgd=calibrated), JobSpec(1, 0, 0, 2, 1.0)) == {}
+
+    def exp(key_file, c=cfg):
+        private = tmp_path / "runs" / key_file.name / str(c.run.seed)
+        return SimpleNamespace(cfg=c, dp_sgd=calibrated, dp_key=DeviceKey(private, str(key_file), say=False))
+
+    k1, k2 = tmp_path / "k1", tmp_path / "k2"
+    k1.write_text("a" * 32)
+    k2.write_text("b" * 32)
+    e = exp(k1)
+    a, b = (dp_sgd_of(e, JobSpec(job, 0, 0, 2, 1.0)) for job in (1, 2))
+    assert a["dp_seed"] != b["dp_seed"] and a["seed"] != b["seed"] and a["dp_sgd"] is calibrated
+    assert a["seed"] != a["dp_seed"] and a["seed"] != job_seeds(cfg, JobSpec(1, 0, 0, 2, 1.0))["seed"]
+    assert dp_sgd_of(e, JobSpec(1, 0, 0, 1, 1.0)) == a  # notified after one epoch: the same streams
+    assert dp_sgd_of(e, JobSpec(1, 3, 0, 2, 1.0))["dp_seed"] != a["dp_seed"]  # another device's job 1
+    reseeded = config_from_dict({"devices": {"num": 6, "concurrency": 3}, "algorithm": {"buffer_size": 2},
+                                 "run": {"seed": cfg.run.seed + 7}, "train": {"dp_sgd": {"enabled": True}}})
+    assert {k: v for k, v in dp_sgd_of(exp(k1, reseeded), JobSpec(1, 0, 0, 2, 1.0)).items() if k != "dp_sgd"} == \
+        {k: v for k, v in a.items() if k != "dp_sgd"}  # run.seed, which config.yaml releases, changes nothing
+    c = dp_sgd_of(exp(k2), JobSpec(1, 0, 0, 2, 1.0))
+    assert c["seed"] != a["seed"] and c["dp_seed"] != a["dp_seed"]
+    assert dp_sgd_of(SimpleNamespace(cfg=config_from_dict({}), dp_sgd=calibrated, dp_key=None),
+                     JobSpec(1, 0, 0, 2, 1.0)) == {}
+    with pytest.raises(RuntimeError, match="devices' key"):  # a trainer without the key never falls back to run.seed
+        dp_sgd_of(SimpleNamespace(cfg=cfg, dp_sgd=calibrated, dp_key=None), JobSpec(1, 0, 0, 2, 1.0))

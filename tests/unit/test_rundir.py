@@ -23,7 +23,8 @@ FREE = {"name", "run.checkpoint_every", "run.checkpoint_every_s", "runtime.devic
         "logging.wandb.project", "logging.wandb.entity", "logging.wandb.group", "logging.wandb.tags",
         "logging.wandb.job_type", "logging.progress", "logging.progress_every_s", "runtime.cuda_graphs",
         "devices.profile",  # the path only: the profile's bytes are compared by their sha256 (profile_mismatch)
-        "privacy.key_file"}  # the path only: the key is compared by the fingerprint the checkpoint holds
+        "privacy.key_file",  # the path only: the key is compared by the fingerprint the checkpoint holds
+        "train.dp_sgd.key_file"}  # the path only: a given key must match the one private/device.key keeps
 REFUSED = {f"{section}.{key}" for section, keys in {
     "algorithm": ["name", "buffer_size", "staleness_limit", "alpha", "mu", "theta", "similarity", "similarity_over",
                   "server_lr", "staleness_scaling", "mixing", "staleness_fn", "poly_a", "hinge_a", "hinge_b", "partial",
