@@ -22,7 +22,9 @@ A device with no arrived job has ε = 0; σ = 0 is ε = ∞.
 ``train.dp_sgd.target_epsilon``: the schedule does not depend on the model, so before the run every device's
 (q_k, T_k) over the whole schedule is known (:func:`schedule_pairs`), and :func:`calibrate` finds by bisection the
 smallest σ whose largest ε_k is at most the target, over the pairs no other dominates (:func:`frontier`: a larger
-q and more steps), since q_k varies and the device with the most steps need not be the one that binds.
+q and more steps), since q_k varies and the device with the most steps need not be the one that binds;
+:func:`calibrated_noise` is that calibration for a prepared run (the one line it prints, a target no σ reaches
+refused in one line).
 
 This module owns that ledger (:class:`RecordLedger`: device → steps charged, append-only so a snapshot is a
 length), its checkpoint state (the totals; a resume continues them exactly), and summary.json's
@@ -33,8 +35,11 @@ from __future__ import annotations
 
 import functools
 import math
+import sys
 import warnings
 from collections import Counter
+
+from seafl_dist.settings import ConfigError
 
 from seafl_dist.settings.dp_sgd import ACCOUNTANTS  # one list: the settings own it
 QUANTILES = (0.1, 0.25, 0.5, 0.75, 0.9)
@@ -229,6 +234,27 @@ def schedule_pairs(events, n_samples: list[int], batch_size: int, steps_of) -> l
         if ev["event"] == "aggregate":
             led.on_aggregate(ev)
     return [(sample_rate(n_samples[k], batch_size), t) for k, t in sorted(led.totals().items()) if t]
+
+
+def calibrated_noise(exp, steps_of, *, say: bool = True) -> float | None:
+    """Under ``train.dp_sgd.target_epsilon``: the σ whose largest device ε over the whole schedule (``exp``: an
+    Experiment, runtime/setup.py ``prepare``; its schedule replayed here, on every rank alike: the clock does not read the model) is at most the target (privacy/record_accountant.py);
+    ``steps_of``: train/dp_sgd.py ``job_steps``; one line says it (``say``: rank 0). None without a target."""
+    cfg = exp.cfg
+    dp = cfg.train.dp_sgd
+    if dp.target_epsilon is None:
+        return None
+    pairs = schedule_pairs(exp.schedule(), exp.n_samples, cfg.train.batch_size, steps_of)
+    try:
+        sigma = calibrate(dp.target_epsilon, pairs, cfg.privacy.delta, dp.accountant)
+    except ValueError as err:
+        raise ConfigError(f"config key 'train.dp_sgd.target_epsilon' has value {dp.target_epsilon!r}; allowed: a "
+                          f"target this schedule can reach ({err}); give train.dp_sgd.noise_multiplier instead") from None
+    if say:
+        print(f"seafl: train.dp_sgd: σ {sigma:.6g} calibrated so that every device's ε <= {dp.target_epsilon:g} at δ "
+              f"{cfg.privacy.delta:g} ({dp.accountant}) over the whole schedule ({len(pairs)} devices with an arrived "
+              f"job)", file=sys.stderr)
+    return sigma
 
 
 class _Sigma:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import gc
-import sys
 from dataclasses import dataclass
 
 import numpy as np
@@ -295,7 +294,9 @@ def prepare(cfg: Config, *, local_rank: int = 0, need_test: bool = True, fetch=N
         determinism.check_model(exp)
     if cfg.train.dp_sgd.enabled:  # Opacus installed, and a model it can train (or fixed), before any probe
         exp.dp_fixes = check_dp_model(cfg, exp)
-        exp.dp_noise = calibrated_noise(exp, say=need_test)  # target_epsilon: σ over the schedule replayed; else None
+        from seafl_dist.privacy.record_accountant import calibrated_noise
+        from seafl_dist.train.dp_sgd import job_steps
+        exp.dp_noise = calibrated_noise(exp, job_steps, say=need_test)  # target_epsilon: σ over the replayed schedule
     if is_import_path(cfg.model.name):  # a user's model: checked before any job trains
         with torch.random.fork_rng(devices=[]):  # building it must not move torch's global generator
             rows = test.take(np.arange(min(EVAL_PROBE_ROWS, len(test)))) if test is not None else None
@@ -307,29 +308,6 @@ def prepare(cfg: Config, *, local_rank: int = 0, need_test: bool = True, fetch=N
     elif need_test:
         check_target_metric(cfg, exp.eval_names)
     return exp
-
-
-def calibrated_noise(exp: Experiment, *, say: bool = True) -> float | None:
-    """Under ``train.dp_sgd.target_epsilon``: the σ whose largest device ε over the whole schedule (replayed here,
-    on every rank alike: the clock does not read the model) is at most the target (privacy/record_accountant.py);
-    one line says it (``say``: rank 0). None without a target."""
-    cfg = exp.cfg
-    dp = cfg.train.dp_sgd
-    if dp.target_epsilon is None:
-        return None
-    from seafl_dist.privacy.record_accountant import calibrate, schedule_pairs
-    from seafl_dist.train.dp_sgd import job_steps
-    pairs = schedule_pairs(exp.schedule(), exp.n_samples, cfg.train.batch_size, job_steps)
-    try:
-        sigma = calibrate(dp.target_epsilon, pairs, cfg.privacy.delta, dp.accountant)
-    except ValueError as err:
-        raise ConfigError(f"config key 'train.dp_sgd.target_epsilon' has value {dp.target_epsilon!r}; allowed: a "
-                          f"target this schedule can reach ({err}); give train.dp_sgd.noise_multiplier instead") from None
-    if say:
-        print(f"seafl: train.dp_sgd: σ {sigma:.6g} calibrated so that every device's ε <= {dp.target_epsilon:g} at δ "
-              f"{cfg.privacy.delta:g} ({dp.accountant}) over the whole schedule ({len(pairs)} devices with an arrived "
-              f"job)", file=sys.stderr)
-    return sigma
 
 
 def check_private_test(cfg: Config, test, writers: list[str]) -> None:
