@@ -237,9 +237,10 @@ def schedule_pairs(events, n_samples: list[int], batch_size: int, steps_of) -> l
 
 
 def calibrated_noise(exp, steps_of, *, say: bool = True) -> float | None:
-    """Under ``train.dp_sgd.target_epsilon``: the σ whose largest device ε over the whole schedule (``exp``: an
-    Experiment, runtime/setup.py ``prepare``; its schedule replayed here, on every rank alike: the clock does not read the model) is at most the target (privacy/record_accountant.py);
-    ``steps_of``: train/dp_sgd.py ``job_steps``; one line says it (``say``: rank 0). None without a target."""
+    """Under ``train.dp_sgd.target_epsilon``: the σ whose largest device ε over the whole schedule is at most the
+    target. ``exp``: an Experiment (runtime/setup.py ``prepare``), its schedule replayed here, on every rank alike (the
+    clock does not read the model); ``steps_of``: train/dp_sgd.py ``job_steps``. One line says it (``say``: rank 0).
+    None without a target."""
     cfg = exp.cfg
     dp = cfg.train.dp_sgd
     if dp.target_epsilon is None:
