@@ -24,7 +24,9 @@ Writes into ``--out`` (default: the one directory given, else ``runs/report-<tim
   ``.pdf``) draws the share against speed with the speed quartiles marked, one panel per grid point, mean over
   seeds, and ``participation_quartiles.csv`` holds those means (report/participation_plot.py); under
   ``train.dp_sgd`` its ``dp_sgd_epsilon`` column is each device's ε (the run's summary.json), and
-  ``dp_sgd_epsilon.png`` (with ``.pdf`` and ``.csv``) draws it against speed (report/dp_sgd_plot.py),
+  ``dp_sgd_epsilon.png`` (with ``.pdf`` and ``.csv``) draws it against speed (report/dp_sgd_plot.py), and
+  ``dp_sgd_tradeoff.png`` (with ``.pdf`` and ``.csv``) each run's final accuracy against its largest device ε, a
+  line per rule over σ, its runs without DP-SGD a dashed reference (report/dp_sgd_tradeoff.py),
 - for runs with device evaluation (``run.device_eval_every``): ``device_eval_cdf.png`` and
   ``device_eval_vs_speed.png`` (with ``.pdf`` and ``.csv``), ``device_eval.csv`` and a report.md section: each
   device's final value on its own held-out data, per arm (report/device_eval_plot.py).
@@ -45,6 +47,7 @@ from seafl_dist.report.device_eval_plot import write_device_eval
 from seafl_dist.report.epsilon import per_data
 from seafl_dist.report.participation_plot import write_participation
 from seafl_dist.report.dp_sgd_plot import write_dp_sgd_epsilon
+from seafl_dist.report.dp_sgd_tradeoff import write_dp_sgd_tradeoff
 from seafl_dist.report.plots import plot_timeline
 from seafl_dist.report.value_plots import plot_time_vs_value, swept_keys
 from seafl_dist.report.metric import Metric
@@ -252,6 +255,7 @@ def write_report(paths, out: str | Path, *, targets: list[float] | None = None, 
     files.update({f"{stem}.{ext}": out / f"{stem}.{ext}" for stem in drawn for ext in ("png", "pdf", "csv")})
     files.update(write_participation(groups, out))  # from the runs' traces: runs of any version have it
     files.update(write_dp_sgd_epsilon(groups, out))  # DP-SGD runs: each device's ε against its speed
+    files.update(write_dp_sgd_tradeoff(groups, out))  # DP-SGD runs: accuracy against the largest device ε
     device_files, device_md = write_device_eval(groups, out)  # runs with device_metrics.csv only
     files.update(device_files)
     md += "\n" + device_md if device_md else ""
