@@ -236,6 +236,17 @@ def schedule_pairs(events, n_samples: list[int], batch_size: int, steps_of) -> l
     return [(sample_rate(n_samples[k], batch_size), t) for k, t in sorted(led.totals().items()) if t]
 
 
+def delta_warning(n_samples: list[int], delta: float) -> str | None:
+    """One warning line where δ is not below 1/n_k for the largest shard n_k: record-level (ε, δ)-DP with δ ≥ 1/n
+    allows releasing a record of n outright (the usual rule is δ ≪ 1/n), so the devices' ε says little; None else."""
+    n = max(n_samples, default=0)
+    if n and delta >= 1.0 / n:
+        return (f"seafl: warning: privacy.delta={delta:g} is not below 1/n_k = {1.0 / n:.3g} for the largest shard "
+                f"(n_k = {n}): record-level (ε, δ) at δ >= 1/n_k allows a record to leak outright; lower "
+                f"privacy.delta below {1.0 / n:.3g}")
+    return None
+
+
 def calibrated_noise(exp, steps_of, *, say: bool = True) -> float | None:
     """Under ``train.dp_sgd.target_epsilon``: the σ whose largest device ε over the whole schedule is at most the
     target. ``exp``: an Experiment (runtime/setup.py ``prepare``), its schedule replayed here, on every rank alike (the

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import sys
 from dataclasses import dataclass
 
 import numpy as np
@@ -294,9 +295,11 @@ def prepare(cfg: Config, *, local_rank: int = 0, need_test: bool = True, fetch=N
         determinism.check_model(exp)
     if cfg.train.dp_sgd.enabled:  # Opacus installed, and a model it can train (or fixed), before any probe
         exp.dp_fixes = check_dp_model(cfg, exp)
-        from seafl_dist.privacy.record_accountant import calibrated_noise
+        from seafl_dist.privacy.record_accountant import calibrated_noise, delta_warning
         from seafl_dist.train.dp_sgd import job_steps
         exp.dp_noise = calibrated_noise(exp, job_steps, say=need_test)  # target_epsilon: σ over the replayed schedule
+        if need_test and delta_warning(exp.n_samples, cfg.privacy.delta):  # rank 0: a δ too large for a shard
+            print(delta_warning(exp.n_samples, cfg.privacy.delta), file=sys.stderr)
     if is_import_path(cfg.model.name):  # a user's model: checked before any job trains
         with torch.random.fork_rng(devices=[]):  # building it must not move torch's global generator
             rows = test.take(np.arange(min(EVAL_PROBE_ROWS, len(test)))) if test is not None else None

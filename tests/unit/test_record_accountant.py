@@ -200,3 +200,13 @@ def test_under_prv_a_dominated_pair_above_the_target_is_bisected_over_every_pair
     assert ra.calibrate(1.0, pairs, DELTA, "prv") == pytest.approx(3.0, rel=1e-5)
     assert ra.calibrate(1.0, pairs, DELTA, "rdp") == pytest.approx(1.0, rel=1e-5)
     assert ra.calibrate(1.0, pairs, DELTA, "prv") >= 3.0 and ra.calibrate(1.0, pairs, DELTA, "rdp") >= 1.0  # from above
+
+
+def test_a_delta_not_below_one_over_the_largest_shard_is_warned_of_in_one_line():
+    from seafl_dist.privacy.record_accountant import delta_warning
+    line = delta_warning([10, 600, 20], 1 / 600)  # at the edge: δ = 1/n_k of the largest shard
+    assert line.startswith("seafl: warning: privacy.delta=") and "\n" not in line and "n_k = 600" in line
+    assert delta_warning([10, 600, 20], 0.5) is not None
+    assert delta_warning([10, 600, 20], 1 / 600 * (1 - 1e-9)) is None  # just below: no line
+    assert delta_warning([10, 20], 1 / 30) is None  # the largest shard binds, not the smallest
+    assert delta_warning([], 0.5) is None
