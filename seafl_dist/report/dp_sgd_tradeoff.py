@@ -4,8 +4,10 @@ What record-level DP-SGD costs a rule: each DP-SGD run is a dot at (its largest 
 ``dp_sgd.epsilon.max``; its final accuracy, the last evaluation's), one colour per rule (summary.json's
 ``algorithm``). Each (rule, σ) pair's mean over its seeds is a larger marker, joined over σ by a line and labelled
 with its σ. A rule's runs without DP-SGD in the same report are its reference: a dashed line at their mean final
-accuracy, labelled "no DP-SGD". The ε axis is logarithmic when the largest ε is over 10 times the smallest. A run
-whose largest ε is infinite (σ = 0) or that charged no device is not drawn; the CSV keeps it.
+accuracy. A rule's DP-SGD runs at σ = 0 (clipping without noise: ε infinite) are a dotted line at their mean, so that
+what the clipping costs and what the noise costs can be told apart. The ε axis is logarithmic when the largest ε is
+over 10 times the smallest. A run that charged no device (ε 0) is not drawn, and the title counts it; the CSV keeps
+every run.
 
 :func:`write_dp_sgd_tradeoff` writes ``dp_sgd_tradeoff.{png,pdf,csv}`` (one CSV row per run: the point, the run,
 the seed, the rule, σ, the largest and median ε, the final and best accuracy) when the report holds a DP-SGD run;
@@ -18,6 +20,7 @@ import statistics
 from pathlib import Path
 
 from matplotlib.lines import Line2D
+from matplotlib.ticker import FuncFormatter, LogLocator, NullLocator
 
 from seafl_dist.report.figures import new_figure, paper_style, save, title_of, wrap
 
@@ -59,6 +62,12 @@ def _drawn(row: dict) -> bool:
     return e is not None and math.isfinite(e) and e > 0
 
 
+def _unnoised(row: dict) -> bool:
+    """σ = 0: ε is infinite (summary.json writes it as null, JSON having no infinity)."""
+    e = row["epsilon_max"]
+    return row["noise_multiplier"] == 0 or (e is not None and math.isinf(e))
+
+
 def plot_dp_sgd_tradeoff(dp: list[dict], plain: list[dict], title: str, path: str | Path):
     """The figure of :func:`write_dp_sgd_tradeoff`, saved as PNG and PDF with every row (DP-SGD runs first) as its
     CSV; returns the Figure."""
@@ -86,8 +95,14 @@ def plot_dp_sgd_tradeoff(dp: list[dict], plain: list[dict], title: str, path: st
             ref = [r["final_accuracy"] for r in plain if r["algorithm"] == rule]
             if ref:
                 ax.axhline(statistics.mean(ref), ls="--", lw=1.0, color=color[rule], zorder=2)
+            clip_only = [r["final_accuracy"] for r in dp if r["algorithm"] == rule and _unnoised(r)]
+            if clip_only:
+                ax.axhline(statistics.mean(clip_only), ls=":", lw=1.2, color=color[rule], zorder=2)
         if log:
             ax.set_xscale("log")
+            ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+            ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+            ax.xaxis.set_minor_locator(NullLocator())
         ax.set_xlabel("the largest device ε (record level, over its arrived jobs)" + (", log scale" if log else ""))
         ax.set_ylabel("final accuracy")
         ax.grid(alpha=0.3)
@@ -95,9 +110,11 @@ def plot_dp_sgd_tradeoff(dp: list[dict], plain: list[dict], title: str, path: st
                    for rule in rules]
         handles += [Line2D([], [], color="0.4", ls="none", marker="o", alpha=0.55, mec="none", label="a run"),
                     Line2D([], [], color="0.4", ls="--", label="no DP-SGD (mean)")]
+        if any(_unnoised(r) for r in dp):
+            handles.append(Line2D([], [], color="0.4", ls=":", lw=1.2, label="σ 0: clipping only, ε ∞ (mean)"))
         fig.legend(handles=handles, loc="outside lower center", ncol=min(len(handles), 4), frameon=False)
-        skipped = len(dp) - len(drawn)
+        skipped = sum(not _drawn(r) and not _unnoised(r) for r in dp)
         fig.suptitle(wrap(title, 80) + "\naccuracy against the largest device ε under DP-SGD (σ: the mean of its "
-                     "seeds)" + (f"; {skipped} run(s) with ε ∞ or 0 not drawn" if skipped else ""), fontsize=9.5)
+                     "seeds)" + (f"; {skipped} run(s) with ε 0 not drawn" if skipped else ""), fontsize=9.5)
     save(fig, Path(path), dp + plain)
     return fig

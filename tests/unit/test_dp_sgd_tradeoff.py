@@ -62,20 +62,26 @@ def test_each_rule_gets_its_line_through_its_sigma_means_and_its_reference(tmp_p
     refs = sorted(ln.get_ydata()[0] for ln in ax.get_lines() if ln.get_linestyle() == "--")
     assert refs == pytest.approx([0.93, 0.96])  # SEAFL's one run, FedBuff's two seeds' mean
     assert ax.get_xscale() == "log"  # ε from 1 to 60
+    assert not [ln for ln in ax.get_lines() if ln.get_linestyle() == ":"]  # no σ 0 run: no dotted line
     assert sorted(t.get_text() for t in ax.texts) == ["σ 0.5", "σ 0.5", "σ 2", "σ 2"]
     with open(files["dp_sgd_tradeoff.csv"]) as f:
         assert len(list(csv.DictReader(f))) == len(RUNS)
 
 
-def test_a_narrow_span_is_linear_and_an_infinite_epsilon_is_counted_not_drawn(tmp_path, monkeypatch):
+def test_a_narrow_span_is_linear_sigma_0_is_a_dotted_reference_and_epsilon_0_is_counted(tmp_path, monkeypatch):
     figs = []
     import seafl_dist.report.dp_sgd_tradeoff as mod
     real = mod.plot_dp_sgd_tradeoff
     monkeypatch.setattr(mod, "plot_dp_sgd_tradeoff", lambda *a: figs.append(real(*a)) or figs[-1])
-    narrow = [("fedbuff", 2.0, 0, 2.0, 0.8), ("fedbuff", 1.0, 0, 19.0, 0.9), ("fedbuff", 0.0, 0, math.inf, 0.95)]
+    # σ 0: ε ∞, which summary.json writes as null
+    narrow = [("fedbuff", 2.0, 0, 2.0, 0.8), ("fedbuff", 1.0, 0, 19.0, 0.9), ("fedbuff", 0.0, 0, math.inf, 0.95),
+              ("fedbuff", 0.0, 1, None, 0.91), ("fedbuff", 4.0, 0, 0.0, 0.5)]
     write_dp_sgd_tradeoff(groups(narrow), tmp_path)
     ax = figs[0].axes[0]
     assert ax.get_xscale() == "linear"  # 19 / 2 < 10
     assert sum(len(c.get_offsets()) for c in ax.collections) == 2
-    assert "1 run(s) with ε ∞ or 0 not drawn" in figs[0]._suptitle.get_text()
+    dotted = [ln.get_ydata()[0] for ln in ax.get_lines() if ln.get_linestyle() == ":"]
+    assert dotted == pytest.approx([0.93])  # the σ 0 runs' mean: what clipping alone costs
+    assert "1 run(s) with ε 0 not drawn" in figs[0]._suptitle.get_text()
+    assert not [ln for ln in ax.get_lines() if ln.get_linestyle() == "--"]  # no run without DP-SGD: no reference
     assert write_dp_sgd_tradeoff(groups([r for r in RUNS if r[1] is None]), Path(tmp_path) / "none") == {}
