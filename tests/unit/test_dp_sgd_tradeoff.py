@@ -20,7 +20,7 @@ RUNS = [("fedbuff", 2.0, 0, 1.5, 0.80), ("fedbuff", 2.0, 1, 2.5, 0.84), ("fedbuf
 def run(rule, sigma, seed, eps, acc):
     s = {"algorithm": rule, "final_accuracy": acc, "best_accuracy": acc + 0.01}
     if sigma is not None:
-        s["dp_sgd"] = {"noise_multiplier": sigma, "epsilon": {"max": eps, "quantiles": {"p50": eps / 2}}}
+        s["dp_sgd"] = {"noise_multiplier": sigma, "epsilon": {"max": eps, "quantiles": {"p50": eps and eps / 2}}}
     return SimpleNamespace(summary=s, name=f"{rule}-{sigma}-{seed}", seed=seed, point=())
 
 
