@@ -27,6 +27,8 @@ Writes into ``--out`` (default: the one directory given, else ``runs/report-<tim
   ``dp_sgd_epsilon.png`` (with ``.pdf`` and ``.csv``) draws it against speed (report/dp_sgd_plot.py), and
   ``dp_sgd_tradeoff.png`` (with ``.pdf`` and ``.csv``) each run's final accuracy against its largest device ε, a
   line per rule over σ, its runs without DP-SGD a dashed reference (report/dp_sgd_tradeoff.py),
+- for runs with ``privacy.adaptive_clip``: ``clipping_bound.png`` (with ``.pdf`` and ``.csv``), C_t of every
+  aggregation against virtual time, the fixed-C runs beside it dashed (report/clip_plot.py),
 - for runs with device evaluation (``run.device_eval_every``): ``device_eval_cdf.png`` and
   ``device_eval_vs_speed.png`` (with ``.pdf`` and ``.csv``), ``device_eval.csv`` and a report.md section: each
   device's final value on its own held-out data, per arm (report/device_eval_plot.py).
@@ -48,6 +50,7 @@ from seafl_dist.report.epsilon import per_data
 from seafl_dist.report.participation_plot import write_participation
 from seafl_dist.report.dp_sgd_plot import write_dp_sgd_epsilon
 from seafl_dist.report.dp_sgd_tradeoff import write_dp_sgd_tradeoff
+from seafl_dist.report.clip_plot import write_clipping_bound
 from seafl_dist.report.plots import plot_timeline
 from seafl_dist.report.value_plots import plot_time_vs_value, swept_keys
 from seafl_dist.report.metric import Metric
@@ -256,6 +259,7 @@ def write_report(paths, out: str | Path, *, targets: list[float] | None = None, 
     files.update(write_participation(groups, out))  # from the runs' traces: runs of any version have it
     files.update(write_dp_sgd_epsilon(groups, out))  # DP-SGD runs: each device's ε against its speed
     files.update(write_dp_sgd_tradeoff(groups, out))  # DP-SGD runs: accuracy against the largest device ε
+    files.update(write_clipping_bound(groups, out))  # adaptive clipping: C_t against time
     device_files, device_md = write_device_eval(groups, out)  # runs with device_metrics.csv only
     files.update(device_files)
     md += "\n" + device_md if device_md else ""
