@@ -83,7 +83,7 @@ def test_a_key_that_cannot_be_used_is_refused_in_one_line(tmp_path, monkeypatch,
     assert ("at least 16" in msg) == case.startswith("short") and not device_key_path(tmp_path / "run").exists()
 
 
-def test_trainers_racing_to_a_fresh_key_all_take_one_key(tmp_path):
+def test_trainers_racing_to_a_fresh_key_all_take_one_key(tmp_path, capsys):
     private = tmp_path / "run"
     keys, barrier = [], threading.Barrier(8)
 
@@ -95,6 +95,7 @@ def test_trainers_racing_to_a_fresh_key_all_take_one_key(tmp_path):
     [t.start() for t in threads]
     [t.join() for t in threads]
     assert len(keys) == 8 and len(set(keys)) == 1 and device_key_path(private).read_bytes() == keys[0]
+    assert capsys.readouterr().err == ""  # say=False: a trainer that is told to keep quiet prints nothing
     ctx = multiprocessing.get_context("fork")
     with ctx.Pool(4) as pool:
         got = pool.map(_open_in_child, [str(tmp_path / "procs")] * 8)
@@ -124,8 +125,9 @@ def test_a_resume_needs_the_kept_key_or_a_given_one_and_rank_0_never_reads_it(tm
     path = device_key_path(private)
     path.write_bytes(b"short")  # rank 0's resume check only asks whether the file is there: it never reads it
     assert device_key_for(cfg, private, resuming=True, trains=False) is None
-    with pytest.raises(NoiseKeyError, match="holds a noise key of 5 bytes"):  # where a trainer would read it
+    with pytest.raises(NoiseKeyError, match="holds a noise key of 5 bytes") as err:  # where a trainer would read it
         device_key_for(cfg, private, resuming=True)
+    assert str(err.value).startswith(f"{path} holds")  # the kept file named
     path.write_bytes(key)
     assert device_key_for(cfg, private, resuming=True).open() == key  # opened at once on a resume
     monkeypatch.setenv(DEVICE_KEY_ENV, KEY.decode())

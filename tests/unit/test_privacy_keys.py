@@ -281,3 +281,13 @@ def test_a_config_yaml_that_is_no_yaml_is_not_this_run_and_clear_removes_the_pri
     assert not rundir.same_run(run, cfg)
     rundir.clear(run, cfg=cfg)
     assert not rundir.private_dir(run).exists()
+
+
+def test_a_kept_key_too_short_to_use_is_refused_naming_the_kept_file(tmp_path, monkeypatch):
+    monkeypatch.delenv("SEAFL_DP_KEY", raising=False)
+    private = tmp_path / "private"
+    private.mkdir()
+    (private / "noise.key").write_bytes(b"short")
+    with pytest.raises(NoiseKeyError) as err:
+        open_key(private, None, resuming=True)
+    assert str(err.value).startswith(f"{private / 'noise.key'} holds a noise key of 5 bytes")
