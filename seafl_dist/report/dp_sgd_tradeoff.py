@@ -98,6 +98,7 @@ def plot_dp_sgd_tradeoff(dp: list[dict], plain: list[dict], title: str, path: st
             clip_only = [r["final_accuracy"] for r in dp if r["algorithm"] == rule and _unnoised(r)]
             if clip_only:
                 ax.axhline(statistics.mean(clip_only), ls=":", lw=1.2, color=color[rule], zorder=2)
+        ax.margins(x=0.1)  # room for the σ labels at either end
         if log:
             ax.set_xscale("log")
             ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
