@@ -143,6 +143,8 @@ def add_report_parser(sub) -> None:
     p.add_argument("--commit", help="with --extract: the commit that made the runs (default: this checkout's)")
     p.add_argument("--leaderboard", action="store_true", help="write leaderboard.md (arms ranked) and leaderboard.png "
                    "only (docs/leaderboard.md)")
+    p.add_argument("--robustness", action="store_true", help="write robustness.md (attacks x defenses) and "
+                   "robustness.png only (docs/robustness.md)")
 
 
 def add_release_parser(sub) -> None:
@@ -225,6 +227,9 @@ def cmd_report(args) -> int:
     except ValueError:
         raise ConfigError(f"--target {args.target!r} is not a comma-separated list of numbers (targets of the target metric, e.g. 0.5,0.7)")
     from seafl_dist.runtime.launch import default_out_dir
+    if args.robustness:
+        from seafl_dist.report.robustness import command
+        return command(args)
     if args.extract or args.leaderboard:
         from seafl_dist.report.leaderboard import command
         return command(args, targets)

@@ -7,7 +7,8 @@ It owns two things:
 
 - **The extract** (:func:`extract`): of each finished run of a sweep dir, its ``config.yaml``, ``summary.json``
   and ``metrics.csv`` as they are, and ``trace.json``: the figures of its trace (``events.jsonl``, too large to
-  commit) that say why an arm leads (:func:`trace_figures`). Beside them the sweep's ``sweep.json`` (so the
+  commit) that say why an arm leads (:func:`trace_figures`) and what its attackers got (report/robustness.py's
+  ``threat_figures``). Beside them the sweep's ``sweep.json`` (so the
   extract reads as the sweep: its labels, targets, baseline) and ``leaderboard.json``: the commit that made each
   run and the machine time of the sweep (the sum of its runs' wall times). ``seafl report`` reads an extract as
   it reads the sweep dir.
@@ -31,6 +32,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from seafl_dist.report.robustness import threat_figures
 from seafl_dist.report.runs import RunResult, find_runs
 from seafl_dist.report.sinks import read_events
 from seafl_dist.report.tables import group_runs
@@ -116,8 +118,8 @@ def extract(sweep_dir: str | Path, out: str | Path, commit: str | None = None) -
         dest.mkdir(exist_ok=True)
         for name in SMALL_FILES:
             shutil.copyfile(run.dir / name, dest / name)
-        k = int(run.config["algorithm.buffer_size"])
-        trace = trace_figures(read_events(run.dir / "events.jsonl"), k, float(run.summary["virtual_time"]))
+        k, events = int(run.config["algorithm.buffer_size"]), read_events(run.dir / "events.jsonl")
+        trace = {**trace_figures(events, k, float(run.summary["virtual_time"])), **threat_figures(events)}
         (dest / "trace.json").write_text(json.dumps(trace, indent=1, sort_keys=True) + "\n")
         wall += float(run.summary.get("wall_time_s") or 0.0)
         written.append(dest)
