@@ -56,21 +56,29 @@ def row(name: str, out: Path, wall: float) -> str:
     return f"| {name} | {at} | {max(acc.values()):.3f} | {drops}{extra} | {honest} | {wall:.1f} s |"
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def run_arms(description: str, head: list[str], arms: dict, base: list[str], row, argv=None) -> int:
+    """Each arm of ``arms`` ({name: overrides}) once, in this process, one after the other: the quickstart with
+    ``base`` and its overrides, into ``--out``/arm<i>; ``row(name, out, wall)`` its table line, printed as it comes,
+    then the table (``head`` its columns). benchmarks/attacks_digits.py runs its arms here too."""
+    p = argparse.ArgumentParser(description=description)
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args(argv)
-    lines = ["| run | accuracy at 10 / 20 / 30 aggregations | best | malicious updates dropped | honest ones | "
-             "wall time |", "|---|---|---|---|---|---|"]
-    for i, (name, overrides) in enumerate(ARMS.items()):
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for i, (name, overrides) in enumerate(arms.items()):
         out = args.out / f"arm{i}"
         start = time.perf_counter()
-        assert seafl_main(["run", str(ROOT / "configs" / "quickstart.yaml"), *BASE, *overrides, "--out",
+        assert seafl_main(["run", str(ROOT / "configs" / "quickstart.yaml"), *base, *overrides, "--out",
                            str(out)]) == 0, name
         lines.append(row(name, out, time.perf_counter() - start))
         print(lines[-1], flush=True)
     print("\n" + "\n".join(lines))
     return 0
+
+
+def main(argv=None) -> int:
+    return run_arms(__doc__.split("\n")[0], ["run", "accuracy at 10 / 20 / 30 aggregations", "best",
+                                             "malicious updates dropped", "honest ones", "wall time"],
+                    ARMS, BASE, row, argv)
 
 
 if __name__ == "__main__":

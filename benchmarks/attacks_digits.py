@@ -18,15 +18,12 @@ target, classified as the target; only a backdoor run scores it); the malicious 
 """
 from __future__ import annotations
 
-import argparse
 import csv
 import json
-import time
 from pathlib import Path
 
-from seafl_dist.cli import main as seafl_main
+from asyncfilter_digits import run_arms
 
-ROOT = Path(__file__).resolve().parents[1]
 BASE = ["devices.num=20", "devices.concurrency=10", "algorithm.name=fedbuff", "algorithm.buffer_size=7",
         "train.epochs=1", "run.max_aggregations=30", "runtime.threads=1", "logging.progress=none",
         "threats.malicious=0.2"]
@@ -56,20 +53,9 @@ def row(name: str, out: Path, wall: float) -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--out", type=Path, required=True)
-    args = p.parse_args(argv)
-    lines = ["| run | accuracy at 10 / 20 / 30 aggregations | best | backdoor success at 0 / 10 / 20 / 30 | malicious "
-             "updates dropped | honest ones | wall time |", "|---|---|---|---|---|---|---|"]
-    for i, (name, overrides) in enumerate(ARMS.items()):
-        out = args.out / f"arm{i}"
-        start = time.perf_counter()
-        assert seafl_main(["run", str(ROOT / "configs" / "quickstart.yaml"), *BASE, *overrides, "--out",
-                           str(out)]) == 0, name
-        lines.append(row(name, out, time.perf_counter() - start))
-        print(lines[-1], flush=True)
-    print("\n" + "\n".join(lines))
-    return 0
+    return run_arms(__doc__.split("\n")[0], ["run", "accuracy at 10 / 20 / 30 aggregations", "best",
+                                             "backdoor success at 0 / 10 / 20 / 30", "malicious updates dropped",
+                                             "honest ones", "wall time"], ARMS, BASE, row, argv)
 
 
 if __name__ == "__main__":
