@@ -35,7 +35,7 @@ def dry_run(cfg: Config, out: Path, *, explicit: bool, overwrite: bool = False, 
         return 0
     from seafl_dist.data.check import check_dataset
     from seafl_dist.runtime.device_eval import held_out_split
-    from seafl_dist.runtime.setup import check_private_test, make_shards
+    from seafl_dist.runtime.shards import check_private_test, make_shards
 
     found = check_dataset(cfg.data, cfg.data_seed)
     if cfg.data.validation and (found.labels is not None or found.samples):  # the devices' part; n_test: the server's validation rows
@@ -140,7 +140,7 @@ def try_rule_on(cfg: Config, model) -> str:
 
 def check_model(cfg: Config, found) -> tuple:
     """Build the model for the dataset's samples and run a batch of two zeros through it (images of zeros, or
-    sequences of token 0; a user's model: and a probe job on four, runtime/setup.py ``check_user_model``):
+    sequences of token 0; a user's model: and a probe job on four, runtime/model_checks.py ``check_user_model``):
     the report's line, the flat size and the model."""
     import torch
 
@@ -164,8 +164,8 @@ def check_model(cfg: Config, found) -> tuple:
             raise ConfigError(f"config key 'model.name' has value {name!r}: {err}") from None
         x = zeros(2)
         if is_import_path(name):  # its logits, then a probe job on zeros (the data is not loaded here)
-            from seafl_dist.runtime.model_checks import say_unused_optimizer_keys
-            from seafl_dist.runtime.setup import check_target_metric, check_user_model, pick_device
+            from seafl_dist.runtime.model_checks import check_target_metric, check_user_model, say_unused_optimizer_keys
+            from seafl_dist.runtime.setup import pick_device
             try:
                 device = pick_device(cfg.runtime.device, 0)
             except RuntimeError as err:
@@ -203,7 +203,8 @@ def _check_on_samples(cfg: Config, train, test) -> tuple:
 
     from seafl_dist.models import build_model
     from seafl_dist.runtime.model_checks import built, check_inputs, say_unused_optimizer_keys
-    from seafl_dist.runtime.setup import EVAL_PROBE_ROWS, check_target_metric, check_user_model, pick_device
+    from seafl_dist.runtime.model_checks import check_target_metric, check_user_model
+    from seafl_dist.runtime.setup import EVAL_PROBE_ROWS, pick_device
     check_inputs(cfg, "samples")
     try:
         device = pick_device(cfg.runtime.device, 0)

@@ -1,7 +1,9 @@
 """Checks of the model a run builds, made before anything is trained: a built-in model given data of
 the other kind (images for a model of token ids, or the reverse), a built-in model too large for
 this machine (counted on torch's meta device), a user's model the allocator refuses to build, and the
-``train.*`` optimizer keys a module with its own ``configure_optimizers`` leaves unused (a warning).
+``train.*`` optimizer keys a module with its own ``configure_optimizers`` leaves unused (a warning); a user's
+model probed by a job before any trains (:func:`check_user_model`), and ``run.target_metric`` checked against what
+the evaluation logs (:func:`check_target_metric`).
 """
 from __future__ import annotations
 
@@ -140,3 +142,49 @@ def check_dp_model(cfg: Config, exp) -> list[str]:
     if replaced and os.environ.get("RANK", "0") == "0":
         print(fix_line(replaced), file=sys.stderr)
     return replaced
+
+
+def check_user_model(cfg: Config, model, data, num_classes: int, device, eval_data=None, dp_sgd=None) -> list[str] | None:
+    """A model named by import path, refused in one ConfigError line naming ``model.name``: unless a module
+    evaluated as the built-in models are gives ``(batch, num_classes)`` logits on batches ``(x, labels)``; unless a
+    probe job (train/probe.py: the hooks it overrides, then one epoch of two batches of ``data``'s first four rows
+    by the run's loop) trains it as the run would; and, for a module with its own ``test_step`` (or
+    ``validation_step``), unless it logs finite values on ``eval_data`` (some test rows; ``data`` when None).
+    ``data`` / ``eval_data``: datasets (``len`` and ``batch``). Returns the names that evaluation logs, in order
+    (the metrics.csv columns), or None for the built-in evaluation."""
+    from seafl_dist.data.samples import as_pair
+    from seafl_dist.models.custom import check_logits  # imports Lightning: custom models only
+    from seafl_dist.train.evaluation import evaluation_step
+    from seafl_dist.train.probe import check_module, probe_batches, probe_evaluation
+    own_step = evaluation_step(model) is not None
+    batches = probe_batches(data, torch.device(device))
+    if not own_step:
+        pair = as_pair(batches[0])
+        if pair is None:
+            raise ConfigError(f"config key 'model.name' has value {cfg.model.name!r}: it has no test_step (or "
+                              f"validation_step), and data.name={cfg.data.name}'s batches are "
+                              f"{type(batches[0]).__name__}, not (inputs, integer labels), which the built-in "
+                              "evaluation scores; give the module a test_step that self.logs its metrics")
+        check_logits(cfg.model.name, model, pair[0][:2], num_classes)
+    t = cfg.train
+    why = check_module(model, batches, loop=t.loop, clip=(t.grad_clip_val, t.grad_clip_algorithm), device=device,
+                       precision=cfg.runtime.precision, prox_mu=t.prox_mu,
+                       dp_sgd=(dp_sgd or t.dp_sgd) if t.dp_sgd.enabled else None)
+    names = None
+    if why is None and own_step:
+        logged, why = probe_evaluation(model, eval_data if eval_data is not None else data, device=device,
+                                       precision=cfg.runtime.precision)
+        names = list(logged)
+    if why:
+        raise ConfigError(f"config key 'model.name' has value {cfg.model.name!r}: {why}")
+    return names
+
+
+def check_target_metric(cfg: Config, eval_names: list[str] | None) -> None:
+    """``run.target_metric`` must be a metric the evaluation gives (one line naming what it gives)."""
+    from seafl_dist.report.metric import BUILT_IN
+    if cfg.run.target_metric in (eval_names if eval_names is not None else BUILT_IN):
+        return
+    given = (f"a name its evaluation step logs: {', '.join(eval_names)}" if eval_names is not None else
+             f"{' or '.join(BUILT_IN)} (the built-in evaluation; a module evaluated by its own test_step may log others)")
+    raise ConfigError(f"config key 'run.target_metric' has value {cfg.run.target_metric!r}; allowed: {given}")

@@ -14,18 +14,16 @@ import numpy as np
 import torch
 
 from seafl_dist.settings import Config, ConfigError
-from seafl_dist.settings.data import WITH_WRITERS
 from seafl_dist.runtime import controls, determinism
 from seafl_dist.runtime.device_eval import gather, held_out_split
 from seafl_dist.runtime.model_checks import (built, check_dp_model, check_inputs, check_model_size,
-                                            say_unused_optimizer_keys)
-from seafl_dist.data import clear_cache, load_dataset, partition
-from seafl_dist.data.custom import custom_partition
-from seafl_dist.data.holdout import test_set_refusal, validation_data
+                                            check_target_metric, check_user_model, say_unused_optimizer_keys)
+from seafl_dist.runtime.shards import check_private_test, make_shards
+from seafl_dist.data import clear_cache, load_dataset
+from seafl_dist.data.holdout import validation_data
 from seafl_dist.data.server_set import server_set
 from seafl_dist.data.datamodule import is_datamodule_path
-from seafl_dist.data.labels import class_labels, keys, sample_groups
-from seafl_dist.data.natural import natural_partition
+from seafl_dist.data.labels import class_labels, keys
 from seafl_dist.data.partition import label_counts
 from seafl_dist.models import build_model
 from seafl_dist.settings.plugins import FLWR, is_import_path
@@ -213,41 +211,6 @@ def keep_only(exp: Experiment, devices) -> Experiment:
     return small
 
 
-def make_shards(cfg: Config, train) -> tuple[list[np.ndarray], list[str] | None]:
-    """Device k's training rows (one int64 array per device) and, for ``data.partition: natural``, device k's
-    group's name (else ``None``): the partition of ``train`` (a dataset, or the dry run's DataCheck) by
-    ``data.partition`` (natural, built-in or a user's, by import path), from the ``data.seed`` stream, with the
-    labels or groups data/labels.py reads (``data.partition_by``: a key of the samples)."""
-    d, seed = cfg.data, stream_seed(cfg.data_seed, "partition")
-    label_key, group_key = keys(d)
-    if d.partition == "natural":  # each group a device: the shards come from the dataset's writers or a key's groups
-        shards, writers = natural_partition(sample_groups(train, group_key), cfg.devices.num, seed, train.name,
-                                            group_key)
-        if cfg.devices.concurrency > len(shards):
-            raise ConfigError(f"config key 'devices.concurrency' has value {cfg.devices.concurrency}; allowed: at "
-                              f"most the {len(shards)} devices of {train.name}'s groups (devices.num=null: all)")
-        return shards, writers
-    if d.partition.startswith(FLWR):  # a Flower Datasets partitioner: Flower's own rows (data/flower.py)
-        from seafl_dist.data.flower import flower_partition
-        return flower_partition(d.partition, d.partition_args, train, cfg.devices.num), None
-    labels = class_labels(train, label_key)
-    if labels is None:  # samples without integer labels (a DataModule's): what needs none can still be made
-        if d.partition != "iid":
-            raise ConfigError(f"config key 'data.partition' has value {d.partition!r}; allowed: iid for data.name="
-                              f"{d.name}, whose samples declare no integer labels (give its dataset or DataModule "
-                              "a labels attribute, or name a key of its samples in data.partition_by)")
-        labels = np.zeros(len(train), dtype=np.int64)  # iid reads the count only
-    if is_import_path(d.partition):
-        shards = custom_partition(d.partition, labels, cfg.devices.num, cfg.data_seed, overlap=d.shards_overlap)
-    else:
-        try:
-            shards = partition(labels, cfg.devices.num, method=d.partition, concentration=d.concentration,
-                               samples_per_device=d.samples_per_device, seed=seed)
-        except ValueError as err:  # an impossible request (devices.num / data.samples_per_device) is a user mistake
-            raise ConfigError(f"cannot partition {train.name} ({len(labels)} training samples): {err}") from None
-    return [np.asarray(s, dtype=np.int64) for s in shards], None
-
-
 def prepare(cfg: Config, *, local_rank: int = 0, need_test: bool = True, fetch=None) -> Experiment:
     """The run's experiment on this rank. ``fetch(load)``, if given, decides who downloads when
     ``data.download`` is set (distributed runs: :func:`seafl_dist.runtime.fetch.once_per_node`).
@@ -311,65 +274,3 @@ def prepare(cfg: Config, *, local_rank: int = 0, need_test: bool = True, fetch=N
     elif need_test:
         check_target_metric(cfg, exp.eval_names)
     return exp
-
-
-def check_private_test(cfg: Config, test, writers: list[str]) -> None:
-    """Under DP, with devices that are groups (``data.partition: natural``): refuse, in one line, a test set holding
-    a device's group's samples (data/holdout.py ``test_set_refusal``: LEAF's ``-t sample`` split). A test set whose
-    samples name no group cannot be checked, and passes (docs/privacy.md, "Assumptions and limits")."""
-    d = cfg.data
-    try:
-        groups = sample_groups(test, keys(d)[1])
-    except ConfigError:  # a DataModule's test samples without the group key: nothing to match them by
-        return
-    leaf = d.name in WITH_WRITERS
-    why = test_set_refusal(writers, groups, field="data.root" if leaf else "data.name", value=d.root if leaf else d.name,
-                           where=f"{test.name}'s test files" if leaf else f"{d.name}'s test split")
-    if why:
-        raise ConfigError(why)
-
-
-def check_user_model(cfg: Config, model, data, num_classes: int, device, eval_data=None, dp_sgd=None) -> list[str] | None:
-    """A model named by import path, refused in one ConfigError line naming ``model.name``: unless a module
-    evaluated as the built-in models are gives ``(batch, num_classes)`` logits on batches ``(x, labels)``; unless a
-    probe job (train/probe.py: the hooks it overrides, then one epoch of two batches of ``data``'s first four rows
-    by the run's loop) trains it as the run would; and, for a module with its own ``test_step`` (or
-    ``validation_step``), unless it logs finite values on ``eval_data`` (some test rows; ``data`` when None).
-    ``data`` / ``eval_data``: datasets (``len`` and ``batch``). Returns the names that evaluation logs, in order
-    (the metrics.csv columns), or None for the built-in evaluation."""
-    from seafl_dist.data.samples import as_pair
-    from seafl_dist.models.custom import check_logits  # imports Lightning: custom models only
-    from seafl_dist.train.evaluation import evaluation_step
-    from seafl_dist.train.probe import check_module, probe_batches, probe_evaluation
-    own_step = evaluation_step(model) is not None
-    batches = probe_batches(data, torch.device(device))
-    if not own_step:
-        pair = as_pair(batches[0])
-        if pair is None:
-            raise ConfigError(f"config key 'model.name' has value {cfg.model.name!r}: it has no test_step (or "
-                              f"validation_step), and data.name={cfg.data.name}'s batches are "
-                              f"{type(batches[0]).__name__}, not (inputs, integer labels), which the built-in "
-                              "evaluation scores; give the module a test_step that self.logs its metrics")
-        check_logits(cfg.model.name, model, pair[0][:2], num_classes)
-    t = cfg.train
-    why = check_module(model, batches, loop=t.loop, clip=(t.grad_clip_val, t.grad_clip_algorithm), device=device,
-                       precision=cfg.runtime.precision, prox_mu=t.prox_mu,
-                       dp_sgd=(dp_sgd or t.dp_sgd) if t.dp_sgd.enabled else None)
-    names = None
-    if why is None and own_step:
-        logged, why = probe_evaluation(model, eval_data if eval_data is not None else data, device=device,
-                                       precision=cfg.runtime.precision)
-        names = list(logged)
-    if why:
-        raise ConfigError(f"config key 'model.name' has value {cfg.model.name!r}: {why}")
-    return names
-
-
-def check_target_metric(cfg: Config, eval_names: list[str] | None) -> None:
-    """``run.target_metric`` must be a metric the evaluation gives (one line naming what it gives)."""
-    from seafl_dist.report.metric import BUILT_IN
-    if cfg.run.target_metric in (eval_names if eval_names is not None else BUILT_IN):
-        return
-    given = (f"a name its evaluation step logs: {', '.join(eval_names)}" if eval_names is not None else
-             f"{' or '.join(BUILT_IN)} (the built-in evaluation; a module evaluated by its own test_step may log others)")
-    raise ConfigError(f"config key 'run.target_metric' has value {cfg.run.target_metric!r}; allowed: {given}")

@@ -172,7 +172,7 @@ def _check_data_under_dp(cfg: "Config") -> None:
     """What DP assumes of the data (docs/privacy.md, "Evaluation and adjacency"): disjoint shards, so that replacing
     one device's shard changes no other device's; and a test split that is not the training split, whose accuracy
     the run releases un-noised. (A test set holding the devices' writers' samples is refused where the data is read:
-    runtime/setup.py ``check_private_test``.)"""
+    runtime/shards.py ``check_private_test``.)"""
     d = cfg.data
     if not cfg.privacy.enabled:
         return

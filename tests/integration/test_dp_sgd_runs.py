@@ -211,7 +211,7 @@ def test_batch_jobs_train_one_job_at_a_time_saying_why(tmp_path):
 
 
 def test_a_users_module_is_probed_at_the_calibrated_sigma(tmp_path):
-    """A model named by import path is probed (runtime/setup.py check_user_model) before it trains: under
+    """A model named by import path is probed (runtime/model_checks.py check_user_model) before it trains: under
     target_epsilon at the σ calibrated, as its jobs train (the config's σ is null: no DP step could take it)."""
     out = reference(tmp_path / "um", [*SMALL, "model.name=lightning_modules:lenet_with_hook", "train.dp_sgd.enabled=true",
                                       "train.dp_sgd.noise_multiplier=null", "train.dp_sgd.target_epsilon=8",
