@@ -3,6 +3,7 @@ hand, each run's place in the table, the cells, the page and its heatmaps, the c
 regenerated from its committed extracts byte for byte."""
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from seafl_dist.report.sinks import read_events
 from small_runs import QUICKSTART, SMALL
 
 ROOT = Path(__file__).resolve().parents[2]
+PAGE = ROOT / "docs" / "robustness.md"
 
 
 def start(device, job, t, length):
@@ -177,3 +179,18 @@ def test_an_extracts_trace_holds_the_threat_figures_and_the_report_writes_the_pa
     assert (tmp_path / "page" / "robustness.png").stat().st_size > 10_000
     proc = in_process.seafl("report", tmp_path / "nothing", "--robustness")
     assert proc.returncode != 0 and proc.stderr.strip().count("\n") == 0
+
+
+BLOCK = re.compile(r"<!-- robustness:(?P<names>[\w+-]+) -->\n(?P<body>.*?)<!-- /robustness:(?P=names) -->", re.S)
+
+
+def test_the_pages_tables_are_their_committed_extracts_regenerated_byte_for_byte():
+    """Each table block of docs/robustness.md, `<!-- robustness:A+B -->`, is `seafl report docs/robustness/A
+    docs/robustness/B --robustness`'s robustness.md: no number on the page is copied by hand."""
+    blocks = list(BLOCK.finditer(PAGE.read_text()))
+    assert blocks, "docs/robustness.md holds no <!-- robustness:NAMES --> block"
+    for m in blocks:
+        dirs = [ROOT / "docs" / "robustness" / n for n in m["names"].split("+")]
+        runs = [r for r in find_runs(dirs) if r.status == "completed"]
+        metas = [json.loads((d / "leaderboard.json").read_text()) for d in dirs]
+        assert m["body"] == robustness.markdown(robustness.cells(runs), metas), m["names"]
