@@ -110,6 +110,17 @@ def grid(tmp_path):
     return runs
 
 
+def test_a_seed_with_nothing_to_count_is_left_out_of_its_places_mean_not_spread_over_it(tmp_path):
+    """A trace says NaN where it had nothing to count (no malicious update reached a filter in that seed); the place's
+    figure is the mean of the seeds that counted, and NaN only when none did."""
+    runs = [fake(tmp_path, "fedbuff", "multikrum", "ipm", False, seed, 0.5, 0.6, {"malicious_dropped": dropped})
+            for seed, dropped in enumerate((math.nan, 0.4, 0.2))]
+    runs.append(fake(tmp_path, "seafl", "multikrum", "ipm", False, 0, 0.5, 0.6, {"malicious_dropped": math.nan}))
+    table = robustness.cells(runs)
+    assert table[("fedbuff", "multikrum f 2", "ipm", False)]["malicious_dropped"] == pytest.approx(0.3)
+    assert math.isnan(table[("seafl", "multikrum f 2", "ipm", False)]["malicious_dropped"])
+
+
 def test_cells_and_the_page_hold_each_places_seeds_and_figures(tmp_path):
     table = robustness.cells(grid(tmp_path))
     clean = table[("fedbuff", "none", "clean", False)]
