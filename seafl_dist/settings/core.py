@@ -25,9 +25,8 @@ from seafl_dist.settings.files import find_config, is_sweep_file
 from seafl_dist.settings.execution import LoggingConfig, RuntimeConfig, WandbConfig  # noqa: F401  (re-exported)
 from seafl_dist.settings.sections import (  # noqa: F401  (re-exported: the public config API, see __all__)
     ALGORITHMS, SIMILARITY_MODES, SIMILARITY_OVER, AlgorithmConfig, ClockConfig, ConfigError, DataConfig, DevicesConfig,
-    IdleConfig, ModelConfig, RunConfig, TrainConfig, DPSGDConfig, check_dp_sgd,
+    IdleConfig, ModelConfig, RunConfig, TrainConfig, DPSGDConfig,
 )
-from seafl_dist.settings.sections import MODEL_NAMES, TOKEN_DATASETS, TOKEN_MODELS, WITH_WRITERS, WITHOUT_WRITERS
 from seafl_dist.settings.errors import _fail  # this module's own checks word their errors the same way
 from seafl_dist.settings.keys import key, section
 from seafl_dist.settings.compression import CompressionConfig
@@ -39,7 +38,8 @@ from seafl_dist.settings.server_opt import ServerOptConfig
 from seafl_dist.settings.ca2fl import Ca2flConfig
 from seafl_dist.settings.fedstaleweight import FedStaleWeightConfig
 from seafl_dist.settings.fedcompass import FedCompassConfig
-from seafl_dist.settings.defense import DefenseConfig, check_defense
+from seafl_dist.settings.defense import DefenseConfig  # noqa: F401  (re-exported)
+from seafl_dist.settings.across import check_across
 
 __all__ = ["ALGORITHMS", "SIMILARITY_MODES", "SIMILARITY_OVER", "AlgorithmConfig", "ClockConfig", "Config", "ConfigError", "DataConfig",
            "DevicesConfig", "IdleConfig", "LoggingConfig", "ModelConfig", "RunConfig", "RuntimeConfig",
@@ -72,29 +72,7 @@ class Config:
     def __post_init__(self) -> None:
         check_fields(self, "")
         _resolve_algorithm(self.algorithm, self.devices)
-        if self.devices.num is None and self.data.partition != "natural":
-            _fail("devices.num", None, f"an integer >= 1; null (one device per writer) only with "
-                  f"data.partition=natural, not {self.data.partition}")
-        if self.algorithm.buffer_size > self.devices.concurrency:
-            _fail("algorithm.buffer_size", self.algorithm.buffer_size,
-                  f"at most devices.concurrency ({self.devices.concurrency}), or the buffer never fills")
-        if self.algorithm.name == "fedcompass":
-            _check_fedcompass(self)
-        if self.algorithm.name == "scaffold":
-            _check_scaffold(self)
-        _check_device_eval(self)
-        self.privacy.check_with(self.algorithm, self.run)
-        check_defense(self.algorithm, self.privacy.enabled)  # K resolved above (settings/defense.py)
-        check_dp_sgd(self)  # train.dp_sgd against the algorithm and clipping (settings/dp_sgd.py)
-        self.threats.check_with(self)
-        _check_data_under_dp(self)
-        _check_inputs(self.model.name, self.data.name)
-        if self.compression.error_feedback and self.runtime.placement != "device":
-            _fail("compression.error_feedback", True, f"false unless runtime.placement=device (not "
-                  f"{self.runtime.placement}): a device's residual lives on the one worker that trains its jobs")
-        if self.train.batch_size < 2 and self.model.name in ("resnet18", "vgg16"):
-            _fail("train.batch_size", self.train.batch_size,
-                  f"at least 2 for model.name={self.model.name} (batch norm cannot train on one sample)")
+        check_across(self)  # what one section's value asks of another's (settings/across.py)
 
     @property
     def data_seed(self) -> int:
@@ -103,91 +81,6 @@ class Config:
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
-
-
-def _check_inputs(model: str, data: str) -> None:
-    """A built-in model takes images or token ids, and a built-in dataset holds one of them: a pairing that
-    cannot work (lenet5 on shakespeare, lstm on mnist) is refused before anything is loaded. A model or dataset
-    named by import path is checked on the loaded data instead (runtime/model_checks.py ``check_inputs``)."""
-    if model not in MODEL_NAMES or data not in WITHOUT_WRITERS + WITH_WRITERS:
-        return
-    if (model in TOKEN_MODELS) != (data in TOKEN_DATASETS):
-        kind = "character ids" if data in TOKEN_DATASETS else "images"
-        fits = TOKEN_MODELS if data in TOKEN_DATASETS else tuple(m for m in MODEL_NAMES if m not in TOKEN_MODELS)
-        _fail("model.name", model, f"{', '.join(fits)} or an import path for data.name={data}, whose samples are "
-              f"{kind}; {model} takes {'character ids' if model in TOKEN_MODELS else 'images'}")
-
-
-def _check_fedcompass(cfg: "Config") -> None:
-    """FedCompass's cross-silo setting (sim/compass.py): every device trains all the time, always online, on the
-    clock's constants; its step-counted jobs train in the plain loop; no privacy accounting is derived for it."""
-    dev = cfg.devices
-    if dev.num is not None and dev.concurrency != dev.num:
-        _fail("devices.concurrency", dev.concurrency, f"devices.num ({dev.num}) with algorithm.name=fedcompass "
-              "(cross-silo: every device trains all the time)")
-    if cfg.clock.sec_per_sample <= 0:
-        _fail("clock.sec_per_sample", cfg.clock.sec_per_sample, "> 0 with algorithm.name=fedcompass (its speed "
-              "estimates are job times per step)")
-    why = "with algorithm.name=fedcompass (cross-silo: every device always online at the clock's constants)"
-    if dev.profile is not None:
-        _fail("devices.profile", dev.profile, f"null {why}")
-    if dev.dropout is not None:
-        _fail("devices.dropout", dev.dropout, f"null {why}")
-    if cfg.train.loop != "plain":
-        _fail("train.loop", cfg.train.loop, "plain with algorithm.name=fedcompass (a step-counted job's last epoch is "
-              "cut short, which lightning.Trainer.fit's epochs cannot say)")
-    if cfg.privacy.enabled:
-        _fail("privacy.enabled", True, "false with algorithm.name=fedcompass (no sensitivity is derived for its "
-              "step-counted jobs and group aggregation)")
-
-
-def _check_scaffold(cfg: "Config") -> None:
-    """SCAFFOLD's option II (algo/scaffold.py, runtime/controls.py): c_i⁺ = c_i − c + (x − y)/(K·η_l) is the mean
-    corrected gradient only for plain SGD at a constant η_l; Δc is sent exact; no sensitivity is derived for c. (Under
-    torchrun c_i lives on the one worker that trains device i: ``runtime.placement: device``, runtime/distributed.py.)"""
-    t, why = cfg.train, "with algorithm.name=scaffold (option II's (x − y)/(K·η_l) is the mean corrected gradient of "
-    if t.momentum != 0:
-        _fail("train.momentum", t.momentum, f"0 {why}plain SGD only; momentum's steps are not)")
-    if t.weight_decay != 0:
-        _fail("train.weight_decay", t.weight_decay, f"0 {why}plain SGD only; weight decay adds a term c_i never saw)")
-    if cfg.compression.codec != "none":
-        _fail("compression.codec", cfg.compression.codec, "none with algorithm.name=scaffold (a codec on Δc is "
-              "deferred: the upload carries Δw and Δc exact)")
-    if cfg.privacy.enabled:
-        _fail("privacy.enabled", True, "false with algorithm.name=scaffold (no sensitivity is derived for the "
-              "server's control variate c, which every later job downloads)")
-
-
-def _check_device_eval(cfg: "Config") -> None:
-    """Device evaluation needs held-out data, and a sample no larger than the population."""
-    run, d = cfg.run, cfg.data
-    if run.device_eval_every is not None and d.device_holdout == 0 and d.device_test != "writers":
-        _fail("run.device_eval_every", run.device_eval_every, "null unless the devices hold data out: "
-              "data.device_holdout > 0, or data.device_test=writers")
-    if run.device_eval_sample is not None and cfg.devices.num is not None and run.device_eval_sample > cfg.devices.num:
-        _fail("run.device_eval_sample", run.device_eval_sample, f"at most devices.num ({cfg.devices.num}), or null")
-
-
-def _check_data_under_dp(cfg: "Config") -> None:
-    """What DP assumes of the data (docs/privacy.md, "Evaluation and adjacency"): disjoint shards, so that replacing
-    one device's shard changes no other device's; and a test split that is not the training split, whose accuracy
-    the run releases un-noised. (A test set holding the devices' writers' samples is refused where the data is read:
-    runtime/shards.py ``check_private_test``.)"""
-    d = cfg.data
-    if not cfg.privacy.enabled:
-        return
-    if d.shards_overlap:
-        _fail("data.shards_overlap", True, "false with privacy.enabled=true (user-level adjacency replaces one "
-              "device's shard and assumes the shards disjoint: a sample two devices share would change both)")
-    if d.validation > 0:
-        _fail("data.validation", d.validation, "0 with privacy.enabled=true (the server's validation slice of the "
-              "training set is not analysed in docs/privacy.md: tune without DP, then run with it)")
-    splits, files = d.splits or {}, d.files or {}
-    same = ("data.splits", d.splits) if splits.get("train", "train") == splits.get("test", "test") else \
-        ("data.files", d.files) if files.get("train") is not None and files.get("train") == files.get("test") else None
-    if same:
-        _fail(*same, "a test split other than the training split with privacy.enabled=true (the central evaluation "
-              "would score the released model on the devices' own samples without noise)")
 
 
 def _resolve_algorithm(alg: AlgorithmConfig, dev: DevicesConfig) -> None:
