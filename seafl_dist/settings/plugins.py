@@ -36,7 +36,7 @@ import inspect
 import os
 import re
 import sys
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 from seafl_dist.settings.errors import ConfigError
 
@@ -231,3 +231,13 @@ def check(key: str, value: str, allowed: tuple) -> None:
         hint = f"did you mean {near[0]!r}? " if near else ""
         raise ConfigError(f"config key '{key}' has value {value!r}; allowed: {hint}one of {', '.join(allowed)}, "
                           f"or {expected(key)}")
+
+
+def own_params(key: str, name: str, params: Optional[dict]) -> Optional[dict]:
+    """``<section>.params`` checked against the callable ``name`` names (settings/plugins.py ``check_params``);
+    refused when non-empty for a built-in; an empty mapping is null (config.yaml leaves it out)."""
+    if is_import_path(name):
+        check_params(key, name, params)
+    else:
+        refuse_params_of_built_in(key, name, params)
+    return params or None
