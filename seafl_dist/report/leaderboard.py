@@ -93,8 +93,9 @@ def extract(sweep_dir: str | Path, out: str | Path, commit: str | None = None) -
     completed (interrupted, failed, still running) is left out; ``leaderboard.json`` counts the runs kept
     beside the sweep's. An extract already in ``out`` keeps its runs that ``sweep_dir`` does not hold finished (a
     sweep continued on another machine, in another sweep dir, or at a later commit for arms added since): they stay,
-    each with its own wall time and the commit that made it (``leaderboard.json``'s ``run_commits``; a run extracted
-    again takes the new commit). Returns the run dirs written."""
+    each with its own wall time and the commit that made it (``leaderboard.json``'s ``run_commits``; the same run
+    extracted again, its summary unchanged, keeps its commit; a run made again takes the new one). Returns the run
+    dirs written."""
     sweep_dir, out = Path(sweep_dir), Path(out)
     meta_path = sweep_dir / "sweep.json"
     if not meta_path.exists():
@@ -115,6 +116,8 @@ def extract(sweep_dir: str | Path, out: str | Path, commit: str | None = None) -
                 commits[entry["name"]] = before[entry["name"]]
             continue
         dest = out / entry["name"]
+        same = entry["name"] in before and (dest / "summary.json").exists() and \
+            (dest / "summary.json").read_bytes() == (run.dir / "summary.json").read_bytes()
         dest.mkdir(exist_ok=True)
         for name in SMALL_FILES:
             shutil.copyfile(run.dir / name, dest / name)
@@ -123,7 +126,7 @@ def extract(sweep_dir: str | Path, out: str | Path, commit: str | None = None) -
         (dest / "trace.json").write_text(json.dumps(trace, indent=1, sort_keys=True) + "\n")
         wall += float(run.summary.get("wall_time_s") or 0.0)
         written.append(dest)
-        commits[entry["name"]] = commit
+        commits[entry["name"]] = before[entry["name"]] if same else commit
     kept = {d.name for d in written}
     (out / "sweep.json").write_text(json.dumps({**meta, "runs": [r for r in meta.get("runs", []) if r["name"] in kept]},
                                                indent=1) + "\n")

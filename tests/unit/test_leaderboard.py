@@ -167,8 +167,8 @@ def test_the_extract_holds_each_finished_runs_small_files_and_figures_its_server
 
 def test_an_extract_keeps_the_runs_it_already_holds_each_with_the_commit_that_made_it(sweep_dir, tmp_path):
     """A sweep continued elsewhere: the extract of seafl's run alone, then of a sweep dir holding only fedbuff's,
-    holds both (each with its own wall time); an arm added at a later commit keeps the earlier runs' commits, and a
-    run extracted again takes the new one."""
+    holds both (each with its own wall time); an arm added at a later commit keeps the earlier runs' commits, the
+    same run extracted again keeps its own, and a run made again takes the new one."""
     only_seafl, only_fedbuff = tmp_path / "a", tmp_path / "b"
     for part, name in ((only_seafl, "seafl,seed=0"), (only_fedbuff, "fedbuff,seed=0")):
         part.mkdir()
@@ -187,8 +187,13 @@ def test_an_extract_keeps_the_runs_it_already_holds_each_with_the_commit_that_ma
                                                                                          "seafl,seed=0"]
     line = leaderboard.markdown(leaderboard.rows(find_runs([out]), [0.5]), [0.5], meta).splitlines()[-1]
     assert "made at commits `4567def` (1 run: fedbuff) and `0123abc` (1 run: seafl);" in line, line
-    leaderboard.extract(only_seafl, out, commit="89abcde")  # seafl rerun at a later commit
+    leaderboard.extract(only_seafl, out, commit="89abcde")  # the same seafl run, extracted again at a later commit
+    assert leaderboard.run_commits(out) == {"fedbuff,seed=0": "4567def", "seafl,seed=0": "0123abc"}
+    summary = json.loads((only_seafl / "seafl,seed=0" / "summary.json").read_text())
+    (only_seafl / "seafl,seed=0" / "summary.json").write_text(json.dumps({**summary, "wall_time_s": 1.5}))
+    leaderboard.extract(only_seafl, out, commit="89abcde")  # seafl made again at the later commit
     assert leaderboard.run_commits(out) == {"fedbuff,seed=0": "4567def", "seafl,seed=0": "89abcde"}
+    assert json.loads((out / "leaderboard.json").read_text())["machine_time_s"] == pytest.approx(walls[0] + 1.5, abs=0.1)
     fresh = tmp_path / "fresh"  # a dir without an extract keeps nothing it did not write
     assert [d.name for d in leaderboard.extract(only_fedbuff, fresh, commit="4567def")] == ["fedbuff,seed=0"]
     (fresh / "seafl,seed=0").mkdir()  # files of a run the extract never recorded are not taken for one
