@@ -27,7 +27,8 @@
         report.md/.csv, runs.csv, the figures (PNG, PDF, CSV), participation.csv/.png (each device's
         share of the aggregation weight against its speed) and (for one run) timeline.png.
         --extract OUT copies a sweep's small files for a repository; --leaderboard and --robustness write the
-        tables and figures of docs/leaderboard.md and docs/robustness.md from such extracts.
+        tables and figures of docs/leaderboard.md and docs/robustness.md from such extracts; --across the table
+        of the same arms across settings (the base dir first).
 
     seafl release RUN_DIR OUT [--partial] [--check OTHER [--device K]]
         Copy only what the run released (its run files and W&B's pointers; never private/, checkpoints,
@@ -148,6 +149,9 @@ def cmd_report(args) -> int:
     except ValueError:
         raise ConfigError(f"--target {args.target!r} is not a comma-separated list of numbers (targets of the target metric, e.g. 0.5,0.7)")
     from seafl_dist.runtime.launch import default_out_dir
+    if args.across:
+        from seafl_dist.report.across import command
+        return command(args, targets)
     if args.robustness:
         from seafl_dist.report.robustness import command
         return command(args)

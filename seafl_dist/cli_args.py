@@ -56,6 +56,8 @@ def add_report_parser(sub) -> None:
                    "only (docs/leaderboard.md)")
     p.add_argument("--robustness", action="store_true", help="write robustness.md (attacks x defenses) and "
                    "robustness.png only (docs/robustness.md)")
+    p.add_argument("--across", action="store_true", help="write across.md only: the arms of the second and later "
+                   "dirs (each a setting changed on its own) in every dir, the first the base (docs/leaderboard.md)")
 
 
 def add_release_parser(sub) -> None:
