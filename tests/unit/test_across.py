@@ -77,7 +77,7 @@ def test_the_command_refuses_in_one_line_what_it_cannot_make(tmp_path):
         proc = in_process.seafl("report", *argv, "--out", tmp_path / "out")
         assert proc.returncode != 0 and proc.stderr.strip().count("\n") == 0, proc.stderr
         assert not (tmp_path / "out" / "across.md").exists()
-    assert "not an arm of the settings (fedbuff, seafl2" in in_process.seafl(
+    assert "--baseline 'seafl' is not an arm of the settings (fedbuff, " in in_process.seafl(
         "report", base, tail, "--across", "--baseline", "seafl").stderr
 
 
