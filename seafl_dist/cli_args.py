@@ -50,7 +50,7 @@ def add_report_parser(sub) -> None:
     p.add_argument("--no-zoom", action="store_true",
                    help="accuracy_vs_time.png: one panel only, without the close-up around the targets beside it")
     p.add_argument("--extract", metavar="OUT", help="copy each finished run's small files and trace figures into OUT "
-                   "(a leaderboard's committed data, report/leaderboard.py); report nothing")
+                   "(a leaderboard's committed data, report/extracts.py); report nothing")
     p.add_argument("--commit", help="with --extract: the commit that made the runs (default: this checkout's)")
     p.add_argument("--leaderboard", action="store_true", help="write leaderboard.md (arms ranked) and leaderboard.png "
                    "only (docs/leaderboard.md)")

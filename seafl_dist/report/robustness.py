@@ -4,7 +4,7 @@
     seafl report runs/robustness-mnist-attacks --extract docs/robustness/mnist-attacks
     seafl report docs/robustness/mnist-clean docs/robustness/mnist-attacks --robustness --out docs/robustness/mnist
 
-The extract is the leaderboard's (report/leaderboard.py); its ``trace.json`` also holds :func:`threat_figures`.
+The extract is the leaderboard's (report/extracts.py); its ``trace.json`` also holds :func:`threat_figures`.
 This module owns three things:
 
 - **What a trace says about the attack** (:func:`threat_figures`), from the aggregate events (each update marked

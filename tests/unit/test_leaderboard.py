@@ -1,5 +1,5 @@
-"""The leaderboard (report/leaderboard.py, docs/leaderboard.md): trace figures, rank, seeds won, the extract, and
-the committed page regenerated from its committed extracts byte for byte."""
+"""The leaderboard (report/leaderboard.py, report/extracts.py, docs/leaderboard.md): trace figures, rank, seeds won,
+the extract, and the committed page regenerated from its committed extracts byte for byte."""
 import json
 import re
 import math
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import in_process
-from seafl_dist.report import leaderboard
+from seafl_dist.report import extracts, leaderboard
 from seafl_dist.report.runs import RunResult, find_runs
 from small_runs import QUICKSTART, SMALL
 
@@ -31,7 +31,7 @@ def test_trace_figures_are_the_paces_written_out_by_hand():
                                                                 upd(3, 2, 2, 0.0, rejected=True)]},
               {"event": "finish", "time": 12.0, "device": 1, "job": 3}, {"event": "finish", "time": 20.0, "device": 2, "job": 4},
               {"event": "aggregate", "time": 20.0, "updates": [upd(1, 3, 3, 0.125), upd(2, 4, 0, 0.125)]}]
-    got = leaderboard.trace_figures(events, 2, 40.0)
+    got = extracts.trace_figures(events, 2, 40.0)
     assert got["aggregations_per_100s"] == pytest.approx(100 * 2 / 40)
     assert got["mean_staleness"] == pytest.approx((0 + 1 + 3 + 0) / 4)  # the rejected update not counted
     assert got["weighted_staleness"] == pytest.approx((0.5 * 0 + 0.25 * 1 + 0.125 * 3 + 0.125 * 0) / 1.0)
@@ -41,10 +41,10 @@ def test_trace_figures_are_the_paces_written_out_by_hand():
 def test_a_buffer_of_fewer_than_k_updates_waited_on_nothing_and_k_equal_to_its_size_waits_from_the_last():
     events = [{"event": "finish", "time": 1.0, "device": 1, "job": 0}, {"event": "finish", "time": 5.0, "device": 2, "job": 1},
               {"event": "aggregate", "time": 8.0, "updates": [upd(1, 0, 0, 1.0), upd(2, 1, 0, 1.0)]}]
-    assert leaderboard.trace_figures(events, 3, 10.0)["waiting_share"] == 0.0  # (a run's last, cut short)
-    assert leaderboard.trace_figures(events, 2, 10.0)["waiting_share"] == pytest.approx(3 / 10)
-    assert leaderboard.trace_figures(events, 1, 10.0)["waiting_share"] == pytest.approx(7 / 10)
-    empty = leaderboard.trace_figures([], 1, 0.0)
+    assert extracts.trace_figures(events, 3, 10.0)["waiting_share"] == 0.0  # (a run's last, cut short)
+    assert extracts.trace_figures(events, 2, 10.0)["waiting_share"] == pytest.approx(3 / 10)
+    assert extracts.trace_figures(events, 1, 10.0)["waiting_share"] == pytest.approx(7 / 10)
+    empty = extracts.trace_figures([], 1, 0.0)
     assert all(math.isnan(v) for v in empty.values())
 
 
@@ -144,11 +144,11 @@ def sweep_dir(tmp_path_factory):
 
 def test_the_extract_holds_each_finished_runs_small_files_and_figures_its_server_also_counted(sweep_dir, tmp_path):
     out = tmp_path / "extract"
-    written = leaderboard.extract(sweep_dir, out, commit="0123abc")
+    written = extracts.extract(sweep_dir, out, commit="0123abc")
     assert [d.name for d in written] == ["fedbuff,seed=0", "seafl,seed=0"]  # not the interrupted one
     for d in written:
         assert sorted(p.name for p in d.iterdir()) == ["config.yaml", "metrics.csv", "summary.json", "trace.json"]
-        for name in leaderboard.SMALL_FILES:
+        for name in extracts.SMALL_FILES:
             assert (d / name).read_bytes() == (sweep_dir / d.name / name).read_bytes()
         summary, trace = (json.loads((d / f).read_text()) for f in ("summary.json", "trace.json"))
         assert trace["mean_staleness"] == pytest.approx(summary["mean_staleness"])  # the server's own count
@@ -175,8 +175,8 @@ def test_an_extract_keeps_the_runs_it_already_holds_each_with_the_commit_that_ma
         shutil.copytree(sweep_dir / name, part / name)
         shutil.copyfile(sweep_dir / "sweep.json", part / "sweep.json")
     out = tmp_path / "extract"
-    assert [d.name for d in leaderboard.extract(only_seafl, out, commit="0123abc")] == ["seafl,seed=0"]
-    assert [d.name for d in leaderboard.extract(only_fedbuff, out, commit="4567def")] == ["fedbuff,seed=0",
+    assert [d.name for d in extracts.extract(only_seafl, out, commit="0123abc")] == ["seafl,seed=0"]
+    assert [d.name for d in extracts.extract(only_fedbuff, out, commit="4567def")] == ["fedbuff,seed=0",
                                                                                           "seafl,seed=0"]
     meta = json.loads((out / "leaderboard.json").read_text())
     walls = [json.loads((sweep_dir / n / "summary.json").read_text())["wall_time_s"] for n in ("fedbuff,seed=0",
@@ -187,19 +187,19 @@ def test_an_extract_keeps_the_runs_it_already_holds_each_with_the_commit_that_ma
                                                                                          "seafl,seed=0"]
     line = leaderboard.markdown(leaderboard.rows(find_runs([out]), [0.5]), [0.5], meta).splitlines()[-1]
     assert "made at commits `4567def` (1 run: fedbuff) and `0123abc` (1 run: seafl);" in line, line
-    leaderboard.extract(only_seafl, out, commit="89abcde")  # the same seafl run, extracted again at a later commit
-    assert leaderboard.run_commits(out) == {"fedbuff,seed=0": "4567def", "seafl,seed=0": "0123abc"}
+    extracts.extract(only_seafl, out, commit="89abcde")  # the same seafl run, extracted again at a later commit
+    assert extracts.run_commits(out) == {"fedbuff,seed=0": "4567def", "seafl,seed=0": "0123abc"}
     summary = json.loads((only_seafl / "seafl,seed=0" / "summary.json").read_text())
     (only_seafl / "seafl,seed=0" / "summary.json").write_text(json.dumps({**summary, "wall_time_s": 1.5}))
-    leaderboard.extract(only_seafl, out, commit="89abcde")  # seafl made again at the later commit
-    assert leaderboard.run_commits(out) == {"fedbuff,seed=0": "4567def", "seafl,seed=0": "89abcde"}
+    extracts.extract(only_seafl, out, commit="89abcde")  # seafl made again at the later commit
+    assert extracts.run_commits(out) == {"fedbuff,seed=0": "4567def", "seafl,seed=0": "89abcde"}
     assert json.loads((out / "leaderboard.json").read_text())["machine_time_s"] == pytest.approx(walls[0] + 1.5, abs=0.1)
     fresh = tmp_path / "fresh"  # a dir without an extract keeps nothing it did not write
-    assert [d.name for d in leaderboard.extract(only_fedbuff, fresh, commit="4567def")] == ["fedbuff,seed=0"]
+    assert [d.name for d in extracts.extract(only_fedbuff, fresh, commit="4567def")] == ["fedbuff,seed=0"]
     (fresh / "seafl,seed=0").mkdir()  # files of a run the extract never recorded are not taken for one
-    for f in (*leaderboard.SMALL_FILES, "trace.json"):
+    for f in (*extracts.SMALL_FILES, "trace.json"):
         shutil.copyfile(out / "seafl,seed=0" / f, fresh / "seafl,seed=0" / f)
-    assert [d.name for d in leaderboard.extract(only_fedbuff, fresh, commit="4567def")] == ["fedbuff,seed=0"]
+    assert [d.name for d in extracts.extract(only_fedbuff, fresh, commit="4567def")] == ["fedbuff,seed=0"]
 
 
 def test_report_writes_the_tables_and_figure_of_an_extract_and_refuses_a_mixed_command(sweep_dir, tmp_path):

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import in_process
-from seafl_dist.report import leaderboard, robustness
+from seafl_dist.report import extracts, robustness
 from seafl_dist.report.runs import RunResult, find_runs
 from seafl_dist.report.sinks import read_events
 from small_runs import QUICKSTART, SMALL
@@ -178,7 +178,7 @@ def test_an_extracts_trace_holds_the_threat_figures_and_the_report_writes_the_pa
     (sweep / "sweep.json").write_text(json.dumps({"name": "r", "targets": [0.5], "runs": [
         {"name": name, "label": "fedbuff-multikrum", "point": []}]}))
     out = tmp_path / "extract"
-    leaderboard.extract(sweep, out, commit="0123abc")
+    extracts.extract(sweep, out, commit="0123abc")
     trace = json.loads((out / name / "trace.json").read_text())
     expected = robustness.threat_figures(read_events(sweep / name / "events.jsonl"))
     assert {k: trace[k] for k in robustness.FIGURES} == pytest.approx(expected, nan_ok=True)
