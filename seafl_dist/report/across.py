@@ -19,7 +19,7 @@ import math
 import sys
 from pathlib import Path
 
-from seafl_dist.report.leaderboard import _stats, rows
+from seafl_dist.report.leaderboard import _stats, _table, rows
 from seafl_dist.report.runs import RunResult, find_runs
 from seafl_dist.settings import ConfigError
 
@@ -66,12 +66,11 @@ def markdown(arms: list[dict], names: list[str], target: float, baseline: str | 
                 mine, theirs = _mean(cell, target), base_of[name]
                 row.append(f"{mine / theirs:.2f}" if mine is not None and theirs else "—")
         body.append(row)
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(r) + " |" for r in body]
     note = (f"Time to {target:g} in virtual s over the seeds that reached it; rank k/n: among the n arms of this "
             f"table that the setting holds, by seeds that reached {target:g}, then their median time, then the mean "
             f"best accuracy")
     note += f"; ÷ {baseline}: the arm's mean time over {baseline}'s in the same setting." if baseline else "."
-    return "\n".join(lines) + "\n\n" + note + "\n"
+    return _table(head, body) + "\n\n" + note + "\n"
 
 
 def command(args, targets: list[float] | None) -> int:
