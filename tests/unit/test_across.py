@@ -1,6 +1,7 @@
 """The same arms across settings (report/across.py, docs/leaderboard.md's point-3 table): which arms, in what
 order, each setting's cell, rank and ratio written out by hand; the refusals; the page's block regenerated from
 its committed extracts byte for byte by the command itself."""
+import json
 import re
 import shutil
 from pathlib import Path
@@ -103,3 +104,21 @@ def test_without_out_the_table_goes_beside_the_base(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert (tmp_path / "cifar10" / "across.md").read_text().startswith("| arm | cifar10: to 0.5")
     assert not (tmp_path / "cifar10-heavy-tail" / "across.md").exists()
+
+
+def test_an_unfinished_run_in_a_setting_is_not_counted(tmp_path):
+    for n in ("cifar10", "cifar10-heavy-tail"):
+        shutil.copytree(ROOT / "docs" / "leaderboard" / n, tmp_path / n)
+    cut = tmp_path / "cifar10-heavy-tail" / "fedbuff,seed=9"
+    shutil.copytree(tmp_path / "cifar10-heavy-tail" / "fedbuff,seed=0", cut)
+    summary = json.loads((cut / "summary.json").read_text())
+    (cut / "summary.json").write_text(json.dumps({**summary, "status": "interrupted"}))
+    meta_path = tmp_path / "cifar10-heavy-tail" / "sweep.json"
+    meta = json.loads(meta_path.read_text())
+    entry = next(r for r in meta["runs"] if r["name"] == "fedbuff,seed=0")
+    meta_path.write_text(json.dumps({**meta, "runs": meta["runs"] + [{**entry, "name": cut.name}]}))
+    proc = in_process.seafl("report", tmp_path / "cifar10", tmp_path / "cifar10-heavy-tail", "--across",
+                            "--out", tmp_path / "out")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    fedbuff = next(r for r in (tmp_path / "out" / "across.md").read_text().splitlines() if r.startswith("| fedbuff |"))
+    assert fedbuff.split(" | ")[4] == "834 ± 121 (3/3)", fedbuff
