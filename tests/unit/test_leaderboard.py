@@ -4,6 +4,7 @@ import json
 import re
 import math
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -254,3 +255,19 @@ def test_the_pages_tables_are_their_committed_extracts_regenerated_byte_for_byte
         text = leaderboard.markdown(leaderboard.rows(runs, targets), targets,
                                     json.loads((extract / "leaderboard.json").read_text()))
         assert m["body"] == text, m["name"]
+
+
+def test_the_commit_an_extract_records_by_default_is_gits_short_hash_and_unknown_outside_a_checkout(tmp_path,
+                                                                                                   monkeypatch):
+    """An extract without ``commit=`` names the checkout's commit as ``git rev-parse --short HEAD`` prints it (the
+    form the page's commits take), and ``unknown`` where the package does not run from a git checkout."""
+    here = Path(extracts.__file__).resolve().parent
+    git = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True, text=True)
+    if git.returncode != 0:
+        pytest.skip("the package does not run from a git checkout here")
+    assert extracts.git_commit() == git.stdout.strip()
+    outside = tmp_path / "pkg"
+    outside.mkdir()
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))
+    monkeypatch.setattr(extracts, "__file__", str(outside / "extracts.py"))
+    assert extracts.git_commit() == "unknown"
