@@ -61,9 +61,10 @@ def test_killed_worker_ends_the_job_within_the_timeout(launcher, tmp_path):
 
 
 def test_frozen_worker_is_named_by_its_missing_heartbeat(launcher, tmp_path):
-    # timeout_s = 6 -> heartbeat limit 3 s. A stopped process keeps its sockets open, so no
-    # transport error comes: rank 0 must notice the silence on its own.
-    timeout_s = 6
+    # timeout_s = 16 -> heartbeat limit 8 s. A stopped process keeps its sockets open, so no
+    # transport error comes: rank 0 must notice the silence on its own. (At timeout 6, CI's loaded 2 cores once
+    # kept a worker from any progress for 6 s before the freeze: WorkerLost "stuck", so the run ended early.)
+    timeout_s = 16
     run = tmp_path / "run"
     job = launcher(3, *LONG, f"runtime.timeout_s={timeout_s}", "--out", run, cwd=tmp_path)
     wait_for_aggregations(run / "events.jsonl", 3, job)
